@@ -1,0 +1,1 @@
+"""tensorjit: a just-in-time compiler for PyTorch programs."""
