@@ -572,7 +572,7 @@ def PRECALL(f, i):
 
 @opcode()
 def KW_NAMES(f, i):
-    f.kw_names = i.argval
+    f.kw_names = f.code.co_consts[i.arg]  # dis cannot resolve this argument on 3.11
 
 
 @opcode()

@@ -70,8 +70,12 @@ class OutputGraph:
             self.guard(Guard(source, "same", other=first_source))
             return node, fake
         name = self.unique_name(str(source).replace(".", "_").replace("[", "_").replace("]", ""))
-        with self.graph.inserting_before(self._first_non_placeholder()):
+        first = self._first_non_placeholder()
+        if first is None:
             node = self.graph.placeholder(name)
+        else:
+            with self.graph.inserting_before(first):
+                node = self.graph.placeholder(name)
         fake = self.fake_mode.from_tensor(example, static_shapes=True)
         node.meta["example_value"] = fake
         node.meta["source"] = str(source)
