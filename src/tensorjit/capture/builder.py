@@ -19,7 +19,7 @@ from .guards import Guard
 from .sources import ItemSource, Source
 from .values.base import ConstantValue, Value
 from .values.builtins import BuiltinValue
-from .values.containers import DictValue, ListValue, TupleValue
+from .values.containers import DictValue, ListValue, SetValue, TupleValue
 from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
 from .values.objects import NNModuleValue, ObjectValue
 from .values.tensors import TensorValue
@@ -29,8 +29,18 @@ _CONSTANT_TYPES = (int, float, bool, str, type(None), bytes, complex, torch.dtyp
 
 
 def wrap(tx, obj: Any, source: Source | None) -> Value:
+    """The symbolic value of `obj`, read through `source`; one value per source per capture."""
     if source is None:
         return wrap_constant_object(tx, obj)
+    known = tx.output.wrapped.get(source)
+    if known is not None and known[0] is obj:
+        return known[1]
+    value = _wrap_new(tx, obj, source)
+    tx.output.wrapped[source] = (obj, value)
+    return value
+
+
+def _wrap_new(tx, obj: Any, source: Source) -> Value:
     guard = tx.output.guard
     if isinstance(obj, torch.Tensor):
         node, fake = tx.output.add_input(obj, source)
@@ -99,6 +109,8 @@ def wrap_constant_object(tx, obj: Any) -> Value:
         return ListValue(items) if isinstance(obj, list) else TupleValue(items, type(obj))
     if type(obj) is dict:
         return DictValue({k: wrap_constant_object(tx, v) for k, v in obj.items()})
+    if type(obj) in (set, frozenset):
+        return SetValue([wrap_constant_object(tx, v) for v in obj])
     if isinstance(obj, torch.nn.Module):
         return NNModuleValue(obj, None)
     if isinstance(obj, types.MethodType):

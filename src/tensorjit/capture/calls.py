@@ -21,7 +21,8 @@ from .breaks import GraphBreak
 from .values.base import ConstantValue, NULL, Value
 from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, SetValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import CellValue, GradModeValue, NNModuleValue, ObjectValue, UserObjectValue, lookup_static
+from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, ObjectValue, PartialValue,
+                             UserObjectValue, lookup_static)
 from .values.tensors import TensorValue, record_call
 
 CO_VARARGS, CO_VARKEYWORDS, CO_GENERATOR = 0x04, 0x08, 0x20
@@ -128,11 +129,36 @@ def _set_grad_enabled(tx, args, kwargs):
 
 def _inference_mode(tx, args, kwargs):
     mode = (args[0] if args else kwargs.get("mode", ConstantValue(True))).constant()
-    return GradModeValue(mode, "inference")
+    grad_mode = torch.autograd.grad_mode
+    return GlobalContextValue(grad_mode._enter_inference_mode, grad_mode._exit_inference_mode, (mode,))
+
+
+def _autocast(tx, args, kwargs):
+    import inspect
+    bound = inspect.signature(torch.autocast.__init__).bind(None, *[a.constant() for a in args],
+                                                            **{k: v.constant() for k, v in kwargs.items()})
+    bound.apply_defaults()
+    values = list(bound.arguments.values())[1:]
+    amp = torch.amp.autocast_mode
+    return GlobalContextValue(amp._enter_autocast, amp._exit_autocast, tuple(values))
+
+
+def _cpu_autocast(tx, args, kwargs):
+    return _autocast(tx, [ConstantValue("cpu"), *args], kwargs)
+
+
+def _cuda_autocast(tx, args, kwargs):
+    return _autocast(tx, [ConstantValue("cuda"), *args], kwargs)
+
+
+def _partial(tx, args, kwargs):
+    return PartialValue(args[0], list(args[1:]), dict(kwargs))
 
 
 _GRAD_MODES = {torch.no_grad: _no_grad, torch.enable_grad: _enable_grad,
-               torch.set_grad_enabled: _set_grad_enabled, torch.inference_mode: _inference_mode}
+               torch.set_grad_enabled: _set_grad_enabled, torch.inference_mode: _inference_mode,
+               torch.autocast: _autocast, torch.amp.autocast: _autocast, torch.cpu.amp.autocast: _cpu_autocast,
+               torch.cuda.amp.autocast: _cuda_autocast, functools.partial: _partial}
 
 
 def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:

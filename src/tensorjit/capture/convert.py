@@ -101,7 +101,12 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
         result = frame.run()
         return _finish_return(owner, output, result, grad_before)
     except StopCapture:
-        return _finish_break(owner, output, frame, grad_before)
+        try:
+            return _finish_break(owner, output, frame, grad_before)
+        except GraphBreak as e:  # the state at the break cannot be rebuilt: run this call pattern eagerly
+            logs.emit("graph_breaks", f"{frame.location()}: cannot resume after the break ({e}); running eagerly")
+            guards = output.guards.build(fn.__globals__, fn.__closure__)
+            return CacheEntry(guards, lambda args, kwargs, L: fn(*args, **kwargs))
     except GraphBreak as e:
         reason = e.reason
         if not reason.user_stack and frame is not None:
@@ -166,7 +171,7 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
             values.append(value)
             if j == callee:
                 wrapped.add(j)
-    local_names = [n for n in code.co_varnames if n in frame.locals] + \
+    local_names = [n for n in code.co_varnames if n in frame.locals and not n.startswith("__tj_")] + \
         [n for n in code.co_cellvars if frame.cells[n].contents is not None]
     for name in local_names:
         values.append(frame.locals[name] if name in frame.locals else frame.cells[name].contents)
@@ -221,6 +226,10 @@ def _successors(frame: Frame, index: int, depth: int) -> list[Successor]:
     if name == "FOR_ITER":
         exhausted = inst.target + (1 if PY >= (3, 12) else 0)
         return [Successor(index + 1, depth + 1, False), Successor(exhausted, depth - 1, True)]
+    if name == "CALL":  # [NULL|callable, callable|self, *args] -> result (PRECALL's share included on 3.11)
+        return [Successor(index + 1, depth - inst.arg - 1, False)]
+    if name == "CALL_FUNCTION_EX":
+        return [Successor(index + 1, depth - (3 + (inst.arg & 1)) + 1, False)]
     if inst.target is not None:
         raise GraphBreak("unsupported-break", f"cannot break at jump {name}")
     effect = dis.stack_effect(inst.opcode, inst.arg, jump=False) if inst.arg is not None or \

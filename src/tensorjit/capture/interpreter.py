@@ -28,6 +28,7 @@ from .breaks import GraphBreak, UserLocation
 from .output import OutputGraph, SideEffect
 from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
 from .values.base import ConstantValue, NULL, NullValue, Value
+from .values.lazy import LazyValue
 from .values.builtins import BuiltinValue
 from .values.containers import DictValue, IteratorValue, ListValue, SequenceValue, SetValue, TupleValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue, TorchFunctionValue
@@ -153,6 +154,13 @@ class Frame:
             except Return as r:
                 return r.value
 
+    def local(self, name: str) -> Value | None:
+        """The value of local `name`, wrapping a lazily bound argument on first use."""
+        value = self.locals.get(name)
+        if type(value) is LazyValue:
+            value = self.locals[name] = value.realize(self)
+        return value
+
     def push(self, value: Value) -> None:
         self.stack.append(value)
 
@@ -262,7 +270,7 @@ class Frame:
             raise GraphBreak("super", "super() without arguments outside a method")
         cls = self.cells["__class__"].load(self).constant()
         first = code.co_varnames[0]
-        obj = self.locals.get(first)
+        obj = self.local(first)
         if obj is None and first in self.cells:
             obj = self.cells[first].load(self)
         return SuperValue(cls, obj)

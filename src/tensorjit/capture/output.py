@@ -51,6 +51,7 @@ class OutputGraph:
         self.fn_name = fn_name
         self._names: dict[str, int] = {}
         self.constants: dict[str, torch.Tensor] = {}
+        self.wrapped: dict[Source, tuple] = {}
 
     # -- nodes -----------------------------------------------------------------
     def unique_name(self, hint: str) -> str:
@@ -114,7 +115,9 @@ class OutputGraph:
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
 
 
-_IMPURE_FUNCTIONS = {torch._C._set_grad_enabled}
+_IMPURE_FUNCTIONS = {torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,
+                     torch.amp.autocast_mode._exit_autocast, torch.autograd.grad_mode._enter_inference_mode,
+                     torch.autograd.grad_mode._exit_inference_mode}
 # Random ops advance the generator even when their result is unused, as in eager.
 _RANDOM_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "exponential")
 

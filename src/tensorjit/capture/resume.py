@@ -116,6 +116,8 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     for successor, label, _ in exits:
         if successor.is_jump:
             instr.arg = label
+            if "BACKWARD" in instr.name:  # 3.11: the exit blocks come after everything
+                instr.name = instr.name.replace("BACKWARD", "FORWARD")
     fallthrough = [label for s, label, _ in exits if not s.is_jump]
     if fallthrough:
         bc.insert(position + 1, Instr("JUMP_FORWARD", fallthrough[0], lineno=lineno))

@@ -281,6 +281,9 @@ class ContainerMethodValue(Value):
     def python_type(self) -> type:
         return type([].append)
 
+    def reconstruct(self, cg) -> str:
+        return f"{self.owner.reconstruct(cg)}.{self.name}"
+
     def call(self, tx, args, kwargs) -> Value:
         from .container_methods import call_container_method
         return call_container_method(tx, self.owner, self.name, args, kwargs)

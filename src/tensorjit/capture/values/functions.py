@@ -43,7 +43,10 @@ _TORCH_QUERIES = {
 
 
 def is_torch_operation(fn: Any) -> bool:
-    if fn in _TORCH_EFFECTFUL:
+    try:
+        if fn in _TORCH_EFFECTFUL:
+            return False
+    except TypeError:  # unhashable objects are not torch functions
         return False
     module = getattr(fn, "__module__", None) or ""
     if isinstance(fn, (types.BuiltinFunctionType, types.BuiltinMethodType)):

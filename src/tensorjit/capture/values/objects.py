@@ -260,6 +260,9 @@ class SuperValue(Value):
                 return tx.wrap_constant_object(attr)
         raise GraphBreak("attribute-error", f"'super' object has no attribute {name!r}")
 
+    def reconstruct(self, cg) -> str:
+        return f"super({cg.constant(self.cls)}, {self.obj.reconstruct(cg)})"
+
 
 class BuiltinMethodOfObject(Value):
     """A C-level method such as object.__init__ reached through super()."""
@@ -315,8 +318,28 @@ class GradModeValue(Value):
         # `@torch.no_grad()` used as a decorator inside the compiled function.
         raise GraphBreak("call", "grad-mode context used as a decorator inside a compiled function")
 
+    def reconstruct(self, cg) -> str:
+        if self.kind == "inference":
+            return f"{cg.constant(torch.inference_mode)}({self.enabled!r})"
+        return f"{cg.constant(_GradModeFactory)}({self.enabled!r})"
+
     def reconstruct_entered_exit(self, cg) -> str:
         return f"{cg.helper('enter_grad_mode')}({self.enabled!r}, {self.previous!r})"
+
+
+class _GradModeFactory:
+    """A grad-mode context rebuilt at a graph break before its `with` was entered."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+    def __enter__(self):
+        self.previous = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(self.enabled)
+
+    def __exit__(self, *exc):
+        torch._C._set_grad_enabled(self.previous)
+        return False
 
 
 class ContextMethodValue(Value):
@@ -331,6 +354,57 @@ class ContextMethodValue(Value):
         if self.which == "exit":
             return self.ctx.reconstruct_entered_exit(cg)
         raise GraphBreak("reconstruct", "a context manager's __enter__")
+
+
+class GlobalContextValue(Value):
+    """torch.autocast(...) or torch.inference_mode(...): entered and exited by graph nodes.
+
+    The context is also entered for real while capturing, so that fake tensors get
+    the dtypes and flags it implies."""
+
+    def __init__(self, enter_fn, exit_fn, arguments: tuple) -> None:
+        self.enter_fn = enter_fn
+        self.exit_fn = exit_fn
+        self.arguments = arguments
+        self.node = None
+        self.real = None
+
+    def enter(self, tx) -> Value:
+        self.node = tx.output.create_node("call_function", self.enter_fn, self.arguments, {}, None)
+        self.real = self.enter_fn(*self.arguments)
+        return ConstantValue(None)
+
+    def exit(self, tx) -> Value:
+        tx.output.create_node("call_function", self.exit_fn, (self.node,), {}, None)
+        self.exit_fn(self.real)
+        return ConstantValue(None)
+
+    getattr = GradModeValue.getattr
+
+    def reconstruct_entered_exit(self, cg) -> str:
+        raise GraphBreak("reconstruct", "a graph break inside an autocast or inference_mode block")
+
+
+class PartialValue(Value):
+    """functools.partial(func, *args, **kwargs) made while capturing."""
+
+    def __init__(self, func: Value, args: list[Value], kwargs: dict[str, Value]) -> None:
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+
+    def python_type(self) -> type:
+        import functools
+        return functools.partial
+
+    def call(self, tx, args, kwargs) -> Value:
+        return tx.call(self.func, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def reconstruct(self, cg) -> str:
+        import functools
+        parts = [self.func.reconstruct(cg)] + [a.reconstruct(cg) for a in self.args] + \
+            [f"{k}={v.reconstruct(cg)}" for k, v in self.kwargs.items()]
+        return f"{cg.constant(functools.partial)}({', '.join(parts)})"
 
 
 class ExitFromRuntime(Value):

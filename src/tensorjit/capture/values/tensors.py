@@ -113,6 +113,9 @@ class TensorMethodValue(Value):
     def python_type(self) -> type:
         return type(torch.Tensor.add)
 
+    def reconstruct(self, cg) -> str:
+        return f"{cg.tensor(self.tensor)}.{self.name}"
+
     def call(self, tx, args, kwargs) -> Value:
         name = self.name
         if name in _DATA_DEPENDENT_METHODS:
@@ -190,6 +193,9 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
     except Exception as e:
         raise GraphBreak("op-error", f"{_describe(target)} raised {type(e).__name__}: {e}",
                          "the same call fails eagerly; it runs in Python so the error is raised there")
+    if any(isinstance(s, torch.SymInt) for r in pytree.tree_leaves(result) if isinstance(r, torch.Tensor)
+           for s in r.shape):
+        raise GraphBreak("data-dependent-op", f"{_describe(target)} has an output shape that depends on data")
     node = tx.output.create_node(op, fn if op == "call_function" else target, node_args, node_kwargs, result)
     return wrap_result(tx, node, result, args)
 
@@ -215,10 +221,8 @@ def wrap_result(tx, node: torch.fx.Node, result: Any, args: list[Value]) -> Valu
             return ListValue(items)
         return TupleValue(items, cls if cls is not tuple else tuple)
     if isinstance(result, (int, float, bool, type(None), torch.Size, torch.dtype, torch.device, str)):
-        node.graph.erase_node(node) if not node.users else None
-        return ConstantValue(result)
+        return ConstantValue(result)  # the node stays if it mutates; dead-code elimination drops the rest
     if isinstance(result, (tuple, list)):
-        node.graph.erase_node(node) if not node.users else None
         return ConstantValue(type(result)(result)) if isinstance(result, tuple) else ListValue(
             [ConstantValue(r) for r in result])
     raise GraphBreak("unsupported-result", f"graph operation returned {type(result).__name__}")
