@@ -4,7 +4,8 @@
     model = tensorjit.compile(model)      # or @tensorjit.compile on any function
 """
 
-from . import config, logs
+from . import backends, config, logs
+from .backends import registry as _registry  # noqa: F401  (tensorjit.backends.registry)
 from .api import OptimizedModule, compile, disable, reset
 from .backends.registry import list_backends, register_backend
 from .capture.breaks import CaptureError, GraphBreakError

@@ -218,6 +218,15 @@ class OptimizedModule(torch.nn.Module):
     def __delattr__(self, name: str) -> None:
         delattr(self._orig_mod, name)
 
+    @property
+    def training(self) -> bool:
+        return self._orig_mod.training if "_orig_mod" in self.__dict__.get("_modules", {}) else True
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        if "_orig_mod" in self.__dict__.get("_modules", {}):
+            self._orig_mod.training = value
+
     def train(self, mode: bool = True):
         self._orig_mod.train(mode)
         return self
@@ -288,6 +297,12 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
 def _compile_target(target, backend, backend_name, config, fullgraph):
     global _current_backend
     _current_backend = (backend, config, fullgraph, backend_name)
+    code = getattr(getattr(target, "__func__", target), "__code__", None)
+    if code is not None and code in _disabled_codes:
+        return target
+    if isinstance(target, functools.partial):
+        inner = _compile_target(target.func, backend, backend_name, config, fullgraph)
+        return functools.partial(inner, *target.args, **target.keywords)
     if isinstance(target, torch.nn.Module):
         forward = type(target).forward
         if not isinstance(forward, types.FunctionType):
@@ -311,10 +326,65 @@ def _compile_target(target, backend, backend_name, config, fullgraph):
     raise TypeError(f"tensorjit.compile: expected a function, method or nn.Module, got {type(target).__name__}")
 
 
+class _CompilingGlobals(dict):
+    """Globals of a function disabled with recursive=False: the functions it looks up are compiled.
+
+    CPython reads globals through __getitem__ when they are not an exact dict, so each
+    global a call reaches goes through `_wrap_callee`. Writes to globals from such a
+    function land in this copy, not in the module (a documented limitation)."""
+
+    def __init__(self, real: dict) -> None:
+        super().__init__()
+        self.real = real
+
+    def __getitem__(self, name: str):
+        value = self.real[name] if name in self.real else self.real["__builtins__"][name] \
+            if isinstance(self.real.get("__builtins__"), dict) else getattr(self.real["__builtins__"], name)
+        return _wrap_callee(value)
+
+    def __contains__(self, name) -> bool:
+        return name in self.real
+
+    def get(self, name, default=None):
+        return self[name] if name in self.real else default
+
+
+class _DeferredCallee:
+    """Compiles `fn` with the backend in use when it is first called."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        return _wrap_callee(self.fn)(*args, **kwargs)
+
+
+def _holds_function(cell) -> bool:
+    try:
+        return isinstance(cell.cell_contents, types.FunctionType)
+    except ValueError:
+        return False
+
+
 def disable(fn: Callable | None = None, recursive: bool = True):
-    """Exclude `fn` from capture: calls to it run eagerly (recursive=False: only fn's own frame)."""
+    """Exclude `fn` from capture: calls to it run eagerly.
+
+    With recursive=False only fn's own frame runs eagerly; the functions it calls
+    through its globals are still compiled."""
     def mark(f):
         target = f.__func__ if isinstance(f, types.MethodType) else f
+        if not recursive and isinstance(target, types.FunctionType):
+            # Closure cells holding functions get a compiled callee in a new cell of their own.
+            closure = tuple(types.CellType(_DeferredCallee(c.cell_contents))
+                            if _holds_function(c) else c for c in (target.__closure__ or ())) or None
+            clone = types.FunctionType(target.__code__, _CompilingGlobals(target.__globals__), target.__name__,
+                                       target.__defaults__, closure)
+            clone.__kwdefaults__ = target.__kwdefaults__
+            functools.update_wrapper(clone, target)
+            mark_disabled(target.__code__)
+            _disabled_codes.add(target.__code__)
+            return clone
         if isinstance(target, types.FunctionType):
             mark_disabled(target.__code__)
             _disabled_codes.add(target.__code__)

@@ -53,7 +53,8 @@ class GraphBreakError(RuntimeError):
     """A graph break under fullgraph=True."""
 
     def __init__(self, reason: BreakReason) -> None:
-        super().__init__(f"graph break under fullgraph=True at {reason}")
+        callers = "".join(f"\n  called from {loc}" for loc in reversed(reason.user_stack[:-1]))
+        super().__init__(f"graph break under fullgraph=True at {reason}{callers}")
         self.reason = reason
 
 

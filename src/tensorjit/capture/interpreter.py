@@ -153,6 +153,10 @@ class Frame:
                 handler(self, inst)
             except Return as r:
                 return r.value
+            except GraphBreak as e:
+                if not e.reason.user_stack:
+                    e.reason.user_stack = self.user_stack()
+                raise
 
     def local(self, name: str) -> Value | None:
         """The value of local `name`, wrapping a lazily bound argument on first use."""

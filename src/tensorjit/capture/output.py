@@ -14,7 +14,6 @@ from typing import Any, Callable
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from .breaks import GraphBreak
 from .guards import Guard, GuardSet, TensorSignature
@@ -41,7 +40,7 @@ class SideEffect:
 class OutputGraph:
     def __init__(self, fn_name: str) -> None:
         self.graph = torch.fx.Graph()
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=ShapeEnv())
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
         self.inputs: list[GraphInput] = []
         self.inputs_by_id: dict[int, Any] = {}
         self.guards = GuardSet()
@@ -117,7 +116,10 @@ class OutputGraph:
 
 _IMPURE_FUNCTIONS = {torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,
                      torch.amp.autocast_mode._exit_autocast, torch.autograd.grad_mode._enter_inference_mode,
-                     torch.autograd.grad_mode._exit_inference_mode}
+                     torch.autograd.grad_mode._exit_inference_mode, operator.setitem,
+                     operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+                     operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
+                     operator.ilshift, operator.irshift, operator.imatmul}
 # Random ops advance the generator even when their result is unused, as in eager.
 _RANDOM_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "exponential")
 
@@ -125,7 +127,7 @@ _RANDOM_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "unifo
 def _is_impure(node: torch.fx.Node) -> bool:
     if node.op in ("placeholder", "output"):
         return True
-    if node.target in _IMPURE_FUNCTIONS:
+    if node.target in _IMPURE_FUNCTIONS or "out" in node.kwargs:
         return True
     if node.op == "call_method" and isinstance(node.target, str) and node.target.endswith("_") \
             and not node.target.endswith("__"):
