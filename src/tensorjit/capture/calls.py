@@ -175,6 +175,8 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         return TupleValue(items, cls)
     if cls in (torch.Size,):
         return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
+    if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
+        return ObjectValue(cls(*[a.constant() for a in args]), None)
     if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)) or cls.__module__.startswith("torch"):
         if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) \
                 and cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
@@ -213,7 +215,7 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         try:
             return tx.wrap_constant_object(op(a.constant(), b.constant()))
         except Exception as e:
-            raise GraphBreak("op-error", f"{op.__name__} raised {type(e).__name__}: {e}")
+            raise GraphBreak("op-error", f"{op.__name__} raised {type(e).__name__}: {e}", exception=e)
     base = _INPLACE.get(op, op)
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and base is operator.add:
         if isinstance(a, ListValue) and op is operator.iadd:

@@ -113,7 +113,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             reason.user_stack = frame.user_stack()
         if break_at is not None:
             raise CaptureError(frame.location() if frame else None, e) from e
-        raise _BreakAt(capture.steps - 1, reason) from None
+        raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason) from None
     except (GraphBreakError, CaptureError, _BreakAt):
         raise
     except Exception as e:

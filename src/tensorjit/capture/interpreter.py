@@ -76,6 +76,14 @@ def instructions_of(code: types.CodeType) -> tuple[list[Instruction], dict[int, 
 
 
 _INSTRUCTION_CACHE: dict[types.CodeType, tuple] = {}
+_EXCEPTION_TABLES: dict[types.CodeType, list] = {}
+
+
+def exception_table(code: types.CodeType) -> list:
+    table = _EXCEPTION_TABLES.get(code)
+    if table is None:
+        table = _EXCEPTION_TABLES[code] = dis._parse_exception_table(code)
+    return table
 
 
 def cached_instructions(code: types.CodeType):
@@ -156,7 +164,10 @@ class Frame:
             except GraphBreak as e:
                 if not e.reason.user_stack:
                     e.reason.user_stack = self.user_stack()
-                raise
+                if e.root_step is None:
+                    e.root_step = capture.steps - 1
+                if e.exception is None or not self.enter_handler(inst, e):
+                    raise
 
     def local(self, name: str) -> Value | None:
         """The value of local `name`, wrapping a lazily bound argument on first use."""
@@ -164,6 +175,20 @@ class Frame:
         if type(value) is LazyValue:
             value = self.locals[name] = value.realize(self)
         return value
+
+    def enter_handler(self, inst: Instruction, error: GraphBreak) -> bool:
+        """Follow the exception table to the handler of `error`'s exception, as CPython would."""
+        for entry in exception_table(self.code):
+            if entry.start <= inst.offset < entry.end:
+                del self.stack[entry.depth:]
+                if entry.lasti:
+                    self.push(ConstantValue(inst.offset))
+                value = ObjectValue(error.exception, None)
+                value.root_step = error.root_step  # a re-raise still breaks where it began
+                self.push(value)
+                self.ip = self.index_of[entry.target]
+                return True
+        return False
 
     def push(self, value: Value) -> None:
         self.stack.append(value)

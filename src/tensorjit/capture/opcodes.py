@@ -304,7 +304,7 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
         try:
             return f.wrap_constant_object(obj.constant()[index.constant()])
         except Exception as e:
-            raise GraphBreak("op-error", f"{type(e).__name__}: {e}")
+            raise GraphBreak("op-error", f"{type(e).__name__}: {e}", exception=e)
     return f.call_dunder(obj, "__getitem__", [index])
 
 
@@ -672,7 +672,48 @@ def BEFORE_WITH(f, i):
 
 @opcode()
 def RAISE_VARARGS(f, i):
-    raise GraphBreak("raise", "an exception is raised", "it is raised by Python, outside the graph")
+    exception = None
+    if i.arg == 1:
+        raised = f.stack[-1]
+        if isinstance(raised, ObjectValue) and isinstance(raised.obj, BaseException):
+            exception = raised.obj
+        elif raised.is_constant() and isinstance(raised.constant(), type) and \
+                issubclass(raised.constant(), BaseException):
+            exception = raised.constant()()
+    raise GraphBreak("raise", "an exception is raised", "it is raised by Python, outside the graph",
+                     exception=exception)
+
+
+@opcode()
+def PUSH_EXC_INFO(f, i):
+    exc = f.pop()
+    f.push(ConstantValue(None))
+    f.push(exc)
+
+
+@opcode()
+def CHECK_EXC_MATCH(f, i):
+    cls = f.pop().constant()
+    f.push(ConstantValue(isinstance(f.stack[-1].obj, cls)))
+
+
+@opcode()
+def POP_EXCEPT(f, i):
+    f.pop()
+
+
+@opcode()
+def RERAISE(f, i):
+    exc = f.pop()
+    error = GraphBreak("raise", "an exception is re-raised", exception=exc.obj)
+    error.root_step = getattr(exc, "root_step", None)
+    raise error
+
+
+@opcode()
+def WITH_EXCEPT_START(f, i):
+    exit_fn, exc = f.stack[-4], f.stack[-1]
+    f.push(f.call(exit_fn, [f.wrap_constant_object(type(exc.obj)), exc, ConstantValue(None)], {}))
 
 
 @opcode()

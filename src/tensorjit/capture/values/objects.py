@@ -71,8 +71,9 @@ class ObjectValue(Value):
             return tx.wrap(getattr(obj, name), self.attribute_source(name))
         try:
             value = getattr(obj, name)
-        except AttributeError:
-            raise GraphBreak("attribute-error", f"{type(obj).__name__!s} object has no attribute {name!r}")
+        except AttributeError as e:
+            raise GraphBreak("attribute-error", f"{type(obj).__name__!s} object has no attribute {name!r}",
+                             exception=e)
         return tx.wrap(value, self.attribute_source(name))
 
     def _class_attribute(self, tx, cls: type, name: str) -> Value:
