@@ -41,7 +41,7 @@ class CompiledGraph:
     """One graph handed to a backend, kept for explain() and statistics."""
 
     graph_module: torch.fx.GraphModule
-    example_inputs: list
+    input_shapes: list
     compiled: Callable
     op_count: int
     compile_seconds: float
@@ -139,7 +139,7 @@ def _compile_graph(owner, output: OutputGraph, outputs: list) -> tuple[Callable 
     start = time.perf_counter()
     compiled = owner.backend(gm, example_inputs)
     seconds = time.perf_counter() - start
-    record = CompiledGraph(gm, example_inputs, compiled, output.op_count(), seconds)
+    record = CompiledGraph(gm, [tuple(t.shape) for t in example_inputs], compiled, output.op_count(), seconds)
     return compiled, [record]
 
 

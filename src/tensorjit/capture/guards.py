@@ -186,41 +186,52 @@ class GuardSet:
             return n
         return sorted(self.guards, key=lambda g: (depth(g), _ORDER[g.kind]))
 
-    def build(self, fn_globals: dict, closure: tuple | None) -> "CompiledGuards":
-        em = _Emitter()
-        for guard in self.ordered():
-            _emit_guard(em, guard)
-        env = dict(em.constants)
-        env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
-                   _grad_enabled=torch.is_grad_enabled,
-                   _inference_mode=torch.is_inference_mode_enabled,
-                   _default_dtype=torch.get_default_dtype)
-        params = ", ".join(f"{k}={k}" for k in env)
-        body = "\n".join(em.lines) or "    pass"
-        text = f"def check(L, {params}):\n{body}\n    return True\n"
-        namespace: dict[str, Any] = {}
-        exec(compile(text, "<tensorjit guards>", "exec"), env, namespace)
-        return CompiledGuards(namespace["check"], text, self.ordered(), em.weak, env)
+    def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True) -> "CompiledGuards":
+        ordered = self.ordered()
+        check, text, weak = _compile_checks(ordered, fn_globals, closure)
+        # One check per guard, for naming the guard that failed; built now so that no
+        # Guard (which may hold the guarded object) outlives capture.
+        parts = [(g.describe(), _compile_checks([g], fn_globals, closure)[0]) for g in ordered] if with_parts else []
+        return CompiledGuards(check, text, parts, weak)
+
+
+def _compile_checks(guards: list[Guard], fn_globals: dict, closure):
+    em = _Emitter()
+    for guard in guards:
+        _emit_guard(em, guard)
+    env = dict(em.constants)
+    env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
+               _grad_enabled=torch.is_grad_enabled,
+               _inference_mode=torch.is_inference_mode_enabled,
+               _default_dtype=torch.get_default_dtype)
+    params = ", ".join(f"{k}={k}" for k in env)
+    body = "\n".join(em.lines) or "    pass"
+    text = f"def check(L, {params}):\n{body}\n    return True\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(text, "<tensorjit guards>", "exec"), env, namespace)
+    return namespace["check"], text, em.weak
 
 
 @dataclass
 class CompiledGuards:
     check: Callable[[tuple], bool]
     source_text: str
-    guards: list[Guard]
+    parts: list[tuple[str, Callable]]
     weak_refs: list[weakref.ref]
-    env: dict
+
+    @property
+    def descriptions(self) -> list[str]:
+        return [text for text, _ in self.parts]
 
     def failure(self, L: tuple) -> str | None:
         """The first guard that fails for arguments `L`, described for logs."""
-        for guard in self.guards:
-            single = GuardSet([guard]).build(self.env["G"], self.env["C"])
+        for text, check in self.parts:
             try:
-                ok = single.check(L)
+                ok = check(L)
             except Exception:
                 ok = False
             if not ok:
-                return guard.describe()
+                return text
         return None
 
     def alive(self) -> bool:

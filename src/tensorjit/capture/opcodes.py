@@ -101,7 +101,8 @@ def LOAD_FAST(f, i):
     f.push(value)
 
 
-HANDLERS["LOAD_FAST_CHECK"] = LOAD_FAST
+if PY >= (3, 12):
+    HANDLERS["LOAD_FAST_CHECK"] = LOAD_FAST
 
 
 @opcode(PY312)
@@ -518,7 +519,6 @@ def JUMP_BACKWARD(f, i):
 
 
 HANDLERS["JUMP_BACKWARD_NO_INTERRUPT"] = JUMP_BACKWARD
-HANDLERS["JUMP"] = JUMP_FORWARD
 
 
 def _pop_jump(f: Frame, i: Instruction, when) -> None:
