@@ -149,10 +149,11 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
             em.check(f"type({v}) is {em.constant(type(value), 'T')} and {v} == {em.constant(value)}")
     elif kind == "tensor":
         sig: TensorSignature = guard.payload
-        em.check(f"type({v}) is {em.constant(sig.cls, 'T')}")
-        em.check(f"{v}.dtype is {em.constant(sig.dtype)} and {v}.requires_grad is {sig.requires_grad}")
-        em.check(f"{v}.shape == {em.constant(sig.shape)} and {v}.stride() == {em.constant(sig.stride)}")
-        em.check(f"{v}.device == {em.constant(sig.device)}")
+        device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
+        grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
+        em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
+                 f"{grad} and {v}.shape == {em.constant(sig.shape)} and {v}.stride() == "
+                 f"{em.constant(sig.stride)} and {device}")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
     elif kind == "keys":
