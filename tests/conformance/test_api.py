@@ -348,7 +348,7 @@ def test_explain_two_breaks_with_locations():
 
 def test_explain_tensor_branch_reason_and_ops():
     def fn(x):
-        y = x.exp()
+        y = torch.exp(x)
         if y.sum() > 3:  # BRANCH
             return y * 2
         return -y
