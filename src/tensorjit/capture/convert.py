@@ -181,7 +181,10 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
     compiled, graphs = _compile_graph(owner, output, restore.graph_outputs)
     restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)
     successors = [(s, owner.resume_function(s.index, s.depth, local_names)) for s in _successors(frame, index, len(stack))]
-    tcode = transformed_code(code, index, len(stack), local_names, restore_fn, successors, TailCall)
+    entry_index = index
+    while entry_index > 0 and frame.instructions[entry_index - 1].opname in ("KW_NAMES", "PRECALL"):
+        entry_index -= 1
+    tcode = transformed_code(code, index, len(stack), local_names, restore_fn, successors, TailCall, entry_index)
     transformed = types.FunctionType(tcode, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
     transformed.__kwdefaults__ = fn.__kwdefaults__
     guards = output.guards.build(fn.__globals__, fn.__closure__)

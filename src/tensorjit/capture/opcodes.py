@@ -113,10 +113,15 @@ def LOAD_FAST_AND_CLEAR(f, i):
     f.push(value)
 
 
+def _is_null(value: Value) -> bool:
+    """NULL, or the stand-in that generated code pushes for it (see CALL_ADAPTER)."""
+    return value is NULL or isinstance(value, ObjectValue) and value.obj is CALL_ADAPTER
+
+
 @opcode()
 def STORE_FAST(f, i):
     value = f.pop()
-    if value is NULL:
+    if _is_null(value):  # 3.12 comprehensions restore an unbound variable this way
         f.locals.pop(i.argval, None)
     else:
         f.locals[i.argval] = value
@@ -406,30 +411,37 @@ def BUILD_STRING(f, i):
     f.push(ConstantValue("".join(p.constant() for p in parts)))
 
 
+def _target(f: Frame, depth: int):
+    """The container that a comprehension builds; one from outside (a resume function's input) records its mutation."""
+    target = f.stack[-depth]
+    if hasattr(target, "mutate"):
+        target.mutate(f)
+    return target
+
+
 @opcode()
 def LIST_APPEND(f, i):
     value = f.pop()
-    f.stack[-i.arg].items.append(value)
+    _target(f, i.arg).items.append(value)
 
 
 @opcode()
 def SET_ADD(f, i):
     value = f.pop()
-    target = f.stack[-i.arg]
-    target.items[value.constant()] = value
+    _target(f, i.arg).items[value.constant()] = value
 
 
 @opcode()
 def MAP_ADD(f, i):
     value = f.pop()
     key = f.pop()
-    f.stack[-i.arg].items[key.constant()] = value
+    _target(f, i.arg).items[key.constant()] = value
 
 
 @opcode()
 def LIST_EXTEND(f, i):
     items = f.iterate(f.pop()).unpack(f)
-    f.stack[-i.arg].items.extend(items)
+    _target(f, i.arg).items.extend(items)
 
 
 @opcode()
