@@ -51,6 +51,10 @@ class Guard:
             return f"{where} is {self.other}"
         if self.kind == "global_state":
             return f"{self.payload[0]} == {self.payload[1]!r}"
+        if self.kind == "expression":
+            return f"shape guard {self.payload}"
+        if self.kind == "tensor_dynamic":
+            return f"{where}: tensor with dynamic sizes, {tensor_signature_text(self.payload)}"
         return f"{self.kind} guard on {where}"
 
 
@@ -131,6 +135,9 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"{expression} is {em.constant(value)}" if isinstance(value, (bool, torch.dtype))
                  else f"{expression} == {em.constant(value)}")
         return
+    if kind == "expression":
+        em.check(guard.payload)
+        return
     v = em.value_of(guard.source)
     if kind == "type":
         em.check(f"type({v}) is {em.constant(guard.payload, 'T')}")
@@ -154,6 +161,12 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
                  f"{grad} and {v}.shape == {em.constant(sig.shape)} and {v}.stride() == "
                  f"{em.constant(sig.stride)} and {device}")
+    elif kind == "tensor_dynamic":  # sizes and strides are checked by the shape guards
+        sig = guard.payload
+        device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
+        grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
+        em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
+                 f"{grad} and {v}.dim() == {len(sig.shape)} and {device}")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
     elif kind == "keys":
@@ -164,7 +177,8 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         raise AssertionError(f"unknown guard kind {kind}")
 
 
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "tensor": 3, "same": 4}
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "tensor": 3,
+          "tensor_dynamic": 3, "same": 4, "expression": 5}
 
 
 @dataclass
@@ -179,13 +193,13 @@ class GuardSet:
             self.guards.append(guard)
 
     def ordered(self) -> list[Guard]:
-        """Cheap checks first; a value's container is checked before its items."""
+        """Cheap checks first; a value's container is checked before its items; shape guards last."""
         def depth(g: Guard) -> int:
             n, s = 0, g.source
             while s is not None:
                 n, s = n + 1, s.base()
             return n
-        return sorted(self.guards, key=lambda g: (depth(g), _ORDER[g.kind]))
+        return sorted(self.guards, key=lambda g: (g.kind == "expression", depth(g), _ORDER[g.kind]))
 
     def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True) -> "CompiledGuards":
         ordered = self.ordered()

@@ -23,7 +23,7 @@ from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, 
                                 SetValue, SliceValue, TupleValue)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import CellValue, GradModeValue, ObjectValue, RealCellValue, UserObjectValue
-from .values.tensors import TensorValue, record_call
+from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
 PY = sys.version_info[:2]
 HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}
@@ -254,7 +254,7 @@ def CONTAINS_OP(f, i):
 
 def _unary(f: Frame, op, dunder: str) -> None:
     value = f.pop()
-    if isinstance(value, TensorValue):
+    if isinstance(value, (TensorValue, SymbolicIntValue)):
         f.push(record_call(f, op, [value], {}))
     elif value.is_constant():
         f.push(f.wrap_constant_object(op(value.constant())))
