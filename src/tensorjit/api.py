@@ -187,10 +187,12 @@ def _wrap_callee(obj):
         return obj
     if isinstance(obj, types.FunctionType) and obj.__code__ not in _disabled_codes \
             and not (obj.__code__.co_flags & 0x3a0) and not _is_library(obj):
-        compiled = _callee_cache.get(obj)
-        if compiled is None:
-            compiled = _callee_cache[obj] = CompiledFunction(obj, *_current_backend)
-        return compiled
+        # Kept on the function itself: a cycle the collector can free, unlike a weak-key
+        # dictionary whose value refers back to its key.
+        cached = obj.__dict__.get("_tensorjit_compiled")
+        if cached is None or cached[0] is not _current_backend:
+            cached = obj.__dict__["_tensorjit_compiled"] = (_current_backend, CompiledFunction(obj, *_current_backend))
+        return cached[1]
     if isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
         inner = _wrap_callee(obj.__func__)
         return obj if inner is obj.__func__ else types.MethodType(inner, obj.__self__)
@@ -202,7 +204,6 @@ def _is_library(fn) -> bool:
     return module.split(".")[0] in ("torch", "tensorjit", "numpy", "logging", "warnings", "builtins")
 
 
-_callee_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _current_backend: tuple | None = None
 _disabled_codes: set = set()
 capture_codegen.HELPERS["wrap_callee"] = _wrap_callee
@@ -423,5 +424,4 @@ def reset() -> None:
     """Forget every compiled entry (as torch._dynamo.reset)."""
     for compiled in list(_all_compiled):
         compiled.reset()
-    _callee_cache.clear()
     logs.clear()
