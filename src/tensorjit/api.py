@@ -103,6 +103,13 @@ class CompiledFunction:
         self.entries.append(entry)
         return entry.run(args, kwargs, L)
 
+    def settings(self) -> tuple:
+        return (self.backend, self.config, self.fullgraph, self.backend_name, self.dynamic)
+
+    def wrap_callee(self, obj):
+        """A callee of the Python that runs at one of this function's graph breaks: compile it alike."""
+        return _wrap_callee(obj, self.settings())
+
     def _note_changed_shapes(self, L: tuple) -> None:
         """Automatic dynamic: sizes that changed since the last capture become symbolic."""
         if self.dynamic is not None:
@@ -181,20 +188,28 @@ def _make_binder(fn: types.FunctionType) -> Callable:
     return namespace["bind"]
 
 
-def _wrap_callee(obj):
+def _wrap_callee(obj, settings: tuple | None = None):
     """At a graph break, calls from the eager step into Python functions are captured too."""
-    if isinstance(obj, CompiledFunction) or _current_backend is None:
+    settings = settings or _current_backend
+    if isinstance(obj, CompiledFunction) or settings is None:
         return obj
     if isinstance(obj, types.FunctionType) and obj.__code__ not in _disabled_codes \
             and not (obj.__code__.co_flags & 0x3a0) and not _is_library(obj):
         # Kept on the function itself: a cycle the collector can free, unlike a weak-key
         # dictionary whose value refers back to its key.
         cached = obj.__dict__.get("_tensorjit_compiled")
-        if cached is None or cached[0] is not _current_backend:
-            cached = obj.__dict__["_tensorjit_compiled"] = (_current_backend, CompiledFunction(obj, *_current_backend))
+        if cached is None or cached[0] != settings:
+            cached = obj.__dict__["_tensorjit_compiled"] = (settings, CompiledFunction(obj, *settings))
         return cached[1]
+    if isinstance(obj, torch.nn.Module) and not isinstance(obj, OptimizedModule):
+        forward = type(obj).forward
+        if isinstance(forward, types.FunctionType) and not (obj._forward_hooks or obj._forward_pre_hooks
+                                                             or obj._backward_hooks):
+            compiled = _wrap_callee(forward, settings)
+            return obj if compiled is forward else functools.partial(compiled, obj)
+        return obj
     if isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
-        inner = _wrap_callee(obj.__func__)
+        inner = _wrap_callee(obj.__func__, settings)
         return obj if inner is obj.__func__ else types.MethodType(inner, obj.__self__)
     return obj
 
@@ -206,7 +221,6 @@ def _is_library(fn) -> bool:
 
 _current_backend: tuple | None = None
 _disabled_codes: set = set()
-capture_codegen.HELPERS["wrap_callee"] = _wrap_callee
 
 
 class OptimizedModule(torch.nn.Module):

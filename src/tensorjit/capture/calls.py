@@ -246,8 +246,8 @@ def _tensor_binary(tx, op, a: Value, b: Value) -> Value:
         return _identity(tx, op, a, b)
     if op is operator.contains:
         raise GraphBreak("data-dependent-op", "`in` on a tensor depends on its values")
-    if isinstance(a, (ListValue, TupleValue)) or isinstance(b, (ListValue, TupleValue)):
-        pass
+    if op in _INPLACE and not isinstance(a, TensorValue):
+        op = _INPLACE[op]  # `n += t` with a Python number n: no in-place update exists, as in Python
     return record_call(tx, op, [a, b], {})
 
 

@@ -63,8 +63,14 @@ class Instruction:
 def instructions_of(code: types.CodeType) -> tuple[list[Instruction], dict[int, int]]:
     result: list[Instruction] = []
     lineno = code.co_firstlineno
-    raw = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+    everything = list(dis.get_instructions(code))
+    raw = [i for i in everything if i.opname not in ("EXTENDED_ARG", "CACHE")]
     index_of = {i.offset: n for n, i in enumerate(raw)}
+    # A jump may target the EXTENDED_ARG prefix of an instruction: map it to that instruction.
+    for i in reversed(everything):
+        if i.opname == "EXTENDED_ARG":
+            following = next(j for j in everything if j.offset > i.offset and j.opname != "EXTENDED_ARG")
+            index_of[i.offset] = index_of[following.offset]
     for i in raw:
         if i.positions is not None and i.positions.lineno is not None:
             lineno = i.positions.lineno

@@ -100,6 +100,12 @@ class FunctionValue(Value):
     def getattr(self, tx, name: str) -> Value:
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
             return ConstantValue(getattr(self.fn, name))
+        if name in ("__code__", "__defaults__", "__kwdefaults__", "__globals__", "__closure__", "__wrapped__",
+                    "__annotations__", "__dict__"):
+            if not hasattr(self.fn, name):
+                raise GraphBreak("attribute-error", f"function has no attribute {name!r}",
+                                 exception=AttributeError(name))
+            return tx.wrap(getattr(self.fn, name), AttrSource(self.source, name) if self.source else None)
         if name in self.fn.__dict__:
             return tx.wrap(self.fn.__dict__[name], AttrSource(self.source, name) if self.source else None)
         raise GraphBreak("getattr", f"function attribute {name!r}")

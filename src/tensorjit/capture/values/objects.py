@@ -258,11 +258,42 @@ class SuperValue(Value):
                     return FunctionValue(attr.__func__, None)
                 if callable(attr) and klass is object:
                     return BuiltinMethodOfObject(self.obj, attr, name)
+                if klass is dict and name in _DICT_READS and isinstance(self.obj, ObjectValue) \
+                        and self.obj.source is not None:
+                    return DictReadValue(self.obj, name)
+                if hasattr(attr, "__get__") and not isinstance(attr, type):
+                    if isinstance(self.obj, ObjectValue):  # a C method of a builtin base, bound to the object
+                        return tx.wrap_constant_object(attr.__get__(self.obj.obj, type(self.obj.obj)))
+                    raise GraphBreak("super", f"super().{name} of a {klass.__name__} base")
                 return tx.wrap_constant_object(attr)
         raise GraphBreak("attribute-error", f"'super' object has no attribute {name!r}")
 
     def reconstruct(self, cg) -> str:
         return f"super({cg.constant(self.cls)}, {self.obj.reconstruct(cg)})"
+
+
+_DICT_READS = {"get", "__getitem__", "__contains__"}
+
+
+class DictReadValue(Value):
+    """`super().get(key)` and friends on a dict subclass read through a source: guarded reads."""
+
+    def __init__(self, owner: "ObjectValue", name: str) -> None:
+        self.owner = owner
+        self.name = name
+
+    def call(self, tx, args, kwargs) -> Value:
+        from ..guards import Guard
+        real: dict = self.owner.obj
+        tx.output.guard(Guard(self.owner.source, "keys", tuple(real.keys())))
+        key = args[0].constant()
+        if self.name == "__contains__":
+            return ConstantValue(key in real)
+        if key in real:
+            return tx.wrap(dict.__getitem__(real, key), ItemSource(self.owner.source, key))
+        if self.name == "get":
+            return args[1] if len(args) > 1 else ConstantValue(None)
+        raise GraphBreak("op-error", f"KeyError: {key!r}", exception=KeyError(key))
 
 
 class BuiltinMethodOfObject(Value):
