@@ -9,6 +9,7 @@ numbers and strings, the metadata of tensors, the length of containers.
 from __future__ import annotations
 
 import enum
+import os
 import functools
 import types
 from typing import Any
@@ -21,7 +22,7 @@ from .values.base import ConstantValue, Value
 from .values.builtins import BuiltinValue
 from .values.containers import DictValue, ListValue, SetValue, TupleValue
 from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
-from .values.objects import NNModuleValue, ObjectValue
+from .values.objects import EnvironValue, NNModuleValue, ObjectValue
 from .values.tensors import TensorValue
 
 _CONSTANT_TYPES = (int, float, bool, str, type(None), bytes, complex, torch.dtype, torch.device,
@@ -63,6 +64,8 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     if isinstance(obj, torch.nn.Module):
         guard(Guard(source, "id", obj))
         return NNModuleValue(obj, source)
+    if obj is os.environ:
+        return EnvironValue(source)
     if isinstance(obj, types.MethodType):
         from .sources import AttrSource
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
@@ -113,6 +116,8 @@ def wrap_constant_object(tx, obj: Any) -> Value:
         return SetValue([wrap_constant_object(tx, v) for v in obj])
     if isinstance(obj, torch.nn.Module):
         return NNModuleValue(obj, None)
+    if obj is os.environ:
+        return EnvironValue(None)
     if isinstance(obj, types.MethodType):
         return MethodValue(wrap_constant_object(tx, obj.__self__), wrap_constant_object(tx, obj.__func__))
     return _wrap_callable_or_object(tx, obj, None)

@@ -8,6 +8,7 @@ one entry point for arithmetic and comparisons, whatever the operand kinds.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import inspect
@@ -182,7 +183,7 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
                 and cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return tx.wrap_constant_object(cls(*[a.constant() for a in args]))
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} inside a compiled function")
-    if cls.__new__ is not object.__new__ or type(cls) is not type:
+    if cls.__new__ is not object.__new__ or type(cls) not in (type, abc.ABCMeta):
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} (custom __new__ or metaclass)")
     instance = UserObjectValue(cls)
     init = lookup_static(cls, "__init__")[0]

@@ -165,3 +165,16 @@ class ModuleGlobalSource(Source):
 
     def __str__(self) -> str:
         return f"{self.module}.{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironSource(Source):
+    """`os.environ.get(key)`: one environment variable, read and guarded by itself."""
+
+    key: str
+
+    def expression(self) -> str:
+        return f"S['os'].environ.get({self.key!r})"
+
+    def __str__(self) -> str:
+        return f"os.environ[{self.key!r}]"

@@ -42,10 +42,16 @@ _TORCH_QUERIES = {
 }
 
 
+# Libraries ask these to take compiler-friendly paths; inside capture the answer is True.
+COMPILING_QUERIES = {torch.compiler.is_compiling, torch.compiler.is_dynamo_compiling}
+
+
 def is_torch_operation(fn: Any) -> bool:
     try:
         if fn in _TORCH_EFFECTFUL:
             return False
+        if fn in COMPILING_QUERIES:
+            return True
     except TypeError:  # unhashable objects are not torch functions
         return False
     module = getattr(fn, "__module__", None) or ""

@@ -296,6 +296,47 @@ class DictReadValue(Value):
         raise GraphBreak("op-error", f"KeyError: {key!r}", exception=KeyError(key))
 
 
+class EnvironValue(Value):
+    """os.environ: each variable read is guarded on its own, not the whole environment."""
+
+    def __init__(self, source) -> None:
+        self.source = source
+
+    def python_type(self) -> type:
+        import os
+        return type(os.environ)
+
+    def read(self, tx, key: str) -> Value:
+        import os
+        from ..guards import Guard
+        from ..sources import EnvironSource
+        value = os.environ.get(key)
+        tx.output.guard(Guard(EnvironSource(key), "constant", value))
+        return ConstantValue(value)
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("get", "__getitem__", "__contains__"):
+            return EnvironMethodValue(self, name)
+        raise GraphBreak("environ", f"os.environ.{name}")
+
+
+class EnvironMethodValue(Value):
+    def __init__(self, environ: EnvironValue, name: str) -> None:
+        self.environ = environ
+        self.name = name
+
+    def call(self, tx, args, kwargs) -> Value:
+        key = args[0].constant()
+        value = self.environ.read(tx, key)
+        if self.name == "__contains__":
+            return ConstantValue(value.constant() is not None)
+        if value.constant() is None:
+            if self.name == "get":
+                return args[1] if len(args) > 1 else ConstantValue(None)
+            raise GraphBreak("op-error", f"KeyError: {key!r}", exception=KeyError(key))
+        return value
+
+
 class BuiltinMethodOfObject(Value):
     """A C-level method such as object.__init__ reached through super()."""
 
