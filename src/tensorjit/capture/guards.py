@@ -83,6 +83,8 @@ GLOBAL_STATE = (
     ("torch.is_grad_enabled()", "_grad_enabled()", torch.is_grad_enabled),
     ("torch.is_inference_mode_enabled()", "_inference_mode()", torch.is_inference_mode_enabled),
     ("torch.get_default_dtype()", "_default_dtype()", torch.get_default_dtype),
+    # Autocast changes the dtypes ops produce: an entry captured outside autocast is not valid inside.
+    ("autocast enabled", "_autocast()", torch._C._is_any_autocast_enabled),
 )
 
 
@@ -218,7 +220,7 @@ def _compile_checks(guards: list[Guard], fn_globals: dict, closure):
     env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
                _grad_enabled=torch.is_grad_enabled,
                _inference_mode=torch.is_inference_mode_enabled,
-               _default_dtype=torch.get_default_dtype)
+               _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled)
     params = ", ".join(f"{k}={k}" for k in env)
     body = "\n".join(em.lines) or "    pass"
     text = f"def check(L, {params}):\n{body}\n    return True\n"
