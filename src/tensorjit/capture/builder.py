@@ -8,10 +8,12 @@ numbers and strings, the metadata of tensors, the length of containers.
 
 from __future__ import annotations
 
+import collections
 import enum
 import os
 import functools
 import types
+import typing
 from typing import Any
 
 import torch
@@ -19,7 +21,7 @@ import torch
 from .guards import Guard
 from .sources import ItemSource, Source
 from .values.base import ConstantValue, Value
-from .values.builtins import BuiltinValue
+from .values.builtins import BuiltinValue, has_handler
 from .values.containers import DictValue, ListValue, SetValue, TupleValue
 from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
 from .values.objects import EnvironValue, NNModuleValue, ObjectValue
@@ -56,7 +58,7 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         if isinstance(obj, list):
             return ListValue(items, source)
         return TupleValue(items, type(obj), source)
-    if type(obj) is dict or type(obj).__name__ == "OrderedDict" and isinstance(obj, dict):
+    if type(obj) in (dict, collections.OrderedDict):
         guard(Guard(source, "type", type(obj)))
         guard(Guard(source, "keys", tuple(obj.keys())))
         items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
@@ -81,6 +83,8 @@ def _identity_guarded(obj: Any) -> bool:
 
 
 def _wrap_callable_or_object(tx, obj: Any, source: Source | None) -> Value:
+    if has_handler(obj):  # builtins and library callables with a symbolic meaning (len, itertools.chain, ...)
+        return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType) and not is_torch_operation(obj):
         return FunctionValue(obj, source)
     if is_torch_operation(obj):
@@ -110,8 +114,8 @@ def wrap_constant_object(tx, obj: Any) -> Value:
     if type(obj) in (list, tuple) or _is_namedtuple(obj):
         items = [wrap_constant_object(tx, v) for v in obj]
         return ListValue(items) if isinstance(obj, list) else TupleValue(items, type(obj))
-    if type(obj) is dict:
-        return DictValue({k: wrap_constant_object(tx, v) for k, v in obj.items()})
+    if type(obj) in (dict, collections.OrderedDict):
+        return DictValue({k: wrap_constant_object(tx, v) for k, v in obj.items()}, type(obj))
     if type(obj) in (set, frozenset):
         return SetValue([wrap_constant_object(tx, v) for v in obj])
     if isinstance(obj, torch.nn.Module):

@@ -9,6 +9,7 @@ one entry point for arithmetic and comparisons, whatever the operand kinds.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -22,7 +23,8 @@ from .breaks import GraphBreak
 from .values.base import ConstantValue, NULL, Value
 from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, SetValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, ObjectValue, PartialValue,
+from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
+                             ObjectValue, PartialValue,
                              UserObjectValue, lookup_static)
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
@@ -96,6 +98,7 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
 def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
     obj = value.obj
     if obj in _GRAD_MODES:
+        tx.current_builtin = obj
         return _GRAD_MODES[obj](tx, args, kwargs)
     if isinstance(obj, functools.partial):
         fn = tx.getattr(value, "func")
@@ -152,6 +155,10 @@ def _cuda_autocast(tx, args, kwargs):
     return _autocast(tx, [ConstantValue("cuda"), *args], kwargs)
 
 
+def _null_context(tx, args, kwargs):
+    return NullContextValue(args[0] if args and tx.current_builtin is contextlib.nullcontext else None)
+
+
 def _partial(tx, args, kwargs):
     return PartialValue(args[0], list(args[1:]), dict(kwargs))
 
@@ -159,7 +166,8 @@ def _partial(tx, args, kwargs):
 _GRAD_MODES = {torch.no_grad: _no_grad, torch.enable_grad: _enable_grad,
                torch.set_grad_enabled: _set_grad_enabled, torch.inference_mode: _inference_mode,
                torch.autocast: _autocast, torch.amp.autocast: _autocast, torch.cpu.amp.autocast: _cpu_autocast,
-               torch.cuda.amp.autocast: _cuda_autocast, functools.partial: _partial}
+               torch.cuda.amp.autocast: _cuda_autocast, functools.partial: _partial,
+               torch.autograd.profiler.record_function: _null_context, contextlib.nullcontext: _null_context}
 
 
 def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:

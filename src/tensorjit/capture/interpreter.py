@@ -245,8 +245,10 @@ class Frame:
         """A global of an inlined function from another module, read through that module."""
         module_name = self.globals.get("__name__", "")
         module = sys.modules.get(module_name)
-        if module_name.startswith("torch.") or module_name == "torch":
-            return self.wrap_constant_object(self.globals[name])  # torch's own globals do not change
+        value = self.globals[name]
+        if (module_name.startswith("torch.") or module_name == "torch") and \
+                not isinstance(value, (dict, list, set)):
+            return self.wrap_constant_object(value)  # torch's functions and classes do not change
         if module is not None and getattr(module, "__dict__", None) is self.globals:
             return self.wrap(self.globals[name], ModuleGlobalSource(module_name, name))
         return self.wrap_constant_object(self.globals[name])

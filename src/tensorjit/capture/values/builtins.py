@@ -14,6 +14,7 @@ import itertools
 import math
 import operator
 import types
+import typing
 from typing import Any, Callable
 
 import torch
@@ -43,6 +44,13 @@ _PURE |= {getattr(operator, n) for n in dir(operator) if not n.startswith("_")} 
     operator.ilshift, operator.imod, operator.imul, operator.imatmul, operator.ior, operator.ipow,
     operator.irshift, operator.isub, operator.itruediv, operator.ixor, operator.attrgetter,
     operator.itemgetter, operator.methodcaller}
+
+
+def has_handler(fn: Any) -> bool:
+    try:
+        return fn in _HANDLERS
+    except TypeError:
+        return False
 
 
 def builtin(*fns):
@@ -351,6 +359,11 @@ def _id(tx, obj: Value) -> Value:
     if isinstance(obj, ObjectValue):
         return ConstantValue(id(obj.obj))
     raise GraphBreak("unsupported-call", "id() of a value made during capture")
+
+
+@builtin(typing.cast)
+def _cast(tx, typ: Value, value: Value) -> Value:
+    return value
 
 
 @builtin(py.object.__setattr__)

@@ -458,6 +458,29 @@ class GlobalContextValue(Value):
         raise GraphBreak("reconstruct", "a graph break inside an autocast or inference_mode block")
 
 
+class NullContextValue(Value):
+    """A context manager with no effect on the graph (profiler ranges, contextlib.nullcontext)."""
+
+    def __init__(self, result: Value | None = None) -> None:
+        self.result = result or ConstantValue(None)
+
+    def enter(self, tx) -> Value:
+        return self.result
+
+    def exit(self, tx) -> Value:
+        return ConstantValue(None)
+
+    getattr = GradModeValue.getattr
+
+    def reconstruct(self, cg) -> str:
+        import contextlib
+        return f"{cg.constant(contextlib.nullcontext)}({self.result.reconstruct(cg)})"
+
+    def reconstruct_entered_exit(self, cg) -> str:
+        import contextlib
+        return f"{cg.constant(contextlib.nullcontext)}().__exit__"
+
+
 class PartialValue(Value):
     """functools.partial(func, *args, **kwargs) made while capturing."""
 
