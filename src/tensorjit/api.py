@@ -50,12 +50,15 @@ class CompiledFunction:
         self.failures: list[str] = []
         self.eager_fallback = False
         self.binder = _make_binder(fn)
+        self.fast = _always_miss
         self._resume: dict[tuple, CompiledFunction] = {}
         functools.update_wrapper(self, fn)
         _all_compiled.add(self)
 
     def __call__(self, *args, **kwargs):
-        result = self.dispatch(args, kwargs)
+        result = self.fast(*args, **kwargs)
+        if result is _MISS:
+            result = self.dispatch(args, kwargs)
         while type(result) is TailCall:
             resume = result.resume
             result = resume.dispatch(result.stack + result.local_values, {})
@@ -101,6 +104,8 @@ class CompiledFunction:
                 return self.fn(*args, **kwargs)
             raise
         self.entries.append(entry)
+        if len(self.entries) == 1:
+            self.fast = _fast_path(self.fn, entry) or _always_miss
         return entry.run(args, kwargs, L)
 
     def settings(self) -> tuple:
@@ -143,14 +148,51 @@ class CompiledFunction:
             yield from resume.all_entries()
 
     def reset(self) -> None:
+        self.fast = _always_miss
         self.entries.clear()
         self._resume.clear()
         self.failures.clear()
         self.eager_fallback = False
 
 
+_MISS = object()
+
+
+def _always_miss(*args, **kwargs):
+    return _MISS
+
+
+def _fast_path(fn: types.FunctionType, entry: CacheEntry) -> Callable | None:
+    """One generated function for the common case: bind, check the first entry's guards, run it.
+
+    It has fn's signature (so CPython binds the arguments) and the guard statements
+    inline, saving the calls of the general path; on a miss it returns _MISS."""
+    run = getattr(entry, "run_bound", None)
+    check = entry.guards.check
+    if run is None:
+        return None
+    binder_text, binder_env = _binder_source(fn)
+    names = check.__code__.co_varnames[1:check.__code__.co_argcount]
+    env = dict(zip(names, check.__defaults__))
+    body = entry.guards.source_text.split("\n")[1:]
+    body = [line.replace("return False", "return _MISS") for line in body if line.strip() != "return True"]
+    header, returned = binder_text.split("\n")[0], binder_text.split("\n")[1].replace("return", "L =", 1)
+    text = "\n".join([header, returned, *[b for b in body if b.strip()], "    return _run(L)"]) + "\n"
+    env.update(binder_env, _MISS=_MISS, _run=run)
+    namespace: dict = {}
+    exec(builtins.compile(text, f"<tensorjit fast path of {fn.__qualname__}>", "exec"), env, namespace)
+    return namespace["bind"]
+
+
 def _make_binder(fn: types.FunctionType) -> Callable:
-    """A function with fn's signature that returns its arguments in co_varnames order."""
+    text, env = _binder_source(fn)
+    namespace: dict = {}
+    exec(text, env, namespace)
+    return namespace["bind"]
+
+
+def _binder_source(fn: types.FunctionType) -> tuple[str, dict]:
+    """Text of a function with fn's signature that returns its arguments in co_varnames order."""
     code = fn.__code__
     names = code.co_varnames
     npos, nkw = code.co_argcount, code.co_kwonlyargcount
@@ -183,9 +225,7 @@ def _make_binder(fn: types.FunctionType) -> Callable:
         index += 1
     returned = ", ".join(names[:index])
     text = f"def bind({', '.join(params)}):\n    return ({returned}{',' if index else ''})\n"
-    namespace: dict = {}
-    exec(text, env, namespace)
-    return namespace["bind"]
+    return text, env
 
 
 def _wrap_callee(obj, settings: tuple | None = None):

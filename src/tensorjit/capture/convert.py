@@ -164,7 +164,9 @@ def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool)
     fn = owner.fn
     restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)
     guards = _build_guards(owner, output)
-    return CacheEntry(guards, lambda args, kwargs, L: restore_fn(L), graphs)
+    entry = CacheEntry(guards, lambda args, kwargs, L: restore_fn(L), graphs)
+    entry.run_bound = restore_fn  # takes L alone: what the fast path calls
+    return entry
 
 
 # -- graph breaks ---------------------------------------------------------------------------
