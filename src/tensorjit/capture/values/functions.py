@@ -28,6 +28,8 @@ _TORCH_EFFECTFUL = {
     torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_default_device,
     torch.set_num_threads, torch.save, torch.load, torch.use_deterministic_algorithms,
     torch.set_printoptions, torch.cuda.synchronize, torch.set_rng_state,
+    torch._C._push_on_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack,
+    torch._C._push_on_torch_function_stack, torch._C._pop_torch_function_stack,
 }
 # Torch functions that only read state or metadata: evaluated at capture time.
 _TORCH_QUERIES = {
@@ -39,6 +41,9 @@ _TORCH_QUERIES = {
     torch._C._get_tracing_state, torch.overrides.has_torch_function,
     torch.overrides.has_torch_function_unary, torch.overrides.has_torch_function_variadic,
     torch.are_deterministic_algorithms_enabled,
+    # Mode-stack queries answer for the user's program, not for capture's own fake-tensor mode.
+    torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at, torch._C._get_dispatch_mode,
+    torch._C._is_torch_function_mode_enabled, torch._C._len_torch_function_stack,
 }
 
 
