@@ -68,12 +68,36 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         return NNModuleValue(obj, source)
     if obj is os.environ:
         return EnvironValue(source)
+    if type(obj) in _SEQUENCE_ITERATORS:
+        return _wrap_iterator(tx, obj, source)
     if isinstance(obj, types.MethodType):
         from .sources import AttrSource
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
         return MethodValue(owner, wrap(tx, obj.__func__, AttrSource(source, "__func__")), source)
     guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
     return _wrap_callable_or_object(tx, obj, source)
+
+
+_SEQUENCE_ITERATORS = {type(iter([])), type(iter(())), type(iter(range(0)))}
+
+
+def _wrap_iterator(tx, obj: Any, source: Source) -> Value:
+    """An iterator over a list, tuple or range, read without advancing it (through __reduce__).
+
+    Capture then advances its own copy; generated code rebuilds the iterator from what is left."""
+    from .sources import ReduceSource
+    from .values.containers import IteratorValue
+    function, arguments, *state = obj.__reduce__()
+    position = state[0] if state else 0
+    reduced = ReduceSource(source)
+    tx.output.guard(Guard(source, "type", type(obj)))
+    tx.output.guard(Guard(ItemSource(reduced, 2) if state else reduced, "constant", position) if state
+                    else Guard(ItemSource(ItemSource(reduced, 1), 0), "type", type(arguments[0])))
+    sequence = wrap(tx, arguments[0], ItemSource(ItemSource(reduced, 1), 0))
+    items = sequence.unpack(tx) if not sequence.is_constant() else [ConstantValue(v) for v in arguments[0]]
+    iterator = IteratorValue(items)
+    iterator.position = position if isinstance(position, int) else 0
+    return iterator
 
 
 def _identity_guarded(obj: Any) -> bool:
@@ -83,6 +107,9 @@ def _identity_guarded(obj: Any) -> bool:
 
 
 def _wrap_callable_or_object(tx, obj: Any, source: Source | None) -> Value:
+    from .opcodes import CALL_ADAPTER
+    if obj is CALL_ADAPTER:  # a NULL stack slot that a resume function received
+        return ObjectValue(obj, source)
     if has_handler(obj):  # builtins and library callables with a symbolic meaning (len, itertools.chain, ...)
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType) and not is_torch_operation(obj):

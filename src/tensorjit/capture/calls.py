@@ -26,6 +26,7 @@ from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
                              UserObjectValue, lookup_static)
+from .values.records import RecordValue, is_record_class
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
 CO_VARARGS, CO_VARKEYWORDS, CO_GENERATOR = 0x04, 0x08, 0x20
@@ -182,6 +183,8 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
             else:
                 raise GraphBreak("bad-call", f"{cls.__name__}() missing argument {name!r}")
         return TupleValue(items, cls)
+    if is_record_class(cls):
+        return RecordValue.create(tx, cls, list(args), dict(kwargs))
     if cls in (torch.Size,):
         return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
     if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:

@@ -34,6 +34,7 @@ from .values.containers import DictValue, IteratorValue, ListValue, SequenceValu
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue, TorchFunctionValue
 from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue,
                              SuperValue, UserObjectValue, lookup_static)
+from .values.records import RecordValue
 from .values.tensors import TensorValue, record_call
 
 PY = sys.version_info[:2]
@@ -287,7 +288,7 @@ class Frame:
         return IteratorValue(obj.unpack(self))
 
     def store_attribute(self, obj: Value, name: str, value: Value) -> Value:
-        if isinstance(obj, UserObjectValue):
+        if isinstance(obj, (UserObjectValue, RecordValue)):
             obj.setattr(self, name, value)
         elif isinstance(obj, ObjectValue) and obj.source is not None:
             self.output.record_attribute_write(obj, name, value)

@@ -23,6 +23,7 @@ from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, 
                                 SetValue, SliceValue, TupleValue)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue
+from .values.records import RecordValue
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
 PY = sys.version_info[:2]
@@ -304,7 +305,7 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
         return record_call(f, operator.getitem, [obj, index], {})
     if isinstance(index, TensorValue):
         raise GraphBreak("data-dependent-op", "indexing a Python container with a tensor")
-    if isinstance(obj, (SequenceValue, DictValue)):
+    if isinstance(obj, (SequenceValue, DictValue, RecordValue)):
         return obj.getitem(f, index)
     if isinstance(obj, NNModuleValue) and isinstance(obj.obj, torch.nn.ModuleList) and isinstance(index, SliceValue):
         # A slice of a ModuleList is a new ModuleList; iterating or indexing it is all the

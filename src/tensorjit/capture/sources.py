@@ -178,3 +178,16 @@ class EnvironSource(Source):
 
     def __str__(self) -> str:
         return f"os.environ[{self.key!r}]"
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceSource(Source):
+    """`of.__reduce__()`: how an iterator exposes its sequence and position without advancing."""
+
+    of: Source
+
+    def expression(self) -> str:
+        return f"{self.of.expression()}.__reduce__()"
+
+    def base(self) -> Source:
+        return self.of

@@ -13,6 +13,7 @@ import functools
 import itertools
 import math
 import operator
+import inspect
 import types
 import typing
 from typing import Any, Callable
@@ -151,6 +152,10 @@ def _len(tx, obj: Value) -> Value:
         return ConstantValue(obj.example.shape[0])
     if obj.is_constant():
         return ConstantValue(len(obj.constant()))
+    from .objects import ObjectValue
+    if isinstance(obj, ObjectValue) and isinstance(obj.obj, (types.MappingProxyType, tuple, str, frozenset)) \
+            and obj.source is None:
+        return ConstantValue(len(obj.obj))  # an immutable value made at capture time (a signature's parameters)
     return tx.call_dunder(obj, "__len__", [])
 
 
@@ -359,6 +364,23 @@ def _id(tx, obj: Value) -> Value:
     if isinstance(obj, ObjectValue):
         return ConstantValue(id(obj.obj))
     raise GraphBreak("unsupported-call", "id() of a value made during capture")
+
+
+@builtin(inspect.signature)
+def _signature(tx, fn: Value, **kwargs: Value) -> Value:
+    """A signature is a property of the code, known at capture time."""
+    from .functions import FunctionValue, MethodValue
+    from .objects import ObjectValue
+    target = fn
+    if isinstance(fn, MethodValue) and isinstance(fn.function, FunctionValue):
+        target = fn.function
+        real = getattr(fn.owner, "obj", None)
+        if real is None:
+            raise GraphBreak("unsupported-call", "inspect.signature of a method of an object made in capture")
+        return ObjectValue(inspect.signature(types.MethodType(target.fn, real)), None)
+    if isinstance(target, FunctionValue):
+        return ObjectValue(inspect.signature(target.fn), None)
+    raise GraphBreak("unsupported-call", f"inspect.signature of {fn!r}")
 
 
 @builtin(typing.cast)
