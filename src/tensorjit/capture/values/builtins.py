@@ -130,7 +130,8 @@ def _builtin_on_tensor(tx, fn, args, kwargs) -> Value:
 def wrap_attribute_of_constant(tx, value: ConstantValue, name: str) -> Value:
     obj = value.value
     if isinstance(obj, torch.dtype) or isinstance(obj, torch.device) or isinstance(
-            obj, (int, float, str, bool, complex, type(None), tuple, range, slice, frozenset, bytes)):
+            obj, (int, float, str, bool, complex, type(None), tuple, range, slice, frozenset, bytes,
+                  inspect.Signature, inspect.Parameter, types.MappingProxyType)):
         try:
             attr = getattr(obj, name)
         except AttributeError:
@@ -377,9 +378,9 @@ def _signature(tx, fn: Value, **kwargs: Value) -> Value:
         real = getattr(fn.owner, "obj", None)
         if real is None:
             raise GraphBreak("unsupported-call", "inspect.signature of a method of an object made in capture")
-        return ObjectValue(inspect.signature(types.MethodType(target.fn, real)), None)
+        return ConstantValue(inspect.signature(types.MethodType(target.fn, real)))
     if isinstance(target, FunctionValue):
-        return ObjectValue(inspect.signature(target.fn), None)
+        return ConstantValue(inspect.signature(target.fn))
     raise GraphBreak("unsupported-call", f"inspect.signature of {fn!r}")
 
 
