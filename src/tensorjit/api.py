@@ -51,6 +51,7 @@ class CompiledFunction:
         self.eager_fallback = False
         self.binder = _make_binder(fn)
         self.fast = _always_miss
+        self.origin: tuple | None = None  # for a resume function: (original's CompiledFunction, prologue length)
         self._resume: dict[tuple, CompiledFunction] = {}
         functools.update_wrapper(self, fn)
         _all_compiled.add(self)
@@ -130,7 +131,13 @@ class CompiledFunction:
                 record_changed_dims(self.dynamic_dims, expression, shape, tuple(value.shape))
 
     def resume_function(self, index: int, depth: int, local_names: list[str]) -> "CompiledFunction":
-        """The compiled resume function continuing this code at instruction `index`."""
+        """The compiled resume function continuing this code at instruction `index`.
+
+        Resume functions are always copies of the original function's code, and are
+        shared: a break in a loop resumes in the same function on every iteration."""
+        if self.origin is not None:  # a resume function: translate to the original's numbering
+            root, shift = self.origin
+            return root.resume_function(index - shift, depth, local_names)
         key = (index, depth, tuple(local_names))
         resume = self._resume.get(key)
         if resume is None:
@@ -138,6 +145,7 @@ class CompiledFunction:
             fn = types.FunctionType(code, self.fn.__globals__, code.co_name, None, self.fn.__closure__)
             resume = self._resume[key] = CompiledFunction(fn, self.backend, self.config, self.fullgraph,
                                                           self.backend_name, self.dynamic)
+            resume.origin = (self, depth + 1)  # its prologue: a load per stack item and a jump
         return resume
 
     def all_entries(self):
