@@ -32,8 +32,14 @@ def test_softmax_matches_eager(persistent, rows, columns, device, cache_dir):
     function = load_kernel(kernel.source(), "softmax_kernel", cache_dir)
     x = torch.randn(rows, columns, device=device)
     out = torch.full_like(x, float("nan"))
-    KernelLauncher(function, shape)(x, out)
+    launcher = KernelLauncher(function, shape)
+    launcher(x, out)
     torch.testing.assert_close(out, torch.softmax(x, -1))
+    if device == "cuda":  # the second launch takes the direct path and must agree
+        out.fill_(float("nan"))
+        launcher(x, out)
+        assert launcher.fast_launches == 1
+        torch.testing.assert_close(out, torch.softmax(x, -1))
 
 
 def test_half_precision_is_computed_in_float32_and_stored_rounded(device, cache_dir):

@@ -22,11 +22,15 @@ Kernel kinds:
 from __future__ import annotations
 
 import dataclasses
+import re
+
 import torch
 
 from tensorjit.codegen.triton import expressions
 from tensorjit.codegen.triton.expressions import compute_dtype, triton_dtype
 from tensorjit.codegen.triton.heuristics import LaunchShape
+
+VARIABLE = re.compile(r"\b(?:tmp|reduced|accumulator)\d+\b")
 
 PRELUDE = '''import triton
 import triton.language as tl
@@ -57,6 +61,8 @@ class Section:
     lines: list[str] = dataclasses.field(default_factory=list)
     cache: dict[str, str] = dataclasses.field(default_factory=dict)
     """Expression text -> variable already holding it (common subexpressions)."""
+    variables: set[str] = dataclasses.field(default_factory=set)
+    """Variables defined inside this section's loop."""
 
 
 class TritonKernel:
@@ -76,6 +82,10 @@ class TritonKernel:
         self.epilogues: list[list[str]] = [[]]
         """Lines after each section's loop: reduction results."""
         self.counter = 0
+        self.row_cache: dict[str, str] = {}
+        """Like Section.cache, for values computed outside loops (one per row)."""
+        self.available: dict[str, int] = {}
+        """Row value -> index of the epilogue defining it, -1 for the prologue (looped reductions)."""
 
     @property
     def is_reduction(self) -> bool:
@@ -97,18 +107,48 @@ class TritonKernel:
         return f"{prefix}{self.counter}"
 
     def compute(self, expression: str) -> str:
-        """Bind `expression` to a variable in the current section, reusing an identical one."""
-        section = self.sections[-1]
-        if expression in section.cache:
-            return section.cache[expression]
+        """Bind `expression` to a variable, reusing an identical one in scope.
+
+        In a looped reduction the line goes where its operands exist: inside
+        the current loop if it reads the row (rindex, or a value of this
+        loop); else right after the loop whose reduction it reads last; else
+        before all loops.
+        """
+        where = self._placement(expression)
+        cache = self.sections[-1].cache if where == "loop" else self.row_cache
+        if expression in cache:
+            return cache[expression]
         name = self.fresh()
-        section.lines.append(f"{name} = {expression}")
-        section.cache[expression] = name
+        self._emit(where, f"{name} = {expression}")
+        cache[expression] = name
+        if where == "loop":
+            self.sections[-1].variables.add(name)
+        else:
+            self.available[name] = where
         return name
+
+    def _placement(self, expression: str) -> str | int:
+        """"loop", or the index of the epilogue after which the value exists (-1: before all loops)."""
+        if not self.looped:
+            return "loop"
+        operands = VARIABLE.findall(expression)
+        if "rindex" in expression or "rmask" in expression or any(
+            name in self.sections[-1].variables for name in operands
+        ):
+            return "loop"
+        return max((self.available.get(name, -1) for name in operands), default=-1)
+
+    def _emit(self, where: str | int, line: str) -> None:
+        if where == "loop":
+            self.sections[-1].lines.append(line)
+        elif where == -1:
+            self.prologue.append(line)
+        else:
+            self.epilogues[where].append(line)
 
     def begin_loop(self) -> None:
         """Start a new pass over the row (looped reductions only)."""
-        if self.looped and (self.sections[-1].lines):
+        if self.looped and self.sections[-1].lines:
             self.sections.append(Section(looped=True))
             self.epilogues.append([])
 
@@ -143,7 +183,8 @@ class TritonKernel:
         text = f"tl.broadcast_to({value}, {target}).to({triton_dtype(dtype)})"
         if dtype == torch.bool:
             text = f"tl.broadcast_to({value} != 0, {target})"
-        self.sections[-1].lines.append(f"tl.store({pointer} + ({index}), {text}{options})")
+        where = self._placement(f"{index} {value}") if not uses_row else "loop"
+        self._emit(where, f"tl.store({pointer} + ({index}), {text}{options})")
 
     def _block_shape(self, uses_row: bool) -> str:
         if not self.is_reduction:
@@ -163,7 +204,7 @@ class TritonKernel:
             return self._index_reduction(kind, value)
         if not self.looped:
             result = self.fresh("reduced")
-            self.sections[-1].lines.append(f"{result} = {_reduce(kind, value)}[:, None]")
+            self._emit("loop", f"{result} = {_reduce(kind, value)}[:, None]")
             return result
         return self._looped_reduction(kind, value, identity, accumulate_dtype)
 
@@ -173,7 +214,8 @@ class TritonKernel:
         combined = _combine(kind, accumulator, f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
         self.sections[-1].lines.append(f"{accumulator} = {combined}")
         result = self.fresh("reduced")
-        self.epilogues[len(self.sections) - 1].append(f"{result} = {_reduce(kind, accumulator)}[:, None]")
+        self.epilogues[-1].append(f"{result} = {_reduce(kind, accumulator)}[:, None]")
+        self.available[result] = len(self.epilogues) - 1
         return result
 
     def _index_reduction(self, kind: str, value: str) -> str:
