@@ -61,6 +61,8 @@ class Section:
     lines: list[str] = dataclasses.field(default_factory=list)
     cache: dict[str, str] = dataclasses.field(default_factory=dict)
     """Expression text -> variable already holding it (common subexpressions)."""
+    loads: list[str] = dataclasses.field(default_factory=list)
+    """Loads with computed-value-free addresses, emitted before `lines`."""
     variables: set[str] = dataclasses.field(default_factory=set)
     """Variables defined inside this section's loop."""
 
@@ -106,7 +108,7 @@ class TritonKernel:
         self.counter += 1
         return f"{prefix}{self.counter}"
 
-    def compute(self, expression: str) -> str:
+    def compute(self, expression: str, hoist: bool = False) -> str:
         """Bind `expression` to a variable, reusing an identical one in scope.
 
         In a looped reduction the line goes where its operands exist: inside
@@ -119,7 +121,13 @@ class TritonKernel:
         if expression in cache:
             return cache[expression]
         name = self.fresh()
-        self._emit(where, f"{name} = {expression}")
+        if hoist and where == "loop":
+            # A load whose address needs no computed value is issued at the
+            # top of its pass, so its latency overlaps the other loads and
+            # the reductions instead of following them.
+            self.sections[-1].loads.append(f"{name} = {expression}")
+        else:
+            self._emit(where, f"{name} = {expression}")
         cache[expression] = name
         if where == "loop":
             self.sections[-1].variables.add(name)
@@ -148,7 +156,7 @@ class TritonKernel:
 
     def begin_loop(self) -> None:
         """Start a new pass over the row (looped reductions only)."""
-        if self.looped and self.sections[-1].lines:
+        if self.looped and (self.sections[-1].lines or self.sections[-1].loads):
             self.sections.append(Section(looped=True))
             self.epilogues.append([])
 
@@ -169,7 +177,7 @@ class TritonKernel:
         pointer = self.argument(buffer, "in_ptr")
         mask = self.mask(uses_row)
         options = f", {mask}, other=0" if mask else ""
-        value = self.compute(f"tl.load({pointer} + ({index}){options})")
+        value = self.compute(f"tl.load({pointer} + ({index}){options})", hoist=not VARIABLE.search(index))
         if compute_dtype(dtype) != dtype:
             value = self.compute(f"{value}.to({triton_dtype(compute_dtype(dtype))})")
         return value
@@ -255,13 +263,13 @@ class TritonKernel:
 
     def _section_lines(self, section: Section) -> list[str]:
         if not section.looped:
-            return section.lines
+            return section.loads + section.lines
         header = [
             "for roffset in range(0, rnumel, RBLOCK):",
             "    rindex = roffset + tl.arange(0, RBLOCK)[None, :]",
             "    rmask = rindex < rnumel",
         ]
-        return header + [f"    {line}" for line in section.lines]
+        return header + [f"    {line}" for line in section.loads + section.lines]
 
 
 def _reduce(kind: str, value: str) -> str:

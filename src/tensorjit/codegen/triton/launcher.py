@@ -34,11 +34,20 @@ from tensorjit.codegen.triton.heuristics import LaunchShape
 
 def load_kernel(source: str, name: str, cache_dir: str | None = None) -> Any:
     """The @triton.jit function `name` defined by `source`."""
+    return load_kernel_file(source_path(source, cache_dir), name)
+
+
+def source_path(source: str, cache_dir: str | None = None) -> str:
+    """The file holding `source`, written if it is not there yet."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-    module_name = f"tensorjit_triton_{digest}"
+    return _write_source(source, f"tensorjit_triton_{digest}.py", cache_dir)
+
+
+def load_kernel_file(path: str, name: str) -> Any:
+    """The @triton.jit function `name` in the module at `path` (imported once per process)."""
+    module_name = os.path.splitext(os.path.basename(path))[0]
     if module_name in sys.modules:
         return getattr(sys.modules[module_name], name)
-    path = _write_source(source, f"{module_name}.py", cache_dir)
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
@@ -97,9 +106,7 @@ class KernelLauncher:
             self.device = arguments[self.aligned[0]].device.index if self.aligned else torch.cuda.current_device()
 
     def _can_launch_fast(self, arguments: tuple) -> bool:
-        from triton import knobs
-
-        if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+        if _launch_hooks_installed():
             return False
         return all(arguments[index].data_ptr() % 16 == 0 for index in self.aligned)
 
@@ -112,6 +119,19 @@ class KernelLauncher:
             None, None, None, *arguments, *self.constants.values(),
         )
         self.fast_launches += 1
+
+
+def _launch_hooks_installed() -> bool:
+    """Whether a profiler asked to hear of launches (then the generic path serves it).
+
+    Triton 3.2-3.3 keep a hook or None; 3.4 and later a HookChain that is
+    empty when nobody listens."""
+    from triton import knobs
+
+    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
 
 
 def _is_compiled_kernel(value: Any) -> bool:
