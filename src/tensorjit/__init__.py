@@ -1,1 +1,16 @@
-"""tensorjit: a just-in-time compiler for PyTorch programs."""
+"""tensorjit: a just-in-time compiler for PyTorch programs.
+
+    import tensorjit
+    model = tensorjit.compile(model)      # or @tensorjit.compile on any function
+"""
+
+from . import backends, config, logs
+from .backends import registry as _registry  # noqa: F401  (tensorjit.backends.registry)
+from .api import OptimizedModule, compile, disable, reset
+from .backends.registry import list_backends, register_backend
+from .capture.breaks import CaptureError, GraphBreakError
+from .explain import explain
+
+__all__ = ["compile", "disable", "explain", "reset", "list_backends", "register_backend",
+           "GraphBreakError", "CaptureError", "OptimizedModule", "config", "logs"]
+__version__ = "0.1.0"

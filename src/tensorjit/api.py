@@ -1,0 +1,406 @@
+"""The public API: compile(), disable(), reset(), and the wrappers they return.
+
+`compile` checks its arguments and returns a `CompiledFunction` (for functions
+and methods) or an `OptimizedModule` (for nn.Modules). A CompiledFunction owns
+the cache of entries for its code: on each call it binds the arguments, runs
+each entry's guards, and calls the first entry whose guards hold; when none
+does, it captures a new entry (see `capture.convert`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import warnings
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from . import logs
+from .backends.registry import lookup_backend
+from .capture import codegen as capture_codegen
+from .capture.breaks import CaptureError, GraphBreakError
+from .capture.convert import CacheEntry, capture_entry
+from .capture.resume import TailCall, resume_code
+from .capture.skipfiles import mark_disabled
+from .config import MODES, Config, check_option_names, config as default_config
+
+_all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
+
+
+class CompiledFunction:
+    """A function with a cache of captured entries, called in place of the original."""
+
+    def __init__(self, fn: types.FunctionType, backend: Callable, config: Config, fullgraph: bool,
+                 backend_name: str = "") -> None:
+        self.fn = fn
+        self.backend = backend
+        self.backend_name = backend_name
+        self.config = config
+        self.fullgraph = fullgraph
+        self.entries: list[CacheEntry] = []
+        self.failures: list[str] = []
+        self.eager_fallback = False
+        self.binder = _make_binder(fn)
+        self._resume: dict[tuple, CompiledFunction] = {}
+        functools.update_wrapper(self, fn)
+        _all_compiled.add(self)
+
+    def __call__(self, *args, **kwargs):
+        result = self.dispatch(args, kwargs)
+        while type(result) is TailCall:
+            resume = result.resume
+            result = resume.dispatch(result.stack + result.local_values, {})
+        return result
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else types.MethodType(self, obj)
+
+    def dispatch(self, args: tuple, kwargs: dict):
+        L = self.binder(*args, **kwargs)
+        for entry in self.entries:
+            try:
+                ok = entry.guards.check(L)
+            except Exception:
+                ok = False
+            if ok:
+                return entry.run(args, kwargs, L)
+        if self.eager_fallback:
+            return self.fn(*args, **kwargs)
+        return self._compile_and_run(args, kwargs, L)
+
+    def _compile_and_run(self, args, kwargs, L):
+        self.entries = [e for e in self.entries if e.guards.alive()]
+        if self.entries:
+            failure = self.entries[-1].guards.failure(L)
+            self.failures.append(failure or "unknown")
+            logs.recompile(self.fn.__qualname__, failure)
+            if len(self.entries) >= self.config.cache_size_limit:
+                self.eager_fallback = True
+                warnings.warn(
+                    f"tensorjit: {self.fn.__qualname__} ({self.fn.__code__.co_filename}:"
+                    f"{self.fn.__code__.co_firstlineno}) hit the recompile limit "
+                    f"(cache_size_limit={self.config.cache_size_limit}); it now runs eagerly. "
+                    f"Last failing guard: {failure}", stacklevel=3)
+                return self.fn(*args, **kwargs)
+        try:
+            entry = capture_entry(self, L)
+        except (GraphBreakError, CaptureError):
+            if self.config.suppress_errors and not self.fullgraph:
+                warnings.warn(f"tensorjit: capture of {self.fn.__qualname__} failed; running eagerly")
+                self.eager_fallback = True
+                return self.fn(*args, **kwargs)
+            raise
+        self.entries.append(entry)
+        return entry.run(args, kwargs, L)
+
+    def resume_function(self, index: int, depth: int, local_names: list[str]) -> "CompiledFunction":
+        """The compiled resume function continuing this code at instruction `index`."""
+        key = (index, depth, tuple(local_names))
+        resume = self._resume.get(key)
+        if resume is None:
+            code = resume_code(self.fn.__code__, index, depth, local_names)
+            fn = types.FunctionType(code, self.fn.__globals__, code.co_name, None, self.fn.__closure__)
+            resume = self._resume[key] = CompiledFunction(fn, self.backend, self.config, self.fullgraph,
+                                                          self.backend_name)
+        return resume
+
+    def all_entries(self):
+        """This function's entries and those of its resume functions, depth first."""
+        for entry in self.entries:
+            yield self, entry
+        for resume in self._resume.values():
+            yield from resume.all_entries()
+
+    def reset(self) -> None:
+        self.entries.clear()
+        self._resume.clear()
+        self.failures.clear()
+        self.eager_fallback = False
+
+
+def _make_binder(fn: types.FunctionType) -> Callable:
+    """A function with fn's signature that returns its arguments in co_varnames order."""
+    code = fn.__code__
+    names = code.co_varnames
+    npos, nkw = code.co_argcount, code.co_kwonlyargcount
+    defaults = fn.__defaults__ or ()
+    kwdefaults = fn.__kwdefaults__ or {}
+    params, env = [], {}
+    first_default = npos - len(defaults)
+    for i, name in enumerate(names[:npos]):
+        if i >= first_default:
+            env[f"_d{i}"] = defaults[i - first_default]
+            params.append(f"{name}=_d{i}")
+        else:
+            params.append(name)
+        if i + 1 == code.co_posonlyargcount:
+            params.append("/")
+    index = npos + nkw
+    if code.co_flags & 0x04:
+        params.append("*" + names[index])
+        index += 1
+    elif nkw:
+        params.append("*")
+    for name in names[npos:npos + nkw]:
+        if name in kwdefaults:
+            env[f"_k_{name}"] = kwdefaults[name]
+            params.append(f"{name}=_k_{name}")
+        else:
+            params.append(name)
+    if code.co_flags & 0x08:
+        params.append("**" + names[index])
+        index += 1
+    returned = ", ".join(names[:index])
+    text = f"def bind({', '.join(params)}):\n    return ({returned}{',' if index else ''})\n"
+    namespace: dict = {}
+    exec(text, env, namespace)
+    return namespace["bind"]
+
+
+def _wrap_callee(obj):
+    """At a graph break, calls from the eager step into Python functions are captured too."""
+    if isinstance(obj, CompiledFunction) or _current_backend is None:
+        return obj
+    if isinstance(obj, types.FunctionType) and obj.__code__ not in _disabled_codes \
+            and not (obj.__code__.co_flags & 0x3a0) and not _is_library(obj):
+        compiled = _callee_cache.get(obj)
+        if compiled is None:
+            compiled = _callee_cache[obj] = CompiledFunction(obj, *_current_backend)
+        return compiled
+    if isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
+        inner = _wrap_callee(obj.__func__)
+        return obj if inner is obj.__func__ else types.MethodType(inner, obj.__self__)
+    return obj
+
+
+def _is_library(fn) -> bool:
+    module = fn.__globals__.get("__name__", "") or ""
+    return module.split(".")[0] in ("torch", "tensorjit", "numpy", "logging", "warnings", "builtins")
+
+
+_callee_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_current_backend: tuple | None = None
+_disabled_codes: set = set()
+capture_codegen.HELPERS["wrap_callee"] = _wrap_callee
+
+
+class OptimizedModule(torch.nn.Module):
+    """The compiled form of an nn.Module: calls go through a compiled forward; all else reaches the original."""
+
+    def __init__(self, module: torch.nn.Module, compiled_forward: CompiledFunction) -> None:
+        super().__init__()
+        self._orig_mod = module
+        self._compiled_forward = compiled_forward
+
+    def __call__(self, *args, **kwargs):
+        module = self._orig_mod
+        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks:
+            return module._call_impl(*args, **kwargs)  # hooks run eagerly around the original
+        return self._compiled_forward(module, *args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self._compiled_forward(self._orig_mod, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_orig_mod", "_compiled_forward"):
+            return self.__dict__["_modules"][name] if name == "_orig_mod" else self.__dict__[name]
+        return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("_orig_mod", "_compiled_forward") or "_orig_mod" not in self.__dict__.get("_modules", {}):
+            super().__setattr__(name, value)
+        else:
+            setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self._orig_mod, name)
+
+    @property
+    def training(self) -> bool:
+        return self._orig_mod.training if "_orig_mod" in self.__dict__.get("_modules", {}) else True
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        if "_orig_mod" in self.__dict__.get("_modules", {}):
+            self._orig_mod.training = value
+
+    def train(self, mode: bool = True):
+        self._orig_mod.train(mode)
+        return self
+
+    def state_dict(self, *args, **kwargs):
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        return self._orig_mod.load_state_dict(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"OptimizedModule({self._orig_mod!r})"
+
+    def __dir__(self):
+        return dir(self._orig_mod)
+
+
+def _resolve_config(mode: str | None, options: dict | None, dynamic) -> Config:
+    if mode is not None and options:
+        raise ValueError("tensorjit: give either mode or options, not both (as torch.compile)")
+    cfg = default_config.replace()
+    if mode is not None:
+        if mode not in MODES:
+            raise ValueError(f"tensorjit: unknown mode {mode!r}; valid modes are: {', '.join(MODES)}")
+        cfg = cfg.replace(**MODES[mode])
+    if options:
+        check_option_names(options)
+        cfg = cfg.replace(**options)
+    if dynamic not in (None, True, False):
+        raise ValueError(f"tensorjit: dynamic must be None, True or False, got {dynamic!r}")
+    return cfg
+
+
+_inductor_warned = False
+
+
+def _resolve_backend(backend) -> tuple[Callable, str]:
+    global _inductor_warned
+    name = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
+    try:
+        return lookup_backend(backend), name
+    except RuntimeError:
+        if backend != "inductor":
+            raise
+        if not _inductor_warned:
+            warnings.warn("tensorjit: the inductor backend is unavailable; graphs run eagerly")
+            _inductor_warned = True
+        return lookup_backend("eager"), "eager"
+
+
+def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: bool | None = None,
+            backend: str | Callable = "inductor", mode: str | None = None, options: dict | None = None,
+            disable: bool = False):
+    """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`."""
+    config = _resolve_config(mode, options, dynamic)
+    backend_fn, backend_name = _resolve_backend(backend)
+
+    def wrap(target: Callable):
+        if disable:
+            return target
+        return _compile_target(target, backend_fn, backend_name, config, fullgraph)
+
+    if model is None:
+        return wrap
+    return wrap(model)
+
+
+def _compile_target(target, backend, backend_name, config, fullgraph):
+    global _current_backend
+    _current_backend = (backend, config, fullgraph, backend_name)
+    code = getattr(getattr(target, "__func__", target), "__code__", None)
+    if code is not None and code in _disabled_codes:
+        return target
+    if isinstance(target, functools.partial):
+        inner = _compile_target(target.func, backend, backend_name, config, fullgraph)
+        return functools.partial(inner, *target.args, **target.keywords)
+    if isinstance(target, torch.nn.Module):
+        forward = type(target).forward
+        if not isinstance(forward, types.FunctionType):
+            raise TypeError(f"tensorjit.compile: {type(target).__name__}.forward is not a Python function")
+        return OptimizedModule(target, CompiledFunction(forward, backend, config, fullgraph, backend_name))
+    if isinstance(target, types.MethodType) and isinstance(target.__func__, types.FunctionType):
+        compiled = CompiledFunction(target.__func__, backend, config, fullgraph, backend_name)
+        return types.MethodType(compiled, target.__self__)
+    if isinstance(target, types.FunctionType):
+        if target.__code__.co_flags & 0x3a0:  # generators and coroutines run eagerly
+            return target
+        return CompiledFunction(target, backend, config, fullgraph, backend_name)
+    if isinstance(target, CompiledFunction):
+        return target
+    if callable(target):
+        call = getattr(type(target), "__call__", None)
+        if isinstance(call, types.FunctionType):
+            compiled = CompiledFunction(call, backend, config, fullgraph, backend_name)
+            return types.MethodType(compiled, target)
+        raise TypeError(f"tensorjit.compile: cannot compile {type(target).__name__} (a callable implemented in C)")
+    raise TypeError(f"tensorjit.compile: expected a function, method or nn.Module, got {type(target).__name__}")
+
+
+class _CompilingGlobals(dict):
+    """Globals of a function disabled with recursive=False: the functions it looks up are compiled.
+
+    CPython reads globals through __getitem__ when they are not an exact dict, so each
+    global a call reaches goes through `_wrap_callee`. Writes to globals from such a
+    function land in this copy, not in the module (a documented limitation)."""
+
+    def __init__(self, real: dict) -> None:
+        super().__init__()
+        self.real = real
+
+    def __getitem__(self, name: str):
+        value = self.real[name] if name in self.real else self.real["__builtins__"][name] \
+            if isinstance(self.real.get("__builtins__"), dict) else getattr(self.real["__builtins__"], name)
+        return _wrap_callee(value)
+
+    def __contains__(self, name) -> bool:
+        return name in self.real
+
+    def get(self, name, default=None):
+        return self[name] if name in self.real else default
+
+
+class _DeferredCallee:
+    """Compiles `fn` with the backend in use when it is first called."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        return _wrap_callee(self.fn)(*args, **kwargs)
+
+
+def _holds_function(cell) -> bool:
+    try:
+        return isinstance(cell.cell_contents, types.FunctionType)
+    except ValueError:
+        return False
+
+
+def disable(fn: Callable | None = None, recursive: bool = True):
+    """Exclude `fn` from capture: calls to it run eagerly.
+
+    With recursive=False only fn's own frame runs eagerly; the functions it calls
+    through its globals are still compiled."""
+    def mark(f):
+        target = f.__func__ if isinstance(f, types.MethodType) else f
+        if not recursive and isinstance(target, types.FunctionType):
+            # Closure cells holding functions get a compiled callee in a new cell of their own.
+            closure = tuple(types.CellType(_DeferredCallee(c.cell_contents))
+                            if _holds_function(c) else c for c in (target.__closure__ or ())) or None
+            clone = types.FunctionType(target.__code__, _CompilingGlobals(target.__globals__), target.__name__,
+                                       target.__defaults__, closure)
+            clone.__kwdefaults__ = target.__kwdefaults__
+            functools.update_wrapper(clone, target)
+            mark_disabled(target.__code__)
+            _disabled_codes.add(target.__code__)
+            return clone
+        if isinstance(target, types.FunctionType):
+            mark_disabled(target.__code__)
+            _disabled_codes.add(target.__code__)
+        if isinstance(f, torch.nn.Module):
+            forward = type(f).forward
+            mark_disabled(forward.__code__)
+            _disabled_codes.add(forward.__code__)
+        return f
+    if fn is None:
+        return mark
+    return mark(fn)
+
+
+def reset() -> None:
+    """Forget every compiled entry (as torch._dynamo.reset)."""
+    for compiled in list(_all_compiled):
+        compiled.reset()
+    _callee_cache.clear()
+    logs.clear()

@@ -1,0 +1,53 @@
+"""Backends by name: `eager`, `aot_eager`, `inductor`, `cudagraphs`, `onnxrt`, and user ones.
+
+A backend is any callable `(gm: torch.fx.GraphModule, example_inputs) -> callable`,
+exactly torch.compile's contract. Built-in backends are imported when first
+looked up, so importing tensorjit stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+Backend = Callable
+
+_BUILTIN = {
+    "eager": ("tensorjit.backends.eager", "eager"),
+    "aot_eager": ("tensorjit.backends.aot_eager", "aot_eager"),
+    "inductor": ("tensorjit.backends.inductor", "inductor"),
+    "cudagraphs": ("tensorjit.backends.cudagraphs", "cudagraphs"),
+    "onnxrt": ("tensorjit.backends.onnxrt", "onnxrt"),
+}
+_registered: dict[str, Backend] = {}
+
+
+def register_backend(fn: Backend | None = None, name: str | None = None):
+    """Register `fn` under `name` (default: its __name__); usable as a decorator."""
+    def register(f: Backend) -> Backend:
+        key = name or f.__name__
+        if key in _registered or key in _BUILTIN:
+            raise ValueError(f"tensorjit: a backend named {key!r} is already registered")
+        _registered[key] = f
+        return f
+    return register(fn) if fn is not None else register
+
+
+def list_backends() -> list[str]:
+    return sorted(set(_BUILTIN) | set(_registered))
+
+
+def lookup_backend(backend: str | Backend) -> Backend:
+    if callable(backend):
+        return backend
+    if not isinstance(backend, str):
+        raise TypeError(f"tensorjit: backend must be a name or a callable, got {type(backend).__name__}")
+    if backend in _registered:
+        return _registered[backend]
+    if backend in _BUILTIN:
+        module, attr = _BUILTIN[backend]
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except ImportError as e:
+            raise RuntimeError(f"tensorjit: backend {backend!r} is unavailable: {e}") from e
+    raise ValueError(f"tensorjit: unknown backend {backend!r}; valid backends are: {', '.join(list_backends())}")

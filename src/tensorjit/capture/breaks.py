@@ -1,0 +1,71 @@
+"""Structured refusals of the capture stage.
+
+`GraphBreak` is raised inside the interpreter when an operation cannot enter
+the graph; the frame converter catches it, compiles what was captured so far
+and runs the operation in ordinary Python. Under `fullgraph=True` it reaches
+the user as `GraphBreakError`. `CaptureError` wraps a compiler bug so that it
+still names the user's file and line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class UserLocation:
+    filename: str
+    lineno: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno} in {self.function}"
+
+
+@dataclass
+class BreakReason:
+    """Why and where a graph ended early; what `explain` and the logs show."""
+
+    kind: str
+    explanation: str
+    hint: str = ""
+    user_stack: list[UserLocation] = field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        return f"{self.kind}: {self.explanation}"
+
+    def __str__(self) -> str:
+        where = str(self.user_stack[-1]) if self.user_stack else "<unknown>"
+        text = f"{where}: {self.reason}"
+        return f"{text} (hint: {self.hint})" if self.hint else text
+
+
+class GraphBreak(Exception):
+    """An operation that cannot be captured; raised by interpreter handlers."""
+
+    def __init__(self, kind: str, explanation: str, hint: str = "") -> None:
+        super().__init__(f"{kind}: {explanation}")
+        self.reason = BreakReason(kind, explanation, hint)
+
+
+class GraphBreakError(RuntimeError):
+    """A graph break under fullgraph=True."""
+
+    def __init__(self, reason: BreakReason) -> None:
+        callers = "".join(f"\n  called from {loc}" for loc in reversed(reason.user_stack[:-1]))
+        super().__init__(f"graph break under fullgraph=True at {reason}{callers}")
+        self.reason = reason
+
+
+class CaptureError(RuntimeError):
+    """An internal error of the capture stage, reported at the user's source line."""
+
+    def __init__(self, location: UserLocation | None, cause: BaseException) -> None:
+        where = str(location) if location else "<unknown location>"
+        super().__init__(
+            f"tensorjit internal error while capturing {where}: {type(cause).__name__}: {cause}\n"
+            "This is a bug in tensorjit. Set tensorjit.config.config.suppress_errors = True "
+            "to run such code eagerly instead."
+        )
+        self.location = location

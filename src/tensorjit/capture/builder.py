@@ -1,0 +1,118 @@
+"""Turning real Python objects into symbolic values, installing guards as it goes.
+
+`wrap(tx, obj, source)` is called whenever capture reads a value from outside
+the function (an argument, a global, a closure cell, an attribute). What it
+guards is what capture assumed: the type and identity of objects, the value of
+numbers and strings, the metadata of tensors, the length of containers.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import types
+from typing import Any
+
+import torch
+
+from .guards import Guard
+from .sources import ItemSource, Source
+from .values.base import ConstantValue, Value
+from .values.builtins import BuiltinValue
+from .values.containers import DictValue, ListValue, SetValue, TupleValue
+from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
+from .values.objects import NNModuleValue, ObjectValue
+from .values.tensors import TensorValue
+
+_CONSTANT_TYPES = (int, float, bool, str, type(None), bytes, complex, torch.dtype, torch.device,
+                   range, slice, type(Ellipsis), enum.Enum, torch.memory_format, torch.layout)
+
+
+def wrap(tx, obj: Any, source: Source | None) -> Value:
+    """The symbolic value of `obj`, read through `source`; one value per source per capture."""
+    if source is None:
+        return wrap_constant_object(tx, obj)
+    known = tx.output.wrapped.get(source)
+    if known is not None and known[0] is obj:
+        return known[1]
+    value = _wrap_new(tx, obj, source)
+    tx.output.wrapped[source] = (obj, value)
+    return value
+
+
+def _wrap_new(tx, obj: Any, source: Source) -> Value:
+    guard = tx.output.guard
+    if isinstance(obj, torch.Tensor):
+        node, fake = tx.output.add_input(obj, source)
+        return TensorValue(node, fake, source)
+    if isinstance(obj, _CONSTANT_TYPES) or isinstance(obj, torch.Size):
+        guard(Guard(source, "constant", obj))
+        return ConstantValue(obj, source)
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple, torch.Size) or _is_namedtuple(obj):
+        guard(Guard(source, "type", type(obj)))
+        guard(Guard(source, "length", len(obj)))
+        items = [wrap(tx, v, ItemSource(source, i)) for i, v in enumerate(obj)]
+        if isinstance(obj, list):
+            return ListValue(items, source)
+        return TupleValue(items, type(obj), source)
+    if type(obj) is dict or type(obj).__name__ == "OrderedDict" and isinstance(obj, dict):
+        guard(Guard(source, "type", type(obj)))
+        guard(Guard(source, "keys", tuple(obj.keys())))
+        items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
+        return DictValue(items, type(obj), source)
+    if isinstance(obj, torch.nn.Module):
+        guard(Guard(source, "id", obj))
+        return NNModuleValue(obj, source)
+    if isinstance(obj, types.MethodType):
+        from .sources import AttrSource
+        owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
+        return MethodValue(owner, wrap(tx, obj.__func__, AttrSource(source, "__func__")), source)
+    guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
+    return _wrap_callable_or_object(tx, obj, source)
+
+
+def _identity_guarded(obj: Any) -> bool:
+    return isinstance(obj, (type, types.FunctionType, types.ModuleType, types.BuiltinFunctionType,
+                            types.MethodDescriptorType, types.WrapperDescriptorType, functools.partial)) \
+        or callable(obj) and not hasattr(obj, "__dict__")
+
+
+def _wrap_callable_or_object(tx, obj: Any, source: Source | None) -> Value:
+    if isinstance(obj, types.FunctionType) and not is_torch_operation(obj):
+        return FunctionValue(obj, source)
+    if is_torch_operation(obj):
+        return TorchFunctionValue(obj, source)
+    if isinstance(obj, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
+                        types.BuiltinMethodType, types.ClassMethodDescriptorType, types.MethodWrapperType)):
+        return BuiltinValue(obj, source)
+    if isinstance(obj, type) and obj in _BUILTIN_TYPES:
+        return BuiltinValue(obj, source)
+    return ObjectValue(obj, source)
+
+
+_BUILTIN_TYPES = {int, float, bool, str, list, tuple, dict, set, frozenset, range, slice, zip, enumerate,
+                  reversed, map, filter, type, super, object, complex, bytes, iter, len}
+
+
+def _is_namedtuple(obj: Any) -> bool:
+    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+
+
+def wrap_constant_object(tx, obj: Any) -> Value:
+    """A value made or found during capture that needs no guard: its source was already guarded."""
+    if isinstance(obj, torch.Tensor):
+        return tx.constant_tensor(obj)
+    if isinstance(obj, _CONSTANT_TYPES) or isinstance(obj, torch.Size):
+        return ConstantValue(obj)
+    if type(obj) in (list, tuple) or _is_namedtuple(obj):
+        items = [wrap_constant_object(tx, v) for v in obj]
+        return ListValue(items) if isinstance(obj, list) else TupleValue(items, type(obj))
+    if type(obj) is dict:
+        return DictValue({k: wrap_constant_object(tx, v) for k, v in obj.items()})
+    if type(obj) in (set, frozenset):
+        return SetValue([wrap_constant_object(tx, v) for v in obj])
+    if isinstance(obj, torch.nn.Module):
+        return NNModuleValue(obj, None)
+    if isinstance(obj, types.MethodType):
+        return MethodValue(wrap_constant_object(tx, obj.__self__), wrap_constant_object(tx, obj.__func__))
+    return _wrap_callable_or_object(tx, obj, None)

@@ -1,0 +1,300 @@
+"""Calls and operators over symbolic values: inlining, object calls, binary operators.
+
+`inline_function` binds arguments to a function's parameters and runs its
+code in a child frame. `call_object` gives meaning to calling a real object
+(a class, a context manager factory, a callable instance). `binary_op` is the
+one entry point for arithmetic and comparisons, whatever the operand kinds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import operator
+import types
+from typing import Callable
+
+import torch
+
+from .breaks import GraphBreak
+from .values.base import ConstantValue, NULL, Value
+from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, SetValue
+from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
+from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, ObjectValue, PartialValue,
+                             UserObjectValue, lookup_static)
+from .values.tensors import TensorValue, record_call
+
+CO_VARARGS, CO_VARKEYWORDS, CO_GENERATOR = 0x04, 0x08, 0x20
+CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR = 0x80, 0x100, 0x200
+
+
+def bind_arguments(code: types.CodeType, defaults: list[Value], kwdefaults: dict[str, Value],
+                   args: list[Value], kwargs: dict[str, Value]) -> dict[str, Value]:
+    """Map call arguments to parameter names exactly as CPython would."""
+    names = code.co_varnames
+    npos, nkw = code.co_argcount, code.co_kwonlyargcount
+    posonly = code.co_posonlyargcount
+    bound: dict[str, Value] = {}
+    for name, value in zip(names[:npos], args):
+        bound[name] = value
+    extra = args[npos:]
+    index = npos + nkw
+    if code.co_flags & CO_VARARGS:
+        bound[names[index]] = TupleValue(list(extra))
+        index += 1
+    elif extra:
+        raise GraphBreak("bad-call", f"{code.co_name}() takes {npos} positional arguments but {len(args)} were given")
+    varkw: dict[str, Value] = {}
+    for key, value in kwargs.items():
+        if key in names[posonly:npos + nkw] and key not in bound:
+            bound[key] = value
+        elif code.co_flags & CO_VARKEYWORDS:
+            varkw[key] = value
+        else:
+            raise GraphBreak("bad-call", f"{code.co_name}() got an unexpected keyword argument {key!r}")
+    if code.co_flags & CO_VARKEYWORDS:
+        bound[names[index]] = DictValue(varkw)
+    first_default = npos - len(defaults)
+    for i, name in enumerate(names[:npos]):
+        if name not in bound:
+            if i < first_default:
+                raise GraphBreak("bad-call", f"{code.co_name}() missing required argument {name!r}")
+            bound[name] = defaults[i - first_default]
+    for name in names[npos:npos + nkw]:
+        if name not in bound:
+            if name not in kwdefaults:
+                raise GraphBreak("bad-call", f"{code.co_name}() missing keyword-only argument {name!r}")
+            bound[name] = kwdefaults[name]
+    return bound
+
+
+def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    from .interpreter import Frame, GeneratorValue
+    code: types.CodeType = fn.code
+    if code.co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR):
+        raise GraphBreak("async", f"{code.co_name} is a coroutine")
+    if tx.depth >= tx.config.inline_depth_limit:
+        raise GraphBreak("recursion", f"inlining deeper than {tx.config.inline_depth_limit} calls")
+    from .skipfiles import check_inlinable
+    check_inlinable(fn)
+    bound = bind_arguments(code, fn.defaults(tx), fn.kwdefaults(tx), args, kwargs)
+    cells: dict = {}
+    for name in code.co_cellvars:
+        cells[name] = CellValue(bound.pop(name, None))
+    for name, cell in zip(code.co_freevars, fn.closure_cells(tx)):
+        cells[name] = cell
+    frame = Frame(tx.capture, code, fn.globals, tx, bound, cells)
+    if code.co_flags & CO_GENERATOR:
+        frame.yielded = []
+        frame.run()
+        return GeneratorValue(frame.yielded)
+    return frame.run()
+
+
+def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    obj = value.obj
+    if obj in _GRAD_MODES:
+        return _GRAD_MODES[obj](tx, args, kwargs)
+    if isinstance(obj, functools.partial):
+        fn = tx.getattr(value, "func")
+        stored = [tx.wrap_constant_object(a) for a in obj.args]
+        merged = {k: tx.wrap_constant_object(v) for k, v in obj.keywords.items()}
+        merged.update(kwargs)
+        return tx.call(fn, [*stored, *args], merged)
+    if isinstance(obj, type):
+        return _instantiate(tx, value, obj, args, kwargs)
+    call = lookup_static(type(obj), "__call__")[0]
+    if isinstance(call, types.FunctionType):
+        return tx.call(FunctionValue(call), [value, *args], kwargs)
+    raise GraphBreak("unsupported-call", f"calling {type(obj).__name__} object, which tensorjit cannot trace")
+
+
+def _no_grad(tx, args, kwargs):
+    return GradModeValue(False)
+
+
+def _enable_grad(tx, args, kwargs):
+    return GradModeValue(True)
+
+
+def _set_grad_enabled(tx, args, kwargs):
+    mode = (args[0] if args else kwargs["mode"]).constant()
+    ctx = GradModeValue(mode)
+    ctx.previous = torch.is_grad_enabled()
+    tx.set_grad_enabled(mode)  # takes effect at construction, as in eager
+    ctx.enter = lambda tx: ConstantValue(None)
+    return ctx
+
+
+def _inference_mode(tx, args, kwargs):
+    mode = (args[0] if args else kwargs.get("mode", ConstantValue(True))).constant()
+    grad_mode = torch.autograd.grad_mode
+    return GlobalContextValue(grad_mode._enter_inference_mode, grad_mode._exit_inference_mode, (mode,))
+
+
+def _autocast(tx, args, kwargs):
+    import inspect
+    bound = inspect.signature(torch.autocast.__init__).bind(None, *[a.constant() for a in args],
+                                                            **{k: v.constant() for k, v in kwargs.items()})
+    bound.apply_defaults()
+    values = list(bound.arguments.values())[1:]
+    amp = torch.amp.autocast_mode
+    return GlobalContextValue(amp._enter_autocast, amp._exit_autocast, tuple(values))
+
+
+def _cpu_autocast(tx, args, kwargs):
+    return _autocast(tx, [ConstantValue("cpu"), *args], kwargs)
+
+
+def _cuda_autocast(tx, args, kwargs):
+    return _autocast(tx, [ConstantValue("cuda"), *args], kwargs)
+
+
+def _partial(tx, args, kwargs):
+    return PartialValue(args[0], list(args[1:]), dict(kwargs))
+
+
+_GRAD_MODES = {torch.no_grad: _no_grad, torch.enable_grad: _enable_grad,
+               torch.set_grad_enabled: _set_grad_enabled, torch.inference_mode: _inference_mode,
+               torch.autocast: _autocast, torch.amp.autocast: _autocast, torch.cpu.amp.autocast: _cpu_autocast,
+               torch.cuda.amp.autocast: _cuda_autocast, functools.partial: _partial}
+
+
+def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        names = cls._fields
+        items = list(args)
+        for name in names[len(items):]:
+            if name in kwargs:
+                items.append(kwargs[name])
+            elif name in cls._field_defaults:
+                items.append(tx.wrap_constant_object(cls._field_defaults[name]))
+            else:
+                raise GraphBreak("bad-call", f"{cls.__name__}() missing argument {name!r}")
+        return TupleValue(items, cls)
+    if cls in (torch.Size,):
+        return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
+    if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)) or cls.__module__.startswith("torch"):
+        if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) \
+                and cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
+            return tx.wrap_constant_object(cls(*[a.constant() for a in args]))
+        raise GraphBreak("unsupported-call", f"creating a {cls.__name__} inside a compiled function")
+    if cls.__new__ is not object.__new__ or type(cls) is not type:
+        raise GraphBreak("unsupported-call", f"creating a {cls.__name__} (custom __new__ or metaclass)")
+    instance = UserObjectValue(cls)
+    init = lookup_static(cls, "__init__")[0]
+    if isinstance(init, types.FunctionType):
+        tx.call(FunctionValue(init), [instance, *args], kwargs)
+    elif args or kwargs:
+        raise GraphBreak("unsupported-call", f"{cls.__name__}.__init__ is not a Python function")
+    return instance
+
+
+# -- operators ----------------------------------------------------------------------------
+_REFLECTED = {operator.add: "__radd__", operator.sub: "__rsub__", operator.mul: "__rmul__",
+              operator.truediv: "__rtruediv__", operator.floordiv: "__rfloordiv__",
+              operator.mod: "__rmod__", operator.pow: "__rpow__", operator.matmul: "__rmatmul__"}
+_INPLACE = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+            operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
+            operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
+            operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor,
+            operator.ilshift: operator.lshift, operator.irshift: operator.rshift}
+
+
+def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        return _tensor_binary(tx, op, a, b)
+    if op in (operator.is_, operator.is_not):
+        return _identity(tx, op, a, b)
+    if op is operator.contains:
+        return _contains(tx, a, b)
+    if a.is_constant() and b.is_constant() and not isinstance(a, ListValue) and not isinstance(b, ListValue):
+        try:
+            return tx.wrap_constant_object(op(a.constant(), b.constant()))
+        except Exception as e:
+            raise GraphBreak("op-error", f"{op.__name__} raised {type(e).__name__}: {e}")
+    base = _INPLACE.get(op, op)
+    if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and base is operator.add:
+        if isinstance(a, ListValue) and op is operator.iadd:
+            a.mutate(tx)
+            a.items.extend(b.items)
+            return a
+        return a.rebuild(a.items + b.items) if type(a) is type(b) or isinstance(a, ListValue) else \
+            TupleValue(a.items + b.items)
+    if isinstance(a, SequenceValue) and base is operator.mul and b.is_constant():
+        return a.rebuild(a.items * b.constant())
+    if op in (operator.eq, operator.ne) and type(a) is not type(b) and not _has_dunder(a, b):
+        return ConstantValue((op is operator.ne))
+    return _dunder_binary(tx, op, a, b)
+
+
+def _has_dunder(a: Value, b: Value) -> bool:
+    return isinstance(a, (ObjectValue, UserObjectValue)) or isinstance(b, (ObjectValue, UserObjectValue))
+
+
+def _tensor_binary(tx, op, a: Value, b: Value) -> Value:
+    if op in (operator.is_, operator.is_not):
+        return _identity(tx, op, a, b)
+    if op is operator.contains:
+        raise GraphBreak("data-dependent-op", "`in` on a tensor depends on its values")
+    if isinstance(a, (ListValue, TupleValue)) or isinstance(b, (ListValue, TupleValue)):
+        pass
+    return record_call(tx, op, [a, b], {})
+
+
+def _identity(tx, op, a: Value, b: Value) -> Value:
+    same = _same_object(a, b)
+    return ConstantValue(same if op is operator.is_ else not same)
+
+
+def _same_object(a: Value, b: Value) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, TensorValue) and isinstance(b, TensorValue):
+        return a.example is b.example
+    if a.is_constant() and b.is_constant():
+        return a.constant() is b.constant()
+    if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
+        return a.obj is b.obj
+    return False
+
+
+def _contains(tx, container: Value, item: Value) -> Value:
+    # operator.contains(container, item): `item in container`
+    if isinstance(container, DictValue):
+        return ConstantValue(item.constant() in container.items)
+    if isinstance(container, SetValue):
+        return ConstantValue(item.constant() in container.items)
+    if isinstance(container, SequenceValue):
+        for v in container.items:
+            if _same_object(v, item) or (v.is_constant() and item.is_constant() and v.constant() == item.constant()):
+                return ConstantValue(True)
+            if isinstance(v, TensorValue) or isinstance(item, TensorValue):
+                raise GraphBreak("data-dependent-op", "`in` comparing tensors depends on their values")
+        return ConstantValue(False)
+    if container.is_constant() and item.is_constant():
+        return ConstantValue(item.constant() in container.constant())
+    if isinstance(container, (ObjectValue, UserObjectValue, NNModuleValue)):
+        return tx.call_dunder(container, "__contains__", [item])
+    raise GraphBreak("unsupported-operation", f"`in` on {container!r}")
+
+
+_DUNDERS = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__mul__",
+            operator.truediv: "__truediv__", operator.floordiv: "__floordiv__", operator.mod: "__mod__",
+            operator.pow: "__pow__", operator.matmul: "__matmul__", operator.eq: "__eq__",
+            operator.ne: "__ne__", operator.lt: "__lt__", operator.le: "__le__", operator.gt: "__gt__",
+            operator.ge: "__ge__", operator.getitem: "__getitem__", operator.and_: "__and__",
+            operator.or_: "__or__"}
+
+
+def _dunder_binary(tx, op, a: Value, b: Value) -> Value:
+    base = _INPLACE.get(op, op)
+    name = _DUNDERS.get(base)
+    if name and isinstance(lookup_static(a.python_type(), name)[0], types.FunctionType):
+        return tx.call_dunder(a, name, [b])
+    reflected = _REFLECTED.get(base)
+    if reflected and isinstance(lookup_static(b.python_type(), reflected)[0], types.FunctionType):
+        return tx.call_dunder(b, reflected, [a])
+    raise GraphBreak("unsupported-operation",
+                     f"{getattr(op, '__name__', op)} on {a.python_type().__name__} and {b.python_type().__name__}")

@@ -1,0 +1,168 @@
+"""Generated Python that runs a compiled graph and rebuilds the frame's values.
+
+`RuntimeCodegen` writes the body of one function, `restore(L)`: it reads the
+graph inputs through their sources, calls the compiled graph, replays the
+Python side effects recorded during capture, and returns the rebuilt values
+(the function's result, or the stack and locals at a graph break). The text is
+compiled once per cache entry; the hot path is plain straight-line Python.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+import types
+import weakref
+from typing import Any
+
+import torch
+
+from .breaks import GraphBreak
+from .output import OutputGraph
+from .values.base import Value
+from .values.containers import DictValue, ListValue
+from .values.tensors import TensorValue
+
+
+class GradExit:
+    """The __exit__ of a grad-mode block entered by generated code at a graph break."""
+
+    __slots__ = ("previous",)
+
+    def __init__(self, previous: bool) -> None:
+        self.previous = previous
+
+    def __call__(self, *exc_info) -> bool:
+        torch._C._set_grad_enabled(self.previous)
+        return False
+
+
+def enter_grad_mode(enabled: bool, previous: bool) -> GradExit:
+    torch._C._set_grad_enabled(enabled)
+    return GradExit(previous)
+
+
+def make_function(code, globals_, name, defaults, kwdefaults, cells):
+    fn = types.FunctionType(code, globals_, name, defaults or None, cells or None)
+    if kwdefaults:
+        fn.__kwdefaults__ = kwdefaults
+    return fn
+
+
+def new_object(cls, attributes):
+    obj = object.__new__(cls)
+    obj.__dict__.update(attributes)
+    return obj
+
+
+def replace_contents(container, new):
+    if isinstance(container, list):
+        container[:] = new
+    else:
+        container.clear()
+        container.update(new)
+
+
+HELPERS = {
+    "make_function": make_function, "new_object": new_object, "MethodType": types.MethodType,
+    "CellType": types.CellType, "enter_grad_mode": enter_grad_mode, "replace_contents": replace_contents,
+}
+
+
+class RuntimeCodegen:
+    def __init__(self, output: OutputGraph) -> None:
+        self.output = output
+        self.env: dict[str, Any] = {}
+        self.graph_outputs: list[TensorValue] = []
+        self._output_index: dict[Any, int] = {}
+        self._constant_names: dict[int, str] = {}
+
+    # -- what values call while reconstructing ----------------------------------------
+    def source(self, source) -> str:
+        return source.expression()
+
+    def constant(self, value: Any) -> str:
+        if value is None or isinstance(value, (bool, int, str)) and type(value) in (bool, int, str):
+            return repr(value)
+        if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
+            return repr(value)
+        key = id(value)
+        name = self._constant_names.get(key)
+        if name is None:
+            name = f"K{len(self._constant_names)}"
+            self._constant_names[key] = name
+            self.env[name] = value
+        return name
+
+    def helper(self, name: str) -> str:
+        self.env[f"_{name}"] = HELPERS[name]
+        return f"_{name}"
+
+    def tensor(self, value: TensorValue) -> str:
+        node = value.node
+        if value.source is not None:  # a graph input, or an input mutated in place: keep its identity
+            return value.source.expression()
+        index = self._output_index.get(node)
+        if index is None:
+            index = self._output_index[node] = len(self.graph_outputs)
+            self.graph_outputs.append(value)
+        return f"__outs[{index}]"
+
+    def value(self, value: Value) -> str:
+        if isinstance(value, TensorValue):
+            return self.tensor(value)
+        return value.reconstruct(self)
+
+    # -- the function ------------------------------------------------------------------------
+    def side_effect_lines(self) -> list[str]:
+        lines = []
+        for effect in self.output.side_effects:
+            if effect.kind == "attr":
+                lines.append(f"setattr({self.value(effect.target)}, {effect.key!r}, {self.value(effect.value)})")
+            elif effect.kind == "cell":
+                lines.append(f"{effect.target.expression()} = {self.value(effect.value)}")
+            elif effect.kind == "global":
+                lines.append(f"G[{effect.key!r}] = {self.value(effect.value)}")
+            elif effect.kind == "container":
+                container = effect.target
+                if isinstance(container, ListValue):
+                    new = "[" + ", ".join(self.value(v) for v in container.items) + "]"
+                else:
+                    new = "{" + ", ".join(f"{self.constant(k)}: {self.value(v)}"
+                                          for k, v in container.items.items()) + "}"
+                lines.append(f"{self.helper('replace_contents')}({container.source.expression()}, {new})")
+        return lines
+
+
+class RestoreFunction:
+    """Generates `restore(L)` in two steps: the text first (which fixes the graph's
+    outputs), then, once the backend has compiled the graph, the function itself."""
+
+    def __init__(self, output: OutputGraph, result_values: list[Value], grad_mode_after: bool | None,
+                 single: bool, call_graph: bool, wrap_indices: frozenset | set = frozenset()) -> None:
+        self.output = output
+        cg = self.codegen = RuntimeCodegen(output)
+        effects = cg.side_effect_lines()
+        results = [cg.value(v) for v in result_values]
+        results = [f"{cg.helper('wrap_callee')}({r})" if i in wrap_indices else r for i, r in enumerate(results)]
+        self.graph_outputs = cg.graph_outputs
+        inputs = ", ".join(gi.source.expression() for gi in output.inputs)
+        lines = ["def restore(L):"]
+        if call_graph:
+            lines.append(f"    __outs = __graph({inputs})")
+        if grad_mode_after is not None:
+            lines.append(f"    _set_grad({grad_mode_after!r})")
+        lines += [f"    {line}" for line in effects]
+        if single:
+            lines.append(f"    return {results[0]}")
+        else:
+            lines.append(f"    return ({''.join(r + ', ' for r in results)})")
+        self.text = "\n".join(lines) + "\n"
+
+    def finish(self, compiled_graph, fn_globals: dict, closure):
+        env = dict(self.codegen.env)
+        env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
+                   __graph=compiled_graph, _set_grad=torch._C._set_grad_enabled)
+        namespace: dict[str, Any] = {}
+        exec(compile(self.text, f"<tensorjit restore of {self.output.fn_name}>", "exec"), env, namespace)
+        return namespace["restore"]

@@ -1,0 +1,237 @@
+"""Capturing one call of a function into a cache entry.
+
+`capture_entry` runs the symbolic interpreter over the function with the
+call's real arguments. If the whole function is captured, the entry runs the
+compiled graph and rebuilds the return value. If capture meets a graph break,
+it is replayed up to the step where the break happened, and the entry becomes
+transformed bytecode that runs the graph, executes the breaking instruction in
+Python and continues in a resume function (see `resume.py`).
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .. import logs
+from ..config import Config
+from .breaks import BreakReason, CaptureError, GraphBreak, GraphBreakError
+from .codegen import RestoreFunction
+from .guards import CompiledGuards, global_state_guards
+from .interpreter import Capture, Frame, StopCapture
+from .opcodes import CALL_ADAPTER
+from .output import OutputGraph
+from .resume import Successor, TailCall, resume_code, transformed_code
+from .sources import LocalSource
+from .values.base import NULL, Value
+from .values.lazy import LazyValue
+from .values.objects import CellValue, RealCellValue
+
+PY = sys.version_info[:2]
+
+
+@dataclass
+class CompiledGraph:
+    """One graph handed to a backend, kept for explain() and statistics."""
+
+    graph_module: torch.fx.GraphModule
+    example_inputs: list
+    compiled: Callable
+    op_count: int
+    compile_seconds: float
+
+
+@dataclass
+class CacheEntry:
+    guards: CompiledGuards
+    run: Callable  # (args, kwargs, L) -> result or TailCall
+    graphs: list[CompiledGraph] = field(default_factory=list)
+    break_reason: BreakReason | None = None
+
+
+class _BreakAt(Exception):
+    def __init__(self, step: int, reason: BreakReason) -> None:
+        self.step = step
+        self.reason = reason
+
+
+def capture_entry(owner, L: tuple) -> CacheEntry:
+    """Capture `owner.fn` called with bound arguments `L` (owner: a CompiledFunction)."""
+    try:
+        return _attempt(owner, L, None)
+    except _BreakAt as stop:
+        if owner.fullgraph:
+            raise GraphBreakError(stop.reason) from None
+        logs.graph_break(stop.reason)
+        entry = _attempt(owner, L, stop.step)
+        entry.break_reason = stop.reason
+        return entry
+
+
+def _root_frame(owner, L: tuple, capture: Capture) -> Frame:
+    fn = owner.fn
+    code = fn.__code__
+    names = code.co_varnames[:len(L)]
+    local_values: dict[str, Value] = {n: LazyValue(v, LocalSource(i, n)) for i, (n, v) in enumerate(zip(names, L))}
+    cells: dict[str, Any] = {}
+    for name in code.co_cellvars:
+        cells[name] = CellValue(local_values.pop(name, None))
+    for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
+        cells[name] = RealCellValue(cell, "root", i, name)
+    return Frame(capture, code, fn.__globals__, None, local_values, cells)
+
+
+def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
+    fn = owner.fn
+    output = OutputGraph(fn.__code__.co_name)
+    for guard in global_state_guards():
+        output.guard(guard)
+    capture = Capture(owner.config, output, break_at)
+    capture.root_globals = fn.__globals__
+    grad_before = torch.is_grad_enabled()
+    frame = None
+    try:
+        frame = _root_frame(owner, L, capture)
+        result = frame.run()
+        return _finish_return(owner, output, result, grad_before)
+    except StopCapture:
+        try:
+            return _finish_break(owner, output, frame, grad_before)
+        except GraphBreak as e:  # the state at the break cannot be rebuilt: run this call pattern eagerly
+            logs.emit("graph_breaks", f"{frame.location()}: cannot resume after the break ({e}); running eagerly")
+            guards = output.guards.build(fn.__globals__, fn.__closure__)
+            return CacheEntry(guards, lambda args, kwargs, L: fn(*args, **kwargs))
+    except GraphBreak as e:
+        reason = e.reason
+        if not reason.user_stack and frame is not None:
+            reason.user_stack = frame.user_stack()
+        if break_at is not None:
+            raise CaptureError(frame.location() if frame else None, e) from e
+        raise _BreakAt(capture.steps - 1, reason) from None
+    except (GraphBreakError, CaptureError, _BreakAt):
+        raise
+    except Exception as e:
+        location = _deepest_location(e, frame)
+        raise CaptureError(location, e) from e
+    finally:
+        torch._C._set_grad_enabled(grad_before)
+
+
+def _deepest_location(e: BaseException, frame):
+    located = getattr(e, "tensorjit_location", None)
+    if located is not None:
+        return located
+    return frame.location() if frame is not None else None
+
+
+def _compile_graph(owner, output: OutputGraph, outputs: list) -> tuple[Callable | None, list[CompiledGraph]]:
+    if output.op_count() == 0:
+        return None, []
+    gm = output.build_module([v.node for v in outputs])
+    example_inputs = [gi.example for gi in output.inputs]
+    logs.graph_code(output.fn_name, gm)
+    start = time.perf_counter()
+    compiled = owner.backend(gm, example_inputs)
+    seconds = time.perf_counter() - start
+    record = CompiledGraph(gm, example_inputs, compiled, output.op_count(), seconds)
+    return compiled, [record]
+
+
+def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool) -> CacheEntry:
+    restore = RestoreFunction(output, [result], grad_mode_after=None, single=True,
+                              call_graph=output.op_count() > 0)
+    compiled, graphs = _compile_graph(owner, output, restore.graph_outputs)
+    fn = owner.fn
+    restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)
+    guards = output.guards.build(fn.__globals__, fn.__closure__)
+    logs.guards(output.fn_name, guards)
+    return CacheEntry(guards, lambda args, kwargs, L: restore_fn(L), graphs)
+
+
+# -- graph breaks ---------------------------------------------------------------------------
+def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -> CacheEntry:
+    fn = owner.fn
+    code = fn.__code__
+    index = frame.ip
+    inst = frame.instructions[index]
+    stack = list(frame.stack)
+    callee = _callee_slot(inst, len(stack))
+    values: list[Value] = []
+    wrapped: set[int] = set()
+    for j, value in enumerate(stack):
+        if value is NULL:
+            values.append(_ConstantMarker(CALL_ADAPTER))
+        else:
+            values.append(value)
+            if j == callee:
+                wrapped.add(j)
+    local_names = [n for n in code.co_varnames if n in frame.locals and not n.startswith("__tj_")] + \
+        [n for n in code.co_cellvars if frame.cells[n].contents is not None]
+    for name in local_names:
+        values.append(frame.locals[name] if name in frame.locals else frame.cells[name].contents)
+    grad_now = torch.is_grad_enabled()
+    restore = RestoreFunction(output, values, grad_mode_after=grad_now if grad_now != grad_before else None,
+                              single=False, call_graph=output.op_count() > 0, wrap_indices=wrapped)
+    compiled, graphs = _compile_graph(owner, output, restore.graph_outputs)
+    restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)
+    successors = [(s, owner.resume_function(s.index, s.depth, local_names)) for s in _successors(frame, index, len(stack))]
+    tcode = transformed_code(code, index, len(stack), local_names, restore_fn, successors, TailCall)
+    transformed = types.FunctionType(tcode, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+    transformed.__kwdefaults__ = fn.__kwdefaults__
+    guards = output.guards.build(fn.__globals__, fn.__closure__)
+    logs.guards(output.fn_name, guards)
+    entry = CacheEntry(guards, lambda args, kwargs, L: transformed(*args, **kwargs), graphs)
+    entry.transformed_code = tcode
+    return entry
+
+
+class _ConstantMarker(Value):
+    def __init__(self, obj) -> None:
+        self.obj = obj
+
+    def reconstruct(self, cg) -> str:
+        return cg.constant(self.obj)
+
+
+def _callee_slot(inst, depth: int) -> int | None:
+    if inst.opname == "CALL":
+        return depth - inst.arg - 1  # [NULL|method, callable|self, args...]: the callable's slot
+    if inst.opname == "CALL_FUNCTION_EX":
+        return depth - (3 if inst.arg & 1 else 2)
+    return None
+
+
+_CONDITIONAL = {"POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE",
+                "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_NONE",
+                "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+                "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE"}
+_TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
+
+
+def _successors(frame: Frame, index: int, depth: int) -> list[Successor]:
+    inst = frame.instructions[index]
+    name = inst.opname
+    if name in _TERMINAL:
+        return []
+    if name in _CONDITIONAL:
+        return [Successor(index + 1, depth - 1, False), Successor(inst.target, depth - 1, True)]
+    if name in ("JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"):
+        return [Successor(index + 1, depth - 1, False), Successor(inst.target, depth, True)]
+    if name == "FOR_ITER":
+        exhausted = inst.target + (1 if PY >= (3, 12) else 0)
+        return [Successor(index + 1, depth + 1, False), Successor(exhausted, depth - 1, True)]
+    if name == "CALL":  # [NULL|callable, callable|self, *args] -> result (PRECALL's share included on 3.11)
+        return [Successor(index + 1, depth - inst.arg - 1, False)]
+    if name == "CALL_FUNCTION_EX":
+        return [Successor(index + 1, depth - (3 + (inst.arg & 1)) + 1, False)]
+    if inst.target is not None:
+        raise GraphBreak("unsupported-break", f"cannot break at jump {name}")
+    effect = dis.stack_effect(inst.opcode, inst.arg, jump=False) if inst.arg is not None or \
+        inst.opcode >= dis.HAVE_ARGUMENT else dis.stack_effect(inst.opcode, jump=False)
+    return [Successor(index + 1, depth + effect, False)]

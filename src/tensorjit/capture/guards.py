@@ -1,0 +1,235 @@
+"""Guards: the assumptions a compiled entry relies on, checked before reuse.
+
+Capture records `Guard`s as it reads values through `Source`s. `GuardSet.build`
+turns them into one generated, straight-line Python function
+`check(L) -> bool` over the bound arguments `L`, with the function's globals,
+builtins and closure cells bound as defaults so that no lookup is repeated on
+the hot path. Objects that a guard compares by identity are held through weak
+references where Python allows it, so a compiled entry never keeps a module
+alive; `GuardSet.on_death` tells the cache when such an object is gone.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .sources import AttrSource, ItemSource, Source
+
+_weakrefable_failures = (TypeError,)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One check on the value reached through `source`."""
+
+    source: Source | None
+    kind: str  # "type", "id", "constant", "tensor", "length", "keys", "global_state", "same"
+    payload: Any = None
+    other: Source | None = None
+
+    def describe(self) -> str:
+        where = str(self.source) if self.source is not None else "global state"
+        if self.kind == "tensor":
+            return f"{where}: tensor {tensor_signature_text(self.payload)}"
+        if self.kind == "type":
+            return f"type({where}) is {self.payload.__qualname__}"
+        if self.kind == "id":
+            return f"{where} is the same object as at capture"
+        if self.kind == "constant":
+            return f"{where} == {self.payload!r}"
+        if self.kind == "length":
+            return f"len({where}) == {self.payload}"
+        if self.kind == "keys":
+            return f"{where}.keys() == {list(self.payload)!r}"
+        if self.kind == "same":
+            return f"{where} is {self.other}"
+        if self.kind == "global_state":
+            return f"{self.payload[0]} == {self.payload[1]!r}"
+        return f"{self.kind} guard on {where}"
+
+
+@dataclass(frozen=True)
+class TensorSignature:
+    cls: type
+    dtype: torch.dtype
+    device: torch.device
+    shape: tuple
+    stride: tuple
+    requires_grad: bool
+
+    @staticmethod
+    def of(t: torch.Tensor) -> "TensorSignature":
+        return TensorSignature(type(t), t.dtype, t.device, tuple(t.shape), tuple(t.stride()),
+                               t.requires_grad)
+
+
+def tensor_signature_text(sig: TensorSignature) -> str:
+    return (f"{sig.cls.__name__}(dtype={sig.dtype}, device={sig.device}, shape={list(sig.shape)}, "
+            f"stride={list(sig.stride)}, requires_grad={sig.requires_grad})")
+
+
+# Global torch state an entry depends on: (description, expression, reader).
+GLOBAL_STATE = (
+    ("torch.is_grad_enabled()", "_grad_enabled()", torch.is_grad_enabled),
+    ("torch.is_inference_mode_enabled()", "_inference_mode()", torch.is_inference_mode_enabled),
+    ("torch.get_default_dtype()", "_default_dtype()", torch.get_default_dtype),
+)
+
+
+def global_state_guards() -> list[Guard]:
+    return [Guard(None, "global_state", (text, read())) for text, _, read in GLOBAL_STATE]
+
+
+class _Emitter:
+    """Builds the text of the check function and the constants it closes over."""
+
+    def __init__(self) -> None:
+        self.constants: dict[str, Any] = {}
+        self.lines: list[str] = []
+        self.weak: list[weakref.ref] = []
+        self.cached: dict[Source, str] = {}
+
+    def constant(self, value: Any, prefix: str = "K") -> str:
+        name = f"{prefix}{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+    def value_of(self, source: Source) -> str:
+        """An expression for `source`, stored in a local when it is a path others build on."""
+        if source in self.cached:
+            return self.cached[source]
+        base = source.base()
+        if base is None:
+            text = source.expression()
+        elif isinstance(source, AttrSource):
+            of = self.value_of(base)
+            text = f"{of}.{source.name}" if source.name.isidentifier() else f"getattr({of}, {source.name!r})"
+        elif isinstance(source, ItemSource):
+            text = f"{self.value_of(base)}[{source.key!r}]"
+        else:
+            text = source.expression()
+        name = f"v{len(self.cached)}"
+        self.lines.append(f"    {name} = {text}")
+        self.cached[source] = name
+        return name
+
+    def check(self, condition: str) -> None:
+        self.lines.append(f"    if not ({condition}): return False")
+
+
+def _emit_guard(em: _Emitter, guard: Guard) -> None:
+    kind = guard.kind
+    if kind == "global_state":
+        text, value = guard.payload
+        expression = next(e for t, e, _ in GLOBAL_STATE if t == text)
+        em.check(f"{expression} is {em.constant(value)}" if isinstance(value, (bool, torch.dtype))
+                 else f"{expression} == {em.constant(value)}")
+        return
+    v = em.value_of(guard.source)
+    if kind == "type":
+        em.check(f"type({v}) is {em.constant(guard.payload, 'T')}")
+    elif kind == "id":
+        try:
+            ref = weakref.ref(guard.payload)
+            em.weak.append(ref)
+            em.check(f"{v} is {em.constant(ref, 'R')}()")
+        except _weakrefable_failures:
+            em.check(f"{v} is {em.constant(guard.payload, 'O')}")
+    elif kind == "constant":
+        value = guard.payload
+        if value is None or isinstance(value, bool):
+            em.check(f"{v} is {value!r}")
+        else:
+            em.check(f"type({v}) is {em.constant(type(value), 'T')} and {v} == {em.constant(value)}")
+    elif kind == "tensor":
+        sig: TensorSignature = guard.payload
+        em.check(f"type({v}) is {em.constant(sig.cls, 'T')}")
+        em.check(f"{v}.dtype is {em.constant(sig.dtype)} and {v}.requires_grad is {sig.requires_grad}")
+        em.check(f"{v}.shape == {em.constant(sig.shape)} and {v}.stride() == {em.constant(sig.stride)}")
+        em.check(f"{v}.device == {em.constant(sig.device)}")
+    elif kind == "length":
+        em.check(f"len({v}) == {guard.payload}")
+    elif kind == "keys":
+        em.check(f"list({v}.keys()) == {em.constant(list(guard.payload))}")
+    elif kind == "same":
+        em.check(f"{v} is {em.value_of(guard.other)}")
+    else:
+        raise AssertionError(f"unknown guard kind {kind}")
+
+
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "tensor": 3, "same": 4}
+
+
+@dataclass
+class GuardSet:
+    guards: list[Guard] = field(default_factory=list)
+    _seen: set = field(default_factory=set)
+
+    def add(self, guard: Guard) -> None:
+        key = (guard.source, guard.kind, guard.other, _hashable(guard.payload))
+        if key not in self._seen:
+            self._seen.add(key)
+            self.guards.append(guard)
+
+    def ordered(self) -> list[Guard]:
+        """Cheap checks first; a value's container is checked before its items."""
+        def depth(g: Guard) -> int:
+            n, s = 0, g.source
+            while s is not None:
+                n, s = n + 1, s.base()
+            return n
+        return sorted(self.guards, key=lambda g: (depth(g), _ORDER[g.kind]))
+
+    def build(self, fn_globals: dict, closure: tuple | None) -> "CompiledGuards":
+        em = _Emitter()
+        for guard in self.ordered():
+            _emit_guard(em, guard)
+        env = dict(em.constants)
+        env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
+                   _grad_enabled=torch.is_grad_enabled,
+                   _inference_mode=torch.is_inference_mode_enabled,
+                   _default_dtype=torch.get_default_dtype)
+        params = ", ".join(f"{k}={k}" for k in env)
+        body = "\n".join(em.lines) or "    pass"
+        text = f"def check(L, {params}):\n{body}\n    return True\n"
+        namespace: dict[str, Any] = {}
+        exec(compile(text, "<tensorjit guards>", "exec"), env, namespace)
+        return CompiledGuards(namespace["check"], text, self.ordered(), em.weak, env)
+
+
+@dataclass
+class CompiledGuards:
+    check: Callable[[tuple], bool]
+    source_text: str
+    guards: list[Guard]
+    weak_refs: list[weakref.ref]
+    env: dict
+
+    def failure(self, L: tuple) -> str | None:
+        """The first guard that fails for arguments `L`, described for logs."""
+        for guard in self.guards:
+            single = GuardSet([guard]).build(self.env["G"], self.env["C"])
+            try:
+                ok = single.check(L)
+            except Exception:
+                ok = False
+            if not ok:
+                return guard.describe()
+        return None
+
+    def alive(self) -> bool:
+        return all(ref() is not None for ref in self.weak_refs)
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return id(value)

@@ -1,0 +1,302 @@
+"""The symbolic interpreter of CPython 3.11 / 3.12 bytecode.
+
+A `Frame` executes one function's instructions over symbolic `Value`s: the
+root frame is the compiled function itself, and every Python call it can see
+through is executed by a child frame (inlining). Tensor operations are
+recorded into the shared `OutputGraph`; everything else is evaluated at
+capture time. Opcode handlers are methods registered in `opcodes.py`.
+
+A handler that cannot proceed raises `GraphBreak`. The root frame notes the
+step at which that happened (`BreakAt`); the frame converter then replays the
+capture up to that step and ends the graph there.
+"""
+
+from __future__ import annotations
+
+import dis
+import operator
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ..config import Config
+from . import builder
+from .breaks import GraphBreak, UserLocation
+from .output import OutputGraph, SideEffect
+from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
+from .values.base import ConstantValue, NULL, NullValue, Value
+from .values.lazy import LazyValue
+from .values.builtins import BuiltinValue
+from .values.containers import DictValue, IteratorValue, ListValue, SequenceValue, SetValue, TupleValue
+from .values.functions import FunctionValue, MethodValue, NestedFunctionValue, TorchFunctionValue
+from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue,
+                             SuperValue, UserObjectValue, lookup_static)
+from .values.tensors import TensorValue, record_call
+
+PY = sys.version_info[:2]
+MAX_STEPS = 200_000
+
+
+class Return(Exception):
+    def __init__(self, value: Value) -> None:
+        self.value = value
+
+
+class StopCapture(Exception):
+    """The root frame reached the step where the graph must end."""
+
+
+@dataclass
+class Instruction:
+    opname: str
+    opcode: int
+    arg: int | None
+    argval: Any
+    offset: int
+    lineno: int | None
+    target: int | None  # index of the jump target instruction, if any
+
+
+def instructions_of(code: types.CodeType) -> tuple[list[Instruction], dict[int, int]]:
+    result: list[Instruction] = []
+    lineno = code.co_firstlineno
+    raw = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+    index_of = {i.offset: n for n, i in enumerate(raw)}
+    for i in raw:
+        if i.positions is not None and i.positions.lineno is not None:
+            lineno = i.positions.lineno
+        target = None
+        if i.opcode in dis.hasjrel or i.opcode in dis.hasjabs:
+            target = index_of.get(i.argval)
+        result.append(Instruction(i.opname, i.opcode, i.arg, i.argval, i.offset, lineno, target))
+    return result, index_of
+
+
+_INSTRUCTION_CACHE: dict[types.CodeType, tuple] = {}
+
+
+def cached_instructions(code: types.CodeType):
+    entry = _INSTRUCTION_CACHE.get(code)
+    if entry is None:
+        entry = _INSTRUCTION_CACHE[code] = instructions_of(code)
+    return entry
+
+
+class Capture:
+    """State shared by all frames of one capture."""
+
+    def __init__(self, config: Config, output: OutputGraph, break_at: int | None) -> None:
+        self.config = config
+        self.output = output
+        self.break_at = break_at
+        self.steps = 0
+
+
+class Frame:
+    def __init__(self, capture: Capture, code: types.CodeType, globals_: dict, parent: "Frame | None",
+                 locals_: dict[str, Value], cells: dict[str, Any]) -> None:
+        self.capture = capture
+        self.output = capture.output
+        self.config = capture.config
+        self.code = code
+        self.globals = globals_
+        self.builtins = globals_.get("__builtins__", __builtins__)
+        if isinstance(self.builtins, types.ModuleType):
+            self.builtins = self.builtins.__dict__
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.instructions, self.index_of = cached_instructions(code)
+        self.locals = locals_
+        self.cells = cells
+        self.stack: list[Value] = []
+        self.ip = 0
+        self.current: Instruction | None = None
+        self.kw_names: tuple | None = None
+        self.yielded: list[Value] | None = None
+        self.current_builtin = None
+        self.is_root = parent is None
+
+    # -- locations -------------------------------------------------------------
+    def location(self) -> UserLocation:
+        lineno = self.current.lineno if self.current else self.code.co_firstlineno
+        return UserLocation(self.code.co_filename, lineno or 0, self.code.co_name)
+
+    def user_stack(self) -> list[UserLocation]:
+        frames, f = [], self
+        while f is not None:
+            frames.append(f.location())
+            f = f.parent
+        return list(reversed(frames))
+
+    # -- running ------------------------------------------------------------------
+    def run(self) -> Value:
+        from .opcodes import HANDLERS
+        capture = self.capture
+        while True:
+            inst = self.instructions[self.ip]
+            if self.is_root:
+                if capture.break_at is not None and capture.steps == capture.break_at:
+                    self.current = inst
+                    raise StopCapture()
+                capture.steps += 1
+                if capture.steps > MAX_STEPS:
+                    raise GraphBreak("too-long", f"more than {MAX_STEPS} bytecode steps in one graph")
+            self.current = inst
+            self.ip += 1
+            handler = HANDLERS.get(inst.opname)
+            if handler is None:
+                raise GraphBreak("unsupported-bytecode", f"opcode {inst.opname} is not supported")
+            try:
+                handler(self, inst)
+            except Return as r:
+                return r.value
+            except GraphBreak as e:
+                if not e.reason.user_stack:
+                    e.reason.user_stack = self.user_stack()
+                raise
+
+    def local(self, name: str) -> Value | None:
+        """The value of local `name`, wrapping a lazily bound argument on first use."""
+        value = self.locals.get(name)
+        if type(value) is LazyValue:
+            value = self.locals[name] = value.realize(self)
+        return value
+
+    def push(self, value: Value) -> None:
+        self.stack.append(value)
+
+    def pop(self) -> Value:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[Value]:
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    def jump(self, inst: Instruction) -> None:
+        self.ip = inst.target
+
+    # -- values from outside --------------------------------------------------------
+    def wrap(self, obj: Any, source) -> Value:
+        return builder.wrap(self, obj, source)
+
+    def wrap_source(self, obj: Any, source) -> Value:
+        return builder.wrap(self, obj, source)
+
+    def wrap_constant_object(self, obj: Any) -> Value:
+        return builder.wrap_constant_object(self, obj)
+
+    def constant_tensor(self, tensor: torch.Tensor) -> Value:
+        return self.output.constant_tensor(tensor)
+
+    def load_global(self, name: str) -> Value:
+        if (id(self.globals), name) in self.output.attribute_overlay:
+            return self.output.attribute_overlay[(id(self.globals), name)]
+        if name in self.globals:
+            source = GlobalSource(name) if self.globals is self.capture.root_globals else None
+            if source is None:
+                return self.wrap_foreign_global(name)
+            return self.wrap(self.globals[name], source)
+        if name in self.builtins:
+            return self.wrap(self.builtins[name], BuiltinSource(name)) if self.is_root_globals() \
+                else self.wrap_constant_object(self.builtins[name])
+        raise GraphBreak("name-error", f"name {name!r} is not defined")
+
+    def is_root_globals(self) -> bool:
+        return self.globals is self.capture.root_globals
+
+    def wrap_foreign_global(self, name: str) -> Value:
+        """A global of an inlined function from another module, read through that module."""
+        module_name = self.globals.get("__name__", "")
+        module = sys.modules.get(module_name)
+        if module_name.startswith("torch.") or module_name == "torch":
+            return self.wrap_constant_object(self.globals[name])  # torch's own globals do not change
+        if module is not None and getattr(module, "__dict__", None) is self.globals:
+            return self.wrap(self.globals[name], ModuleGlobalSource(module_name, name))
+        return self.wrap_constant_object(self.globals[name])
+
+    # -- generic operations -----------------------------------------------------------
+    def getattr(self, obj: Value, name: str) -> Value:
+        return obj.getattr(self, name)
+
+    def call(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        return fn.call(self, args, kwargs)
+
+    def call_object(self, value: ObjectValue, args, kwargs) -> Value:
+        from .calls import call_object
+        return call_object(self, value, args, kwargs)
+
+    def call_dunder(self, obj: Value, name: str, args: list[Value]) -> Value:
+        method = lookup_static(obj.python_type(), name)[0]
+        if isinstance(method, types.FunctionType):
+            return self.call(FunctionValue(method), [obj, *args], {})
+        raise GraphBreak("unsupported-operation", f"{obj.python_type().__name__}.{name} is not a Python method")
+
+    def binary_op(self, op: Callable, a: Value, b: Value) -> Value:
+        from .calls import binary_op
+        return binary_op(self, op, a, b)
+
+    def iterate(self, obj: Value) -> IteratorValue:
+        if isinstance(obj, IteratorValue):
+            return obj
+        if isinstance(obj, ConstantValue) and isinstance(obj.value, (range, str, tuple, frozenset, bytes)):
+            return IteratorValue([ConstantValue(v) for v in obj.value])
+        if isinstance(obj, (NNModuleValue, ObjectValue, UserObjectValue)) and \
+                lookup_static(obj.python_type(), "__iter__")[0] is not None:
+            return self.iterate(self.call_dunder(obj, "__iter__", []))
+        if isinstance(obj, GeneratorValue):
+            return IteratorValue(obj.items)
+        return IteratorValue(obj.unpack(self))
+
+    def store_attribute(self, obj: Value, name: str, value: Value) -> Value:
+        if isinstance(obj, UserObjectValue):
+            obj.setattr(self, name, value)
+        elif isinstance(obj, ObjectValue) and obj.source is not None:
+            self.output.record_attribute_write(obj, name, value)
+        else:
+            raise GraphBreak("store-attr", f"setting attribute {name!r} on {obj!r}")
+        return ConstantValue(None)
+
+    def set_grad_enabled(self, enabled: bool) -> Value:
+        if torch.is_grad_enabled() != enabled:
+            self.output.create_node("call_function", torch._C._set_grad_enabled, (enabled,), {}, None)
+            torch._C._set_grad_enabled(enabled)
+        return ConstantValue(None)
+
+    def zero_argument_super(self) -> Value:
+        code = self.code
+        if "__class__" not in code.co_freevars or code.co_argcount == 0:
+            raise GraphBreak("super", "super() without arguments outside a method")
+        cls = self.cells["__class__"].load(self).constant()
+        first = code.co_varnames[0]
+        obj = self.local(first)
+        if obj is None and first in self.cells:
+            obj = self.cells[first].load(self)
+        return SuperValue(cls, obj)
+
+    def read_attribute_of_source(self, source, name):
+        from .sources import AttrSource
+        return eval(source.expression(), {}, {})  # pragma: no cover - only for .grad on inputs
+
+    # -- inlining ------------------------------------------------------------------------
+    def inline_function(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        from .calls import inline_function
+        return inline_function(self, fn, args, kwargs)
+
+
+class GeneratorValue(Value):
+    """A generator run to completion during capture: its yielded values in order."""
+
+    def __init__(self, items: list[Value]) -> None:
+        self.items = items
+
+    def python_type(self) -> type:
+        return types.GeneratorType
+
+    def unpack(self, tx) -> list[Value]:
+        return list(self.items)

@@ -1,0 +1,693 @@
+"""One handler per CPython opcode, registered with the Python versions it serves.
+
+Each handler takes the frame and the instruction and updates the frame's
+stack, locals and instruction pointer. Registration refuses duplicates, and
+an opcode with no handler for the running Python is a graph break.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+import types
+from typing import Callable
+
+import torch
+
+from .breaks import GraphBreak
+from .interpreter import Frame, GeneratorValue, Instruction, Return
+from .values.base import ConstantValue, NULL, NullValue, Value
+from .values.lazy import LazyValue
+from .values.builtins import BuiltinValue
+from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
+                                SetValue, SliceValue, TupleValue)
+from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
+from .values.objects import CellValue, GradModeValue, ObjectValue, RealCellValue, UserObjectValue
+from .values.tensors import TensorValue, record_call
+
+PY = sys.version_info[:2]
+HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}
+
+
+def opcode(*versions: tuple[int, int]):
+    """Register the decorated function as the handler of the opcode it is named after."""
+    def register(fn):
+        if versions and PY not in versions:
+            return fn
+        if fn.__name__ in HANDLERS:
+            raise AssertionError(f"duplicate handler for {fn.__name__}")
+        HANDLERS[fn.__name__] = fn
+        return fn
+    return register
+
+
+PY311, PY312 = (3, 11), (3, 12)
+
+
+# -- stack and no-ops ------------------------------------------------------------------
+@opcode()
+def NOP(f: Frame, i: Instruction) -> None:
+    pass
+
+
+@opcode()
+def RESUME(f, i):
+    pass
+
+
+@opcode()
+def POP_TOP(f, i):
+    f.pop()
+
+
+@opcode()
+def PUSH_NULL(f, i):
+    f.push(NULL)
+
+
+@opcode()
+def COPY(f, i):
+    f.push(f.stack[-i.arg])
+
+
+@opcode()
+def SWAP(f, i):
+    f.stack[-1], f.stack[-i.arg] = f.stack[-i.arg], f.stack[-1]
+
+
+@opcode(PY312)
+def END_FOR(f, i):
+    f.popn(2)
+
+
+# -- locals, globals, cells -------------------------------------------------------------
+@opcode()
+def LOAD_CONST(f, i):
+    f.push(f.wrap_constant_object(i.argval))
+
+
+@opcode(PY312)
+def RETURN_CONST(f, i):
+    _return(f, f.wrap_constant_object(i.argval))
+
+
+@opcode()
+def LOAD_FAST(f, i):
+    value = f.locals.get(i.argval)
+    if value is None:
+        raise GraphBreak("unbound-local", f"local variable {i.argval!r} referenced before assignment")
+    if type(value) is LazyValue:
+        value = f.locals[i.argval] = value.realize(f)
+    f.push(value)
+
+
+HANDLERS["LOAD_FAST_CHECK"] = LOAD_FAST
+
+
+@opcode(PY312)
+def LOAD_FAST_AND_CLEAR(f, i):
+    value = f.locals.pop(i.argval, NULL)
+    if type(value) is LazyValue:
+        value = value.realize(f)
+    f.push(value)
+
+
+@opcode()
+def STORE_FAST(f, i):
+    value = f.pop()
+    if value is NULL:
+        f.locals.pop(i.argval, None)
+    else:
+        f.locals[i.argval] = value
+
+
+@opcode()
+def DELETE_FAST(f, i):
+    f.locals.pop(i.argval, None)
+
+
+@opcode()
+def LOAD_GLOBAL(f, i):
+    name = i.argval
+    push_null = bool(i.arg & 1)
+    if push_null and PY >= (3, 11):
+        f.push(NULL)
+    f.push(f.load_global(name))
+
+
+@opcode()
+def STORE_GLOBAL(f, i):
+    f.output.record_global_write(f.globals, i.argval, f.pop(), is_root=f.is_root_globals())
+
+
+@opcode()
+def MAKE_CELL(f, i):
+    pass  # cells are made when the frame is created
+
+
+@opcode()
+def COPY_FREE_VARS(f, i):
+    pass
+
+
+@opcode()
+def LOAD_CLOSURE(f, i):
+    f.push(f.cells[i.argval])
+
+
+@opcode()
+def LOAD_DEREF(f, i):
+    f.push(f.cells[i.argval].load(f))
+
+
+@opcode()
+def STORE_DEREF(f, i):
+    f.cells[i.argval].store(f, f.pop())
+
+
+# -- attributes -----------------------------------------------------------------------
+def _load_method(f: Frame, name: str) -> None:
+    obj = f.pop()
+    f.push(NULL)
+    f.push(f.getattr(obj, name))
+
+
+@opcode(PY311)
+def LOAD_METHOD(f, i):
+    _load_method(f, i.argval)
+
+
+@opcode()
+def LOAD_ATTR(f, i):
+    if PY >= (3, 12) and i.arg & 1:
+        _load_method(f, i.argval)
+    else:
+        f.push(f.getattr(f.pop(), i.argval))
+
+
+@opcode(PY312)
+def LOAD_SUPER_ATTR(f, i):
+    obj = f.pop()
+    cls = f.pop()
+    f.pop()  # the global `super`
+    from .values.objects import SuperValue
+    attr = SuperValue(cls.constant(), obj).getattr(f, i.argval)
+    if i.arg & 1:
+        f.push(NULL)
+    f.push(attr)
+
+
+@opcode()
+def STORE_ATTR(f, i):
+    obj = f.pop()
+    value = f.pop()
+    f.store_attribute(obj, i.argval, value)
+
+
+# -- operators ------------------------------------------------------------------------
+_BINARY = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul,
+           operator.mul, operator.mod, operator.or_, operator.pow, operator.rshift, operator.sub,
+           operator.truediv, operator.xor,
+           operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, operator.imatmul,
+           operator.imul, operator.imod, operator.ior, operator.ipow, operator.irshift, operator.isub,
+           operator.itruediv, operator.ixor]
+
+
+@opcode()
+def BINARY_OP(f, i):
+    b = f.pop()
+    a = f.pop()
+    f.push(f.binary_op(_BINARY[i.arg], a, b))
+
+
+_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+            ">": operator.gt, ">=": operator.ge}
+
+
+@opcode()
+def COMPARE_OP(f, i):
+    b = f.pop()
+    a = f.pop()
+    f.push(f.binary_op(_COMPARE[i.argval], a, b))
+
+
+@opcode()
+def IS_OP(f, i):
+    b = f.pop()
+    a = f.pop()
+    f.push(f.binary_op(operator.is_not if i.arg else operator.is_, a, b))
+
+
+@opcode()
+def CONTAINS_OP(f, i):
+    container = f.pop()
+    item = f.pop()
+    result = f.binary_op(operator.contains, container, item)
+    f.push(ConstantValue(not result.constant()) if i.arg else result)
+
+
+def _unary(f: Frame, op, dunder: str) -> None:
+    value = f.pop()
+    if isinstance(value, TensorValue):
+        f.push(record_call(f, op, [value], {}))
+    elif value.is_constant():
+        f.push(f.wrap_constant_object(op(value.constant())))
+    else:
+        f.push(f.call_dunder(value, dunder, []))
+
+
+@opcode()
+def UNARY_NEGATIVE(f, i):
+    _unary(f, operator.neg, "__neg__")
+
+
+@opcode(PY311)
+def UNARY_POSITIVE(f, i):
+    _unary(f, operator.pos, "__pos__")
+
+
+@opcode()
+def UNARY_INVERT(f, i):
+    _unary(f, operator.invert, "__invert__")
+
+
+@opcode()
+def UNARY_NOT(f, i):
+    f.push(ConstantValue(not f.pop().truth(f)))
+
+
+@opcode(PY312)
+def CALL_INTRINSIC_1(f, i):
+    name = i.argval if isinstance(i.argval, str) else ""
+    if i.arg == 5 or name == "INTRINSIC_UNARY_POSITIVE":
+        _unary(f, operator.pos, "__pos__")
+    elif i.arg == 6 or name == "INTRINSIC_LIST_TO_TUPLE":
+        f.push(TupleValue(f.pop().unpack(f)))
+    else:
+        raise GraphBreak("unsupported-bytecode", f"CALL_INTRINSIC_1 {i.argval}")
+
+
+@opcode(PY311)
+def LIST_TO_TUPLE(f, i):
+    f.push(TupleValue(f.pop().unpack(f)))
+
+
+# -- subscripts ---------------------------------------------------------------------------
+def getitem(f: Frame, obj: Value, index: Value) -> Value:
+    if isinstance(obj, TensorValue):
+        return record_call(f, operator.getitem, [obj, index], {})
+    if isinstance(index, TensorValue):
+        raise GraphBreak("data-dependent-op", "indexing a Python container with a tensor")
+    if isinstance(obj, (SequenceValue, DictValue)):
+        return obj.getitem(f, index)
+    if obj.is_constant() and index.is_constant():
+        try:
+            return f.wrap_constant_object(obj.constant()[index.constant()])
+        except Exception as e:
+            raise GraphBreak("op-error", f"{type(e).__name__}: {e}")
+    return f.call_dunder(obj, "__getitem__", [index])
+
+
+@opcode()
+def BINARY_SUBSCR(f, i):
+    index = f.pop()
+    obj = f.pop()
+    f.push(getitem(f, obj, index))
+
+
+@opcode(PY312)
+def BINARY_SLICE(f, i):
+    stop, start, obj = f.pop(), f.pop(), f.pop()
+    f.push(getitem(f, obj, SliceValue([start, stop])))
+
+
+def setitem(f: Frame, obj: Value, index: Value, value: Value) -> None:
+    if isinstance(obj, TensorValue):
+        record_call(f, operator.setitem, [obj, index, value], {})
+    elif isinstance(obj, ListValue):
+        key = index.constant()
+        obj.mutate(f)
+        if isinstance(key, slice):
+            obj.items[key] = value.unpack(f)
+        else:
+            obj.items[key] = value
+    elif isinstance(obj, DictValue):
+        obj.mutate(f)
+        obj.items[index.constant()] = value
+    elif isinstance(obj, (ObjectValue, UserObjectValue)):
+        f.call_dunder(obj, "__setitem__", [index, value])
+    else:
+        raise GraphBreak("unsupported-operation", f"item assignment on {obj!r}")
+
+
+@opcode()
+def STORE_SUBSCR(f, i):
+    index = f.pop()
+    obj = f.pop()
+    value = f.pop()
+    setitem(f, obj, index, value)
+
+
+@opcode(PY312)
+def STORE_SLICE(f, i):
+    stop, start, obj, value = f.pop(), f.pop(), f.pop(), f.pop()
+    setitem(f, obj, SliceValue([start, stop]), value)
+
+
+@opcode()
+def DELETE_SUBSCR(f, i):
+    index = f.pop()
+    obj = f.pop()
+    if isinstance(obj, (ListValue, DictValue)):
+        obj.mutate(f)
+        del obj.items[index.constant()]
+    else:
+        raise GraphBreak("unsupported-operation", f"del on {obj!r}")
+
+
+# -- building containers ------------------------------------------------------------------
+@opcode()
+def BUILD_TUPLE(f, i):
+    f.push(TupleValue(f.popn(i.arg)))
+
+
+@opcode()
+def BUILD_LIST(f, i):
+    f.push(ListValue(f.popn(i.arg)))
+
+
+@opcode()
+def BUILD_SET(f, i):
+    f.push(SetValue(f.popn(i.arg)))
+
+
+@opcode()
+def BUILD_MAP(f, i):
+    items = f.popn(2 * i.arg)
+    f.push(DictValue({items[k].constant(): items[k + 1] for k in range(0, len(items), 2)}))
+
+
+@opcode()
+def BUILD_CONST_KEY_MAP(f, i):
+    keys = f.pop().constant()
+    values = f.popn(i.arg)
+    f.push(DictValue(dict(zip(keys, values))))
+
+
+@opcode()
+def BUILD_SLICE(f, i):
+    f.push(SliceValue(f.popn(i.arg)))
+
+
+@opcode()
+def BUILD_STRING(f, i):
+    parts = f.popn(i.arg)
+    f.push(ConstantValue("".join(p.constant() for p in parts)))
+
+
+@opcode()
+def LIST_APPEND(f, i):
+    value = f.pop()
+    f.stack[-i.arg].items.append(value)
+
+
+@opcode()
+def SET_ADD(f, i):
+    value = f.pop()
+    target = f.stack[-i.arg]
+    target.items[value.constant()] = value
+
+
+@opcode()
+def MAP_ADD(f, i):
+    value = f.pop()
+    key = f.pop()
+    f.stack[-i.arg].items[key.constant()] = value
+
+
+@opcode()
+def LIST_EXTEND(f, i):
+    items = f.iterate(f.pop()).unpack(f)
+    f.stack[-i.arg].items.extend(items)
+
+
+@opcode()
+def SET_UPDATE(f, i):
+    items = f.iterate(f.pop()).unpack(f)
+    target = f.stack[-i.arg]
+    for v in items:
+        target.items[v.constant()] = v
+
+
+@opcode()
+def DICT_UPDATE(f, i):
+    other = f.pop()
+    if not isinstance(other, DictValue):
+        raise GraphBreak("unsupported-operation", f"dict update from {other!r}")
+    f.stack[-i.arg].items.update(other.items)
+
+
+HANDLERS["DICT_MERGE"] = DICT_UPDATE
+
+
+@opcode()
+def UNPACK_SEQUENCE(f, i):
+    value = f.pop()
+    items = f.iterate(value).unpack(f) if not isinstance(value, SequenceValue) else list(value.items)
+    if len(items) != i.arg:
+        raise GraphBreak("op-error", f"cannot unpack {len(items)} values into {i.arg}")
+    for item in reversed(items):
+        f.push(item)
+
+
+@opcode()
+def UNPACK_EX(f, i):
+    items = f.iterate(f.pop()).unpack(f)
+    before, after = i.arg & 0xFF, i.arg >> 8
+    if len(items) < before + after:
+        raise GraphBreak("op-error", "not enough values to unpack")
+    middle = ListValue(items[before:len(items) - after])
+    for item in reversed(items[len(items) - after:]):
+        f.push(item)
+    f.push(middle)
+    for item in reversed(items[:before]):
+        f.push(item)
+
+
+@opcode()
+def FORMAT_VALUE(f, i):
+    spec = f.pop().constant() if (i.arg & 0x04) else ""
+    value = f.pop()
+    if isinstance(value, TensorValue):
+        raise GraphBreak("data-dependent-op", "formatting a tensor into a string reads its values")
+    raw = value.constant()
+    conversion = i.arg & 0x03
+    raw = {0: raw, 1: str(raw), 2: repr(raw), 3: ascii(raw)}[conversion]
+    f.push(ConstantValue(format(raw, spec)))
+
+
+# -- iteration and jumps ---------------------------------------------------------------------
+@opcode()
+def GET_ITER(f, i):
+    f.push(f.iterate(f.pop()))
+
+
+@opcode()
+def FOR_ITER(f, i):
+    iterator = f.stack[-1]
+    if not isinstance(iterator, IteratorValue):
+        raise GraphBreak("iterate", f"iteration over {iterator!r}")
+    value = iterator.next()
+    if value is not None:
+        f.push(value)
+        return
+    f.pop()
+    f.ip = i.target
+    if PY >= (3, 12):
+        f.ip += 1  # skip END_FOR, as CPython does
+
+
+@opcode()
+def JUMP_FORWARD(f, i):
+    f.jump(i)
+
+
+@opcode()
+def JUMP_BACKWARD(f, i):
+    f.jump(i)
+
+
+HANDLERS["JUMP_BACKWARD_NO_INTERRUPT"] = JUMP_BACKWARD
+HANDLERS["JUMP"] = JUMP_FORWARD
+
+
+def _pop_jump(f: Frame, i: Instruction, when) -> None:
+    value = f.stack[-1]
+    if when(f, value):
+        f.jump(i)
+    f.pop()
+
+
+def _is_none(f, v):
+    if isinstance(v, ConstantValue):
+        return v.value is None
+    return False
+
+
+for _name, _when in {
+    "POP_JUMP_IF_TRUE": lambda f, v: v.truth(f),
+    "POP_JUMP_IF_FALSE": lambda f, v: not v.truth(f),
+    "POP_JUMP_IF_NONE": _is_none,
+    "POP_JUMP_IF_NOT_NONE": lambda f, v: not _is_none(f, v),
+}.items():
+    variants = [_name]
+    if PY == (3, 11):
+        variants = [_name.replace("POP_JUMP_IF", "POP_JUMP_FORWARD_IF"),
+                    _name.replace("POP_JUMP_IF", "POP_JUMP_BACKWARD_IF")]
+    for _variant in variants:
+        HANDLERS[_variant] = (lambda when: lambda f, i: _pop_jump(f, i, when))(_when)
+
+
+@opcode(PY311)
+def JUMP_IF_TRUE_OR_POP(f, i):
+    if f.stack[-1].truth(f):
+        f.jump(i)
+    else:
+        f.pop()
+
+
+@opcode(PY311)
+def JUMP_IF_FALSE_OR_POP(f, i):
+    if not f.stack[-1].truth(f):
+        f.jump(i)
+    else:
+        f.pop()
+
+
+# -- calls ------------------------------------------------------------------------------
+@opcode(PY311)
+def PRECALL(f, i):
+    pass
+
+
+@opcode()
+def KW_NAMES(f, i):
+    f.kw_names = f.code.co_consts[i.arg]  # dis cannot resolve this argument on 3.11
+
+
+@opcode()
+def CALL(f, i):
+    argc = i.arg
+    items = f.popn(argc + 2)
+    first, second, args = items[0], items[1], items[2:]
+    if first is NULL:
+        fn = second
+    else:
+        fn, args = first, [second, *args]
+    kwargs = {}
+    if f.kw_names:
+        names = f.kw_names
+        kwargs = dict(zip(names, args[len(args) - len(names):]))
+        args = args[:len(args) - len(names)]
+        f.kw_names = None
+    f.push(call_function(f, fn, args, kwargs))
+
+
+def call_function(f: Frame, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if isinstance(fn, ObjectValue) and fn.obj is CALL_ADAPTER:
+        return f.call(args[0], args[1:], kwargs)
+    return f.call(fn, args, kwargs)
+
+
+def _call_adapter(fn, *args, **kwargs):
+    """Stands in for a NULL stack slot in generated code: calls fn like CALL would."""
+    return fn(*args, **kwargs)
+
+
+CALL_ADAPTER = _call_adapter
+
+
+@opcode()
+def CALL_FUNCTION_EX(f, i):
+    kwargs = f.pop() if i.arg & 1 else DictValue({})
+    args = f.pop()
+    fn = f.pop()
+    if f.stack and (f.stack[-1] is NULL or isinstance(f.stack[-1], ObjectValue) and f.stack[-1].obj is CALL_ADAPTER):
+        f.pop()
+    if not isinstance(kwargs, DictValue):
+        raise GraphBreak("unsupported-call", "**kwargs from a non-dict")
+    positional = f.iterate(args).unpack(f) if not isinstance(args, SequenceValue) else list(args.items)
+    f.push(call_function(f, fn, positional, {str(k): v for k, v in kwargs.items.items()}))
+
+
+@opcode()
+def MAKE_FUNCTION(f, i):
+    code_value = f.pop()
+    if PY == (3, 11):
+        pass
+    code = code_value.constant()
+    flags = i.arg
+    cells = f.pop().items if flags & 0x08 else []
+    if flags & 0x04:
+        f.pop()  # annotations
+    kwdefaults = {k: v for k, v in f.pop().items.items()} if flags & 0x02 else {}
+    defaults = f.pop().items if flags & 0x01 else []
+    f.push(NestedFunctionValue(code, f.globals, code.co_name, list(defaults), kwdefaults, list(cells),
+                               code.co_qualname))
+
+
+@opcode()
+def RETURN_VALUE(f, i):
+    _return(f, f.pop())
+
+
+def _return(f: Frame, value: Value) -> None:
+    if f.yielded is not None:
+        raise Return(GeneratorValue(f.yielded))
+    raise Return(value)
+
+
+@opcode()
+def RETURN_GENERATOR(f, i):
+    if f.yielded is None:
+        raise GraphBreak("generator", "a generator function at the top level")
+    f.push(ConstantValue(None))
+
+
+@opcode()
+def YIELD_VALUE(f, i):
+    f.yielded.append(f.pop())
+    f.push(ConstantValue(None))
+
+
+# -- with blocks, exceptions, imports -----------------------------------------------------------
+@opcode()
+def BEFORE_WITH(f, i):
+    ctx = f.pop()
+    exit_fn = f.getattr(ctx, "__exit__")
+    enter = f.getattr(ctx, "__enter__")
+    f.push(exit_fn)
+    f.push(f.call(enter, [], {}))
+
+
+@opcode()
+def RAISE_VARARGS(f, i):
+    raise GraphBreak("raise", "an exception is raised", "it is raised by Python, outside the graph")
+
+
+@opcode()
+def LOAD_ASSERTION_ERROR(f, i):
+    raise GraphBreak("assert", "an assertion failed during capture")
+
+
+@opcode()
+def IMPORT_NAME(f, i):
+    fromlist = f.pop().constant()
+    level = f.pop().constant()
+    module = __import__(i.argval, f.globals, None, fromlist, level)
+    f.push(f.wrap_constant_object(module))
+
+
+@opcode()
+def IMPORT_FROM(f, i):
+    f.push(f.getattr(f.stack[-1], i.argval))

@@ -1,0 +1,188 @@
+"""The graph being captured and everything that leaves capture with it.
+
+`OutputGraph` owns the `torch.fx.Graph`, the fake-tensor mode used to compute
+example values, the graph inputs (each with its `Source` and real example),
+the guards and the Python side effects to replay after the graph runs.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .breaks import GraphBreak
+from .guards import Guard, GuardSet, TensorSignature
+from .sources import Source
+
+
+@dataclass
+class GraphInput:
+    source: Source
+    example: torch.Tensor
+    node: torch.fx.Node
+
+
+@dataclass
+class SideEffect:
+    """A Python-visible write to replay after the graph: `kind` is attr, global, item, cell or list."""
+
+    kind: str
+    target: Any  # a Value (the object written to) or a name
+    key: Any
+    value: Any  # a Value
+
+
+class OutputGraph:
+    def __init__(self, fn_name: str) -> None:
+        self.graph = torch.fx.Graph()
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+        self.inputs: list[GraphInput] = []
+        self.inputs_by_id: dict[int, Any] = {}
+        self.guards = GuardSet()
+        self.side_effects: list[SideEffect] = []
+        self.attribute_overlay: dict[tuple[int, str], Any] = {}
+        self.keep_alive: list[Any] = []
+        self.fn_name = fn_name
+        self._names: dict[str, int] = {}
+        self.constants: dict[str, torch.Tensor] = {}
+        self.wrapped: dict[Source, tuple] = {}
+
+    # -- nodes -----------------------------------------------------------------
+    def unique_name(self, hint: str) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "t"
+        if base[0].isdigit():
+            base = "_" + base
+        n = self._names.get(base, 0)
+        self._names[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"
+
+    def add_input(self, example: torch.Tensor, source: Source) -> tuple[torch.fx.Node, torch.Tensor]:
+        """A graph placeholder for the real tensor `example` read through `source`."""
+        self.guard(Guard(source, "tensor", TensorSignature.of(example)))
+        existing = self.inputs_by_id.get(id(example))
+        if existing is not None:
+            node, fake, first_source = existing
+            self.guard(Guard(source, "same", other=first_source))
+            return node, fake
+        name = self.unique_name(str(source).replace(".", "_").replace("[", "_").replace("]", ""))
+        first = self._first_non_placeholder()
+        if first is None:
+            node = self.graph.placeholder(name)
+        else:
+            with self.graph.inserting_before(first):
+                node = self.graph.placeholder(name)
+        fake = self.fake_mode.from_tensor(example, static_shapes=True)
+        node.meta["example_value"] = fake
+        node.meta["source"] = str(source)
+        self.inputs.append(GraphInput(source, example, node))
+        self.inputs_by_id[id(example)] = (node, fake, source)
+        self.keep_alive.append(example)
+        return node, fake
+
+    def _first_non_placeholder(self) -> torch.fx.Node | None:
+        for node in self.graph.nodes:
+            if node.op != "placeholder":
+                return node
+        return None
+
+    def create_node(self, op: str, target: Any, args: tuple, kwargs: dict, example: Any) -> torch.fx.Node:
+        hint = target if isinstance(target, str) else getattr(target, "__name__", "op")
+        node = self.graph.create_node(op, target, args, kwargs, name=self.unique_name(hint))
+        node.meta["example_value"] = example
+        return node
+
+    def guard(self, guard: Guard) -> None:
+        self.guards.add(guard)
+
+    # -- finishing ---------------------------------------------------------------
+    def build_module(self, outputs: list[torch.fx.Node]) -> torch.fx.GraphModule:
+        self.graph.output(tuple(outputs))
+        root = torch.nn.Module()
+        for name, tensor in self.constants.items():
+            root.register_buffer(name, tensor)
+        gm = torch.fx.GraphModule(root, self.graph, class_name="GraphModule")
+        gm.graph.eliminate_dead_code(is_impure_node=_is_impure)
+        gm.recompile()
+        return gm
+
+    def op_count(self) -> int:
+        return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+
+
+_IMPURE_FUNCTIONS = {torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,
+                     torch.amp.autocast_mode._exit_autocast, torch.autograd.grad_mode._enter_inference_mode,
+                     torch.autograd.grad_mode._exit_inference_mode, operator.setitem,
+                     operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+                     operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
+                     operator.ilshift, operator.irshift, operator.imatmul}
+# Random ops advance the generator even when their result is unused, as in eager.
+_RANDOM_WORDS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "exponential")
+
+
+def _is_impure(node: torch.fx.Node) -> bool:
+    if node.op in ("placeholder", "output"):
+        return True
+    if node.target in _IMPURE_FUNCTIONS or "out" in node.kwargs:
+        return True
+    if node.op == "call_method" and isinstance(node.target, str) and node.target.endswith("_") \
+            and not node.target.endswith("__"):
+        return True
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    if any(word in name for word in _RANDOM_WORDS):
+        return True
+    if node.op == "call_function":
+        if name.endswith("_") and not name.endswith("__"):
+            return True
+        schema_mutates = getattr(node.target, "_schema", None)
+        if schema_mutates is not None and schema_mutates.is_mutable:
+            return True
+        if node.target in (operator.setitem,):
+            return True
+    return False
+
+
+def _record_methods():
+    """Recording of Python-visible writes; kept beside OutputGraph's other state."""
+
+    def record_mutation(self, container) -> None:
+        self.side_effects.append(SideEffect("container", container, None, None))
+
+    def record_attribute_write(self, obj, name: str, value, target_source=None) -> None:
+        key = (id(obj.obj) if hasattr(obj, "obj") else id(obj), name)
+        self.attribute_overlay[key] = value
+        self.side_effects.append(SideEffect("attr", obj, name, value))
+        if target_source is not None:
+            self.side_effects[-1] = SideEffect("cell", target_source, name, value)
+
+    def record_global_write(self, globals_dict, name: str, value, is_root: bool) -> None:
+        if not is_root:
+            raise GraphBreak("global-write", f"write to global {name!r} of another module")
+        self.attribute_overlay[(id(globals_dict), name)] = value
+        self.side_effects.append(SideEffect("global", None, name, value))
+
+    def constant_tensor(self, tensor: torch.Tensor):
+        from .values.tensors import TensorValue
+        existing = self.inputs_by_id.get(id(tensor))
+        if existing is not None:
+            return TensorValue(existing[0], existing[1])
+        name = self.unique_name("constant")
+        self.constants[name] = tensor
+        node = self.graph.get_attr(name)
+        fake = self.fake_mode.from_tensor(tensor, static_shapes=True)
+        node.meta["example_value"] = fake
+        self.inputs_by_id[id(tensor)] = (node, fake, None)
+        self.keep_alive.append(tensor)
+        return TensorValue(node, fake)
+
+    OutputGraph.record_mutation = record_mutation
+    OutputGraph.record_attribute_write = record_attribute_write
+    OutputGraph.record_global_write = record_global_write
+    OutputGraph.constant_tensor = constant_tensor
+
+
+_record_methods()

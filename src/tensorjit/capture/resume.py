@@ -1,0 +1,160 @@
+"""Bytecode for graph breaks: the transformed entry code and the resume functions.
+
+At a break before instruction I, the compiled entry of a function is a copy of
+its code with a prologue that calls `restore(L)` (which runs the graph and
+rebuilds the stack and locals), puts the rebuilt values back, and jumps to I.
+I then runs natively, inside the original exception table, and each way out
+of I leads to a block that returns `TailCall(resume, stack, locals)`. A resume
+function is again a copy of the code, whose prologue pushes the stack it
+receives as arguments and jumps to where execution continues; it is itself
+compiled when called, so capture resumes after the break.
+
+Both are built with the `bytecode` package, which keeps 3.11+ exception
+tables, line tables and jump offsets right.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+
+from bytecode import Bytecode, CellVar, Instr, Label
+
+PY = sys.version_info[:2]
+CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
+
+
+@dataclass(frozen=True)
+class TailCall:
+    """Returned by transformed code: the caller continues in `resume` (no recursion in loops)."""
+
+    resume: object
+    stack: tuple
+    local_values: tuple
+
+
+def _real_instructions(bc: Bytecode) -> list[Instr]:
+    return [x for x in bc if isinstance(x, Instr)]
+
+
+def _position(bc: Bytecode, instr: Instr) -> int:
+    return next(j for j, x in enumerate(bc) if x is instr)
+
+
+def _after_resume(bc: Bytecode) -> int:
+    for j, x in enumerate(bc):
+        if isinstance(x, Instr) and x.name == "RESUME":
+            return j + 1
+    raise AssertionError("no RESUME instruction")
+
+
+def _load(name: str, cellvars: set[str]) -> Instr:
+    return Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
+
+
+def _store(name: str, cellvars: set[str]) -> Instr:
+    return Instr("STORE_DEREF", CellVar(name)) if name in cellvars else Instr("STORE_FAST", name)
+
+
+def _call_constant(fn, args: list[Instr], n: int, lineno: int) -> list[Instr]:
+    """Call the constant `fn` with the `n` values that the instructions `args` push."""
+    body = [Instr("PUSH_NULL", lineno=lineno), Instr("LOAD_CONST", fn, lineno=lineno), *args]
+    if PY == (3, 11):
+        body.append(Instr("PRECALL", n, lineno=lineno))
+    body.append(Instr("CALL", n, lineno=lineno))
+    return body
+
+
+def _item(state: str, index: int, lineno: int) -> list[Instr]:
+    return [Instr("LOAD_FAST", state, lineno=lineno), Instr("LOAD_CONST", index, lineno=lineno),
+            Instr("BINARY_SUBSCR", lineno=lineno)]
+
+
+@dataclass(frozen=True)
+class Successor:
+    """A way out of the break instruction: fall through, or jump, to `index` with `depth` stack items."""
+
+    index: int
+    depth: int
+    is_jump: bool
+
+
+def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, local_names: list[str],
+                     restore, successors: list[tuple[Successor, object]], make_tail) -> types.CodeType:
+    bc = Bytecode.from_code(code)
+    real = _real_instructions(bc)
+    instr = real[break_index]
+    lineno = instr.lineno if isinstance(instr.lineno, int) else code.co_firstlineno
+    cellvars = set(code.co_cellvars)
+    args = list(code.co_varnames[:_total_args(code)])
+    arg_loads = [_load(a, cellvars) for a in args] + [Instr("BUILD_TUPLE", len(args), lineno=lineno)]
+    prologue = _call_constant(restore, arg_loads, 1, lineno) + [Instr("STORE_FAST", "__tj_state", lineno=lineno)]
+    for j in range(stack_depth):
+        prologue += _item("__tj_state", j, lineno)
+    for k, name in enumerate(local_names):
+        prologue += _item("__tj_state", stack_depth + k, lineno) + [_store(name, cellvars)]
+    at_break = Label()
+    prologue.append(Instr("JUMP_FORWARD", at_break, lineno=lineno))
+
+    exits = []
+    for successor, resume in successors:
+        label = Label()
+        block = [label]
+        if successor.is_jump and instr.name == "FOR_ITER" and PY >= (3, 12):
+            block.append(Instr("NOP", lineno=lineno))  # CPython 3.12 skips one END_FOR-sized slot
+        block += [Instr("BUILD_TUPLE", successor.depth, lineno=lineno),
+                 Instr("STORE_FAST", "__tj_stack", lineno=lineno)]
+        local_loads = [_load(n, cellvars) for n in local_names] + [Instr("BUILD_TUPLE", len(local_names), lineno=lineno)]
+        block += _call_constant(make_tail, [Instr("LOAD_CONST", resume, lineno=lineno),
+                                            Instr("LOAD_FAST", "__tj_stack", lineno=lineno),
+                                            *local_loads], 3, lineno)
+        block.append(Instr("RETURN_VALUE", lineno=lineno))
+        exits.append((successor, label, block))
+
+    position = _position(bc, instr)
+    for successor, label, _ in exits:
+        if successor.is_jump:
+            instr.arg = label
+            if "BACKWARD" in instr.name:  # 3.11: the exit blocks come after everything
+                instr.name = instr.name.replace("BACKWARD", "FORWARD")
+    fallthrough = [label for s, label, _ in exits if not s.is_jump]
+    if fallthrough:
+        bc.insert(position + 1, Instr("JUMP_FORWARD", fallthrough[0], lineno=lineno))
+    bc.insert(position, at_break)
+    start = _after_resume(bc)
+    bc[start:start] = prologue
+    for _, _, block in exits:
+        bc.extend(block)
+    return bc.to_code()
+
+
+def resume_code(code: types.CodeType, resume_index: int, stack_depth: int,
+                local_names: list[str]) -> types.CodeType:
+    bc = Bytecode.from_code(code)
+    real = _real_instructions(bc)
+    target = real[resume_index]
+    lineno = target.lineno if isinstance(target.lineno, int) else code.co_firstlineno
+    label = Label()
+    bc.insert(_position(bc, target), label)
+    stack_names = [f"__tj_stack{j}" for j in range(stack_depth)]
+    prologue = [Instr("LOAD_FAST", n, lineno=lineno) for n in stack_names]
+    prologue.append(Instr("JUMP_FORWARD", label, lineno=lineno))
+    start = _after_resume(bc)
+    bc[start:start] = prologue
+    bc.argnames = stack_names + list(local_names)
+    bc.argcount = len(bc.argnames)
+    bc.posonlyargcount = 0
+    bc.kwonlyargcount = 0
+    bc.flags &= ~(CO_VARARGS | CO_VARKEYWORDS)
+    bc.name = f"{code.co_name}_resume_at_{real[resume_index].lineno}"
+    return bc.to_code()
+
+
+def _total_args(code: types.CodeType) -> int:
+    n = code.co_argcount + code.co_kwonlyargcount
+    if code.co_flags & CO_VARARGS:
+        n += 1
+    if code.co_flags & CO_VARKEYWORDS:
+        n += 1
+    return n

@@ -1,0 +1,167 @@
+"""Where a value seen during capture came from.
+
+A `Source` is a frozen record that names a path from the frame's inputs to a
+value: the 2nd argument, the global `torch`, `self.fc1.weight`, `xs[3]`.
+Sources serve two purposes: guards re-read the value through the same path on
+every call (`expression()` is a Python expression over `L`, the tuple of bound
+arguments, and `G`, the function's globals), and generated code reads graph
+inputs through them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class Source:
+    __slots__ = ()
+
+    def expression(self) -> str:
+        raise NotImplementedError
+
+    def base(self) -> "Source | None":
+        return None
+
+    def root(self) -> "Source":
+        base = self.base()
+        return self if base is None else base.root()
+
+    def __str__(self) -> str:
+        return self.expression()
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSource(Source):
+    """An argument of the compiled function, by position in the bound tuple."""
+
+    index: int
+    name: str
+
+    def expression(self) -> str:
+        return f"L[{self.index}]"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalSource(Source):
+    name: str
+
+    def expression(self) -> str:
+        return f"G[{self.name!r}]"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinSource(Source):
+    name: str
+
+    def expression(self) -> str:
+        return f"B[{self.name!r}]"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class ClosureSource(Source):
+    """A free variable of the compiled function (its cell's contents)."""
+
+    index: int
+    name: str
+
+    def expression(self) -> str:
+        return f"C[{self.index}].cell_contents"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class AttrSource(Source):
+    of: Source
+    name: str
+
+    def expression(self) -> str:
+        return f"{self.of.expression()}.{self.name}" if self.name.isidentifier() else (
+            f"getattr({self.of.expression()}, {self.name!r})"
+        )
+
+    def base(self) -> Source:
+        return self.of
+
+    def __str__(self) -> str:
+        return f"{self.of}.{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemSource(Source):
+    """`of[key]` for a list, tuple or dict item; `key` is a Python constant."""
+
+    of: Source
+    key: object
+
+    def expression(self) -> str:
+        return f"{self.of.expression()}[{self.key!r}]"
+
+    def base(self) -> Source:
+        return self.of
+
+    def __str__(self) -> str:
+        return f"{self.of}[{self.key!r}]"
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultSource(Source):
+    """A default argument value of a function reached through `of`."""
+
+    of: Source
+    index: int
+    keyword: str | None = None
+
+    def expression(self) -> str:
+        if self.keyword is not None:
+            return f"{self.of.expression()}.__kwdefaults__[{self.keyword!r}]"
+        return f"{self.of.expression()}.__defaults__[{self.index}]"
+
+    def base(self) -> Source:
+        return self.of
+
+
+@dataclass(frozen=True, slots=True)
+class CellSource(Source):
+    """The contents of closure cell `index` of the function reached through `of`."""
+
+    of: Source
+    index: int
+
+    def expression(self) -> str:
+        return f"{self.of.expression()}.__closure__[{self.index}].cell_contents"
+
+    def base(self) -> Source:
+        return self.of
+
+
+@dataclass(frozen=True, slots=True)
+class SelfSource(Source):
+    """The module a compiled nn.Module wrapper forwards to (bound at wrapper creation)."""
+
+    def expression(self) -> str:
+        return "L[0]"
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleGlobalSource(Source):
+    """A global of another module, read from `sys.modules` (for inlined library code)."""
+
+    module: str
+    name: str
+
+    def expression(self) -> str:
+        return f"S[{self.module!r}].__dict__[{self.name!r}]"
+
+    def __str__(self) -> str:
+        return f"{self.module}.{self.name}"

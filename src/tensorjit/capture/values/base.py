@@ -1,0 +1,103 @@
+"""The base of symbolic values and the values every family needs.
+
+The interpreter keeps a `Value` for every stack slot and local. A value knows
+its Python type, whether it is a compile-time constant, where it came from
+(`source`, for guards and reconstruction) and how to answer the operations the
+interpreter asks of it. Operations a family cannot answer raise `GraphBreak`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..breaks import GraphBreak
+from ..sources import Source
+
+if TYPE_CHECKING:
+    from ..interpreter import Frame
+
+
+class Value:
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        raise GraphBreak("unknown-type", f"type of {self!r} is not known at capture time")
+
+    def is_constant(self) -> bool:
+        return False
+
+    def constant(self) -> Any:
+        raise GraphBreak("not-constant", f"{self!r} is not a compile-time constant")
+
+    def getattr(self, tx: "Frame", name: str) -> "Value":
+        raise GraphBreak("getattr", f"attribute {name!r} of {type(self).__name__} is not supported")
+
+    def call(self, tx: "Frame", args: list["Value"], kwargs: dict[str, "Value"]) -> "Value":
+        raise GraphBreak("call", f"calling {self!r} is not supported")
+
+    def unpack(self, tx: "Frame") -> list["Value"]:
+        raise GraphBreak("iterate", f"iterating over {self!r} is not supported")
+
+    def truth(self, tx: "Frame") -> bool:
+        raise GraphBreak("truth", f"truth value of {self!r} is not known at capture time")
+
+    def reconstruct(self, cg) -> str:
+        """A Python expression that rebuilds this value at run time (see `capture.codegen`)."""
+        if self.source is not None:
+            return cg.source(self.source)
+        raise GraphBreak("reconstruct", f"cannot rebuild {self!r} outside the graph")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class ConstantValue(Value):
+    """A value known at capture time: numbers, strings, None, dtypes, torch.Size, ranges..."""
+
+    __slots__ = ("value", "source")
+
+    def __init__(self, value: Any, source: Source | None = None) -> None:
+        self.value = value
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def constant(self) -> Any:
+        return self.value
+
+    def truth(self, tx) -> bool:
+        return bool(self.value)
+
+    def unpack(self, tx) -> list[Value]:
+        try:
+            return [ConstantValue(v) for v in self.value]
+        except TypeError:
+            raise GraphBreak("iterate", f"{type(self.value).__name__} is not iterable") from None
+
+    def getattr(self, tx, name: str) -> Value:
+        from .builtins import wrap_attribute_of_constant
+        return wrap_attribute_of_constant(tx, self, name)
+
+    def reconstruct(self, cg) -> str:
+        return cg.constant(self.value)
+
+    def __repr__(self) -> str:
+        return f"ConstantValue({self.value!r})"
+
+
+class NullValue(Value):
+    """The NULL that CPython 3.11+ pushes below a callable."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = NullValue()
+
+
+def is_constant(*values: Value) -> bool:
+    return all(v.is_constant() for v in values)

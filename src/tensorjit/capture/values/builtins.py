@@ -1,0 +1,436 @@
+"""Python builtins and C functions seen during capture.
+
+`BuiltinValue` wraps a builtin callable. Handlers registered with
+`@builtin(fn)` give it symbolic meaning (len, isinstance, range, zip, ...);
+a builtin with no handler is folded at capture time when all its arguments
+are constants and it is known to be pure, and is a graph break otherwise.
+"""
+
+from __future__ import annotations
+
+import builtins as py
+import functools
+import itertools
+import math
+import operator
+import types
+from typing import Any, Callable
+
+import torch
+
+from ..breaks import GraphBreak
+from .base import ConstantValue, NULL, Value
+from .containers import DictValue, IteratorValue, ListValue, SetValue, SliceValue, TupleValue
+from .tensors import TensorValue, record_call
+
+_HANDLERS: dict[Any, Callable] = {}
+
+# Builtins that are safe to evaluate at capture time on constant arguments.
+_PURE = {
+    py.abs, py.all, py.any, py.bin, py.bool, py.callable, py.chr, py.divmod, py.float, py.format,
+    py.frozenset, py.hash, py.hex, py.int, py.max, py.min, py.oct, py.ord, py.pow, py.repr, py.round,
+    py.sorted, py.str, py.sum, py.tuple, py.complex, py.issubclass, py.bytes,
+    math.sqrt, math.exp, math.log, math.log2, math.log10, math.pow, math.floor, math.ceil, math.fabs,
+    math.isfinite, math.isinf, math.isnan, math.prod, math.gcd, math.sin, math.cos, math.tan, math.tanh,
+    math.erf, math.atan, math.atan2, math.hypot, math.radians, math.degrees, math.trunc, math.copysign,
+    math.isclose, math.factorial, math.comb, math.perm, math.lcm, math.fsum, math.modf, math.frexp,
+    math.ldexp, math.log1p, math.expm1, math.asin, math.acos, math.sinh, math.cosh,
+    torch.Size, torch.device, torch.dtype, str.join, str.format, str.upper, str.lower, str.split, str.strip,
+    str.startswith, str.endswith, str.replace,
+}
+_PURE |= {getattr(operator, n) for n in dir(operator) if not n.startswith("_")} - {
+    operator.setitem, operator.delitem, operator.iadd, operator.iand, operator.iconcat, operator.ifloordiv,
+    operator.ilshift, operator.imod, operator.imul, operator.imatmul, operator.ior, operator.ipow,
+    operator.irshift, operator.isub, operator.itruediv, operator.ixor, operator.attrgetter,
+    operator.itemgetter, operator.methodcaller}
+
+
+def builtin(*fns):
+    def register(handler):
+        for fn in fns:
+            if fn in _HANDLERS:
+                raise AssertionError(f"duplicate builtin handler for {fn}")
+            _HANDLERS[fn] = handler
+        return handler
+    return register
+
+
+class BuiltinValue(Value):
+    def __init__(self, fn: Any, source=None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def constant(self) -> Any:
+        return self.fn
+
+    def call(self, tx, args, kwargs) -> Value:
+        handler = _HANDLERS.get(self.fn)
+        if handler is not None:
+            tx.current_builtin = self.fn
+            return handler(tx, *args, **kwargs)
+        return fold(tx, self.fn, args, kwargs)
+
+    def getattr(self, tx, name):
+        return tx.wrap_constant_object(getattr(self.fn, name))
+
+    def reconstruct(self, cg) -> str:
+        return cg.constant(self.fn)
+
+    def __repr__(self) -> str:
+        return f"BuiltinValue({getattr(self.fn, '__qualname__', self.fn)})"
+
+
+def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """Evaluate a pure builtin on constant arguments at capture time."""
+    pure = fn in _PURE or (isinstance(fn, types.BuiltinMethodType) and isinstance(fn.__self__, (str, int, float))) \
+        or isinstance(fn, type) and fn in (int, float, str, bool, tuple, frozenset, slice, range, complex)
+    if not pure:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise GraphBreak("unsupported-call", f"call to {name}, which tensorjit cannot trace",
+                         "it runs eagerly; wrap it with tensorjit.disable if this is intended")
+    if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
+        if any(isinstance(a, TensorValue) for a in args):
+            return _builtin_on_tensor(tx, fn, args, kwargs)
+        raise GraphBreak("unsupported-call", f"{getattr(fn, '__qualname__', fn)} on symbolic values")
+    try:
+        result = fn(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
+    except Exception as e:
+        raise GraphBreak("op-error", f"{getattr(fn, '__qualname__', fn)} raised {type(e).__name__}: {e}")
+    return tx.wrap_constant_object(result)
+
+
+_TENSOR_BUILTINS = {py.abs: torch.abs, py.pow: operator.pow, py.max: None, py.min: None}
+
+
+def _builtin_on_tensor(tx, fn, args, kwargs) -> Value:
+    if fn in _TENSOR_BUILTINS and _TENSOR_BUILTINS[fn] is not None:
+        return record_call(tx, _TENSOR_BUILTINS[fn], args, kwargs)
+    if fn in (py.float, py.int, py.bool):
+        raise GraphBreak("data-dependent-op", f"{fn.__name__}() of a tensor reads its value into Python")
+    if fn.__module__ == "_operator":
+        return record_call(tx, fn, args, kwargs)
+    raise GraphBreak("unsupported-call", f"{getattr(fn, '__qualname__', fn)} on a tensor")
+
+
+def wrap_attribute_of_constant(tx, value: ConstantValue, name: str) -> Value:
+    obj = value.value
+    if isinstance(obj, torch.dtype) or isinstance(obj, torch.device) or isinstance(
+            obj, (int, float, str, bool, complex, type(None), tuple, range, slice, frozenset, bytes)):
+        try:
+            attr = getattr(obj, name)
+        except AttributeError:
+            raise GraphBreak("attribute-error", f"{type(obj).__name__!r} object has no attribute {name!r}")
+        return tx.wrap_constant_object(attr)
+    raise GraphBreak("getattr", f"attribute {name!r} of constant {type(obj).__name__}")
+
+
+# -- handlers ---------------------------------------------------------------------------
+@builtin(py.len)
+def _len(tx, obj: Value) -> Value:
+    if isinstance(obj, (ListValue, TupleValue)):
+        return ConstantValue(len(obj.items))
+    if isinstance(obj, (DictValue, SetValue)):
+        return ConstantValue(len(obj.items))
+    if isinstance(obj, TensorValue):
+        if obj.example.dim() == 0:
+            raise GraphBreak("op-error", "len() of a 0-d tensor")
+        return ConstantValue(obj.example.shape[0])
+    if obj.is_constant():
+        return ConstantValue(len(obj.constant()))
+    return tx.call_dunder(obj, "__len__", [])
+
+
+@builtin(py.isinstance)
+def _isinstance(tx, obj: Value, classes: Value) -> Value:
+    cls = classes.constant()
+    kind = obj.python_type()
+    if isinstance(obj, TensorValue):
+        kind = type(obj.example) if not isinstance(obj.example, torch._subclasses.FakeTensor) else obj.python_type()
+    try:
+        return ConstantValue(issubclass(kind, cls))
+    except TypeError as e:
+        raise GraphBreak("op-error", f"isinstance: {e}")
+
+
+@builtin(py.issubclass)
+def _issubclass(tx, a: Value, b: Value) -> Value:
+    return ConstantValue(issubclass(a.constant(), b.constant()))
+
+
+@builtin(py.type)
+def _type(tx, obj: Value) -> Value:
+    return tx.wrap_constant_object(obj.python_type())
+
+
+@builtin(py.callable)
+def _callable(tx, obj: Value) -> Value:
+    return ConstantValue(callable(obj.constant()) if obj.is_constant() else hasattr(obj, "call"))
+
+
+@builtin(py.hasattr)
+def _hasattr(tx, obj: Value, name: Value) -> Value:
+    try:
+        tx.getattr(obj, name.constant())
+        return ConstantValue(True)
+    except GraphBreak as e:
+        if e.reason.kind == "attribute-error":
+            return ConstantValue(False)
+        raise
+
+
+@builtin(py.getattr)
+def _getattr(tx, obj: Value, name: Value, default: Value | None = None) -> Value:
+    try:
+        return tx.getattr(obj, name.constant())
+    except GraphBreak as e:
+        if default is not None and e.reason.kind == "attribute-error":
+            return default
+        raise
+
+
+@builtin(py.setattr)
+def _setattr(tx, obj: Value, name: Value, value: Value) -> Value:
+    tx.store_attribute(obj, name.constant(), value)
+    return ConstantValue(None)
+
+
+@builtin(py.range)
+def _range(tx, *args: Value) -> Value:
+    return ConstantValue(range(*[a.constant() for a in args]))
+
+
+@builtin(py.iter)
+def _iter(tx, obj: Value) -> Value:
+    return tx.iterate(obj)
+
+
+@builtin(py.next)
+def _next(tx, it: Value, default: Value | None = None) -> Value:
+    if isinstance(it, IteratorValue):
+        value = it.next()
+        if value is None:
+            if default is None:
+                raise GraphBreak("stop-iteration", "next() on an exhausted iterator")
+            return default
+        return value
+    raise GraphBreak("unsupported-call", f"next() on {it!r}")
+
+
+@builtin(py.enumerate)
+def _enumerate(tx, iterable: Value, start: Value = ConstantValue(0)) -> Value:
+    items = tx.iterate(iterable).unpack(tx)
+    first = start.constant()
+    return IteratorValue([TupleValue([ConstantValue(first + i), v]) for i, v in enumerate(items)])
+
+
+@builtin(py.zip)
+def _zip(tx, *iterables: Value, strict: Value = ConstantValue(False)) -> Value:
+    lists = [tx.iterate(i).unpack(tx) for i in iterables]
+    if strict.constant() and len({len(x) for x in lists}) > 1:
+        raise GraphBreak("op-error", "zip() arguments have different lengths")
+    return IteratorValue([TupleValue(list(group)) for group in zip(*lists)])
+
+
+@builtin(py.reversed)
+def _reversed(tx, seq: Value) -> Value:
+    if seq.is_constant() and isinstance(seq.constant(), range):
+        return IteratorValue([ConstantValue(v) for v in reversed(seq.constant())])
+    return IteratorValue(list(reversed(tx.iterate(seq).unpack(tx))))
+
+
+@builtin(py.map)
+def _map(tx, fn: Value, *iterables: Value) -> Value:
+    lists = [tx.iterate(i).unpack(tx) for i in iterables]
+    return IteratorValue([tx.call(fn, list(group), {}) for group in zip(*lists)])
+
+
+@builtin(py.filter)
+def _filter(tx, fn: Value, iterable: Value) -> Value:
+    items = tx.iterate(iterable).unpack(tx)
+    if fn.is_constant() and fn.constant() is None:
+        return IteratorValue([v for v in items if v.truth(tx)])
+    return IteratorValue([v for v in items if tx.call(fn, [v], {}).truth(tx)])
+
+
+@builtin(py.list)
+def _list(tx, iterable: Value | None = None) -> Value:
+    return ListValue([] if iterable is None else tx.iterate(iterable).unpack(tx))
+
+
+@builtin(py.tuple)
+def _tuple(tx, iterable: Value | None = None) -> Value:
+    return TupleValue([] if iterable is None else tx.iterate(iterable).unpack(tx))
+
+
+@builtin(py.set, py.frozenset)
+def _set(tx, iterable: Value | None = None) -> Value:
+    return SetValue([] if iterable is None else tx.iterate(iterable).unpack(tx))
+
+
+@builtin(py.dict)
+def _dict(tx, iterable: Value | None = None, **kwargs: Value) -> Value:
+    items: dict = {}
+    if isinstance(iterable, DictValue):
+        items.update(iterable.items)
+    elif iterable is not None:
+        for pair in tx.iterate(iterable).unpack(tx):
+            k, v = pair.unpack(tx)
+            items[k.constant()] = v
+    items.update(kwargs)
+    return DictValue(items)
+
+
+@builtin(py.slice)
+def _slice(tx, *parts: Value) -> Value:
+    return SliceValue(list(parts))
+
+
+@builtin(py.sum)
+def _sum(tx, iterable: Value, start: Value = ConstantValue(0)) -> Value:
+    items = tx.iterate(iterable).unpack(tx)
+    if all(v.is_constant() for v in items) and start.is_constant():
+        return ConstantValue(sum((v.constant() for v in items), start.constant()))
+    total = start
+    for v in items:
+        total = tx.binary_op(operator.add, total, v)
+    return total
+
+
+@builtin(py.min, py.max)
+def _min_max(tx, *args: Value, **kwargs: Value) -> Value:
+    fn = py.min if tx.current_builtin is py.min else py.max
+    items = tx.iterate(args[0]).unpack(tx) if len(args) == 1 else list(args)
+    if all(v.is_constant() for v in items) and not kwargs:
+        return ConstantValue(fn(v.constant() for v in items))
+    if len(items) == 2 and not kwargs and any(isinstance(v, TensorValue) for v in items):
+        if all(isinstance(v, TensorValue) for v in items):
+            return record_call(tx, torch.minimum if fn is py.min else torch.maximum, items, {})
+        tensor = next(v for v in items if isinstance(v, TensorValue))
+        other = next(v for v in items if v is not tensor)
+        kw = {"max": other} if fn is py.min else {"min": other}
+        return record_call(tx, torch.clamp, [tensor], kw)
+    raise GraphBreak("unsupported-call", f"{fn.__name__}() over symbolic values")
+
+
+@builtin(py.any, py.all)
+def _any_all(tx, iterable: Value) -> Value:
+    items = tx.iterate(iterable).unpack(tx)
+    truths = [v.truth(tx) for v in items]
+    return ConstantValue(any(truths) if tx.current_builtin is py.any else all(truths))
+
+
+@builtin(py.abs)
+def _abs(tx, value: Value) -> Value:
+    if isinstance(value, TensorValue):
+        return record_call(tx, torch.abs, [value], {})
+    return ConstantValue(abs(value.constant()))
+
+
+@builtin(py.print)
+def _print(tx, *args, **kwargs) -> Value:
+    raise GraphBreak("print", "print() writes to stdout", "it runs eagerly between graphs")
+
+
+@builtin(py.super)
+def _super(tx, *args: Value) -> Value:
+    from .objects import SuperValue
+    if args:
+        return SuperValue(args[0].constant(), args[1])
+    return tx.zero_argument_super()
+
+
+@builtin(py.id)
+def _id(tx, obj: Value) -> Value:
+    from .objects import ObjectValue
+    if isinstance(obj, ObjectValue):
+        return ConstantValue(id(obj.obj))
+    raise GraphBreak("unsupported-call", "id() of a value made during capture")
+
+
+@builtin(py.object.__setattr__)
+def _object_setattr(tx, obj: Value, name: Value, value: Value) -> Value:
+    tx.store_attribute(obj, name.constant(), value)
+    return ConstantValue(None)
+
+
+@builtin(py.object.__new__)
+def _object_new(tx, cls: Value, *args, **kwargs) -> Value:
+    from .objects import UserObjectValue
+    return UserObjectValue(cls.constant())
+
+
+@builtin(functools.reduce)
+def _reduce(tx, fn: Value, iterable: Value, *initial: Value) -> Value:
+    items = tx.iterate(iterable).unpack(tx)
+    acc = initial[0] if initial else items.pop(0)
+    for v in items:
+        acc = tx.call(fn, [acc, v], {})
+    return acc
+
+
+@builtin(math.prod)
+def _prod(tx, iterable: Value, start: Value = ConstantValue(1)) -> Value:
+    items = tx.iterate(iterable).unpack(tx)
+    acc = start
+    for v in items:
+        acc = tx.binary_op(operator.mul, acc, v)
+    return acc
+
+
+@builtin(itertools.chain)
+def _chain(tx, *iterables: Value) -> Value:
+    items: list[Value] = []
+    for it in iterables:
+        items.extend(tx.iterate(it).unpack(tx))
+    return IteratorValue(items)
+
+
+@builtin(itertools.product)
+def _product(tx, *iterables: Value) -> Value:
+    lists = [tx.iterate(i).unpack(tx) for i in iterables]
+    return IteratorValue([TupleValue(list(group)) for group in itertools.product(*lists)])
+
+
+@builtin(py.sorted)
+def _sorted(tx, iterable: Value, key: Value | None = None, reverse: Value = ConstantValue(False)) -> Value:
+    items = tx.iterate(iterable).unpack(tx)
+    if key is not None and not (key.is_constant() and key.constant() is None):
+        keyed = [(tx.call(key, [v], {}).constant(), i, v) for i, v in enumerate(items)]
+        keyed.sort(key=lambda t: (t[0], t[1]), reverse=reverse.constant())
+        return ListValue([v for _, _, v in keyed])
+    return ListValue(sorted(items, key=lambda v: v.constant(), reverse=reverse.constant()))
+
+
+@builtin(py.divmod)
+def _divmod(tx, a: Value, b: Value) -> Value:
+    if a.is_constant() and b.is_constant():
+        return tx.wrap_constant_object(divmod(a.constant(), b.constant()))
+    return TupleValue([tx.binary_op(operator.floordiv, a, b), tx.binary_op(operator.mod, a, b)])
+
+
+@builtin(py.round)
+def _round(tx, value: Value, ndigits: Value | None = None) -> Value:
+    if isinstance(value, TensorValue):
+        kw = {"decimals": ndigits} if ndigits is not None else {}
+        return record_call(tx, torch.round, [value], kw)
+    return ConstantValue(round(value.constant(), *( [ndigits.constant()] if ndigits else [])))
+
+
+@builtin(py.float, py.int, py.bool, py.str)
+def _scalar_conversion(tx, value: Value | None = None, *rest: Value) -> Value:
+    fn = tx.current_builtin
+    if value is None:
+        return ConstantValue(fn())
+    if isinstance(value, TensorValue):
+        raise GraphBreak("data-dependent-op", f"{fn.__name__}() of a tensor reads its value into Python")
+    if value.is_constant():
+        return ConstantValue(fn(value.constant(), *[r.constant() for r in rest]))
+    if fn is py.bool:
+        return ConstantValue(value.truth(tx))
+    raise GraphBreak("unsupported-call", f"{fn.__name__}() of {value!r}")

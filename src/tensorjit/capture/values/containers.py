@@ -1,0 +1,293 @@
+"""Python containers whose items are symbolic values.
+
+Lists and dicts are mutable: one `ListValue` object is shared by every stack
+slot and local that refers to the same list, so mutations are seen by all of
+them, as in Python. A container that came from outside the compiled function
+(it has a `source`) and is mutated records that in `mutated`; the frame's
+code generator writes its final contents back after the graph runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..breaks import GraphBreak
+from ..sources import ItemSource
+from .base import ConstantValue, Value
+
+
+def _constants(values: list[Value]) -> list[Any]:
+    return [v.constant() for v in values]
+
+
+class SequenceValue(Value):
+    items: list[Value]
+
+    def is_constant(self) -> bool:
+        return all(v.is_constant() for v in self.items)
+
+    def unpack(self, tx) -> list[Value]:
+        return list(self.items)
+
+    def truth(self, tx) -> bool:
+        return bool(self.items)
+
+    def getitem(self, tx, index: Value) -> Value:
+        key = index.constant()
+        if isinstance(key, slice):
+            return self.rebuild(self.items[key])
+        try:
+            return self.items[key]
+        except (IndexError, TypeError) as e:
+            raise GraphBreak("op-error", f"{type(e).__name__}: {e}")
+
+    def rebuild(self, items: list[Value]) -> "SequenceValue":
+        raise NotImplementedError
+
+
+class TupleValue(SequenceValue):
+    """A tuple, namedtuple or torch.Size of values; `cls` is the Python class."""
+
+    def __init__(self, items: list[Value], cls: type = tuple, source=None) -> None:
+        self.items = list(items)
+        self.cls = cls
+        self.source = source
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def constant(self) -> Any:
+        values = _constants(self.items)
+        if self.cls is tuple:
+            return tuple(values)
+        if self.cls is torch.Size:
+            return torch.Size(values)
+        return self.cls(*values)
+
+    def rebuild(self, items):
+        return TupleValue(items, tuple if _is_namedtuple(self.cls) else self.cls)
+
+    def getattr(self, tx, name: str) -> Value:
+        if _is_namedtuple(self.cls) and name in self.cls._fields:
+            return self.items[self.cls._fields.index(name)]
+        if name in ("count", "index"):
+            return ContainerMethodValue(self, name)
+        if name == "_asdict" or name == "_replace":
+            return ContainerMethodValue(self, name)
+        raise GraphBreak("getattr", f"tuple attribute {name!r}")
+
+    def reconstruct(self, cg) -> str:
+        if self.source is not None:
+            return cg.source(self.source)
+        parts = ", ".join(v.reconstruct(cg) for v in self.items)
+        if self.cls is tuple:
+            return f"({parts},)" if self.items else "()"
+        cls = cg.constant(self.cls)
+        if _is_namedtuple(self.cls):
+            return f"{cls}({parts})"
+        return f"{cls}(({parts},))" if self.items else f"{cls}()"
+
+    def __repr__(self) -> str:
+        return f"TupleValue({self.items!r})"
+
+
+def _is_namedtuple(cls: type) -> bool:
+    return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")
+
+
+class ListValue(SequenceValue):
+    def __init__(self, items: list[Value], source=None) -> None:
+        self.items = list(items)
+        self.source = source
+        self.mutated = False
+
+    def python_type(self) -> type:
+        return list
+
+    def constant(self) -> Any:
+        return _constants(self.items)
+
+    def rebuild(self, items):
+        return ListValue(items)
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in _LIST_METHODS:
+            return ContainerMethodValue(self, name)
+        raise GraphBreak("getattr", f"list attribute {name!r}")
+
+    def mutate(self, tx) -> None:
+        if self.source is not None and not self.mutated:
+            self.mutated = True
+            tx.output.record_mutation(self)
+
+    def reconstruct(self, cg) -> str:
+        if self.source is not None:
+            return cg.source(self.source)
+        return "[" + ", ".join(v.reconstruct(cg) for v in self.items) + "]"
+
+    def __repr__(self) -> str:
+        return f"ListValue({self.items!r})"
+
+
+_LIST_METHODS = {"append", "extend", "pop", "insert", "clear", "copy", "count", "index", "remove",
+                 "reverse", "sort", "__len__", "__getitem__"}
+
+
+class DictValue(Value):
+    """A dict (or OrderedDict) whose keys are compile-time constants."""
+
+    def __init__(self, items: dict[Any, Value], cls: type = dict, source=None) -> None:
+        self.items = dict(items)
+        self.cls = cls
+        self.source = source
+        self.mutated = False
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def is_constant(self) -> bool:
+        return all(v.is_constant() for v in self.items.values())
+
+    def constant(self) -> Any:
+        return self.cls((k, v.constant()) for k, v in self.items.items())
+
+    def truth(self, tx) -> bool:
+        return bool(self.items)
+
+    def unpack(self, tx) -> list[Value]:
+        return [ConstantValue(k) for k in self.items]
+
+    def getitem(self, tx, key: Value) -> Value:
+        k = key.constant()
+        if k not in self.items:
+            raise GraphBreak("op-error", f"KeyError: {k!r}")
+        return self.items[k]
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in _DICT_METHODS:
+            return ContainerMethodValue(self, name)
+        raise GraphBreak("getattr", f"dict attribute {name!r}")
+
+    def mutate(self, tx) -> None:
+        if self.source is not None and not self.mutated:
+            self.mutated = True
+            tx.output.record_mutation(self)
+
+    def reconstruct(self, cg) -> str:
+        if self.source is not None:
+            return cg.source(self.source)
+        body = ", ".join(f"{cg.constant(k)}: {v.reconstruct(cg)}" for k, v in self.items.items())
+        if self.cls is dict:
+            return "{" + body + "}"
+        return f"{cg.constant(self.cls)}({{{body}}})"
+
+    def __repr__(self) -> str:
+        return f"DictValue({self.items!r})"
+
+
+_DICT_METHODS = {"get", "items", "keys", "values", "update", "pop", "setdefault", "copy", "clear",
+                 "__contains__", "__getitem__", "__len__"}
+
+
+class SetValue(Value):
+    def __init__(self, items: list[Value]) -> None:
+        self.items: dict[Any, Value] = {}
+        for v in items:
+            self.items[v.constant()] = v
+
+    def python_type(self) -> type:
+        return set
+
+    def is_constant(self) -> bool:
+        return True
+
+    def constant(self) -> Any:
+        return set(self.items)
+
+    def truth(self, tx) -> bool:
+        return bool(self.items)
+
+    def unpack(self, tx) -> list[Value]:
+        return list(self.items.values())
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("add", "update", "discard", "remove", "pop", "clear", "copy", "union",
+                    "intersection", "difference", "issubset", "issuperset", "__contains__"):
+            return ContainerMethodValue(self, name)
+        raise GraphBreak("getattr", f"set attribute {name!r}")
+
+    def reconstruct(self, cg) -> str:
+        return cg.constant(self.constant())
+
+
+class SliceValue(Value):
+    def __init__(self, parts: list[Value]) -> None:
+        self.parts = parts
+
+    def python_type(self) -> type:
+        return slice
+
+    def is_constant(self) -> bool:
+        return all(p.is_constant() for p in self.parts)
+
+    def constant(self) -> Any:
+        return slice(*_constants(self.parts))
+
+    def reconstruct(self, cg) -> str:
+        return f"slice({', '.join(p.reconstruct(cg) for p in self.parts)})"
+
+
+class IteratorValue(Value):
+    """An iterator over items known at capture time; `position` counts items taken."""
+
+    def __init__(self, items: list[Value]) -> None:
+        self.items = items
+        self.position = 0
+
+    def python_type(self) -> type:
+        return type(iter([]))
+
+    def next(self) -> Value | None:
+        if self.position >= len(self.items):
+            return None
+        value = self.items[self.position]
+        self.position += 1
+        return value
+
+    def unpack(self, tx) -> list[Value]:
+        rest = self.items[self.position:]
+        self.position = len(self.items)
+        return rest
+
+    def getattr(self, tx, name):
+        if name == "__next__":
+            return ContainerMethodValue(self, name)
+        return super().getattr(tx, name)
+
+    def reconstruct(self, cg) -> str:
+        rest = ", ".join(v.reconstruct(cg) for v in self.items[self.position:])
+        return f"iter([{rest}])"
+
+
+class ContainerMethodValue(Value):
+    """A bound method of a symbolic container, such as `xs.append`."""
+
+    def __init__(self, owner: Value, name: str) -> None:
+        self.owner = owner
+        self.name = name
+
+    def python_type(self) -> type:
+        return type([].append)
+
+    def reconstruct(self, cg) -> str:
+        return f"{self.owner.reconstruct(cg)}.{self.name}"
+
+    def call(self, tx, args, kwargs) -> Value:
+        from .container_methods import call_container_method
+        return call_container_method(tx, self.owner, self.name, args, kwargs)
+
+
+def item_source(source, key):
+    return ItemSource(source, key) if source is not None else None

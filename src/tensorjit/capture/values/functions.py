@@ -1,0 +1,213 @@
+"""Callables: user functions to inline, torch operations to record, bound methods.
+
+Which callables are recorded as one graph node rather than inlined is decided
+by `is_torch_operation`: C functions of torch, and the Python functions of
+torch's functional namespaces (torch.nn.functional, torch.functional, ...).
+Everything else written in Python is inlined, so the graph sees through user
+code, nn.Module forwards and library helpers alike.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from ..breaks import GraphBreak
+from ..sources import AttrSource, DefaultSource
+from .base import ConstantValue, Value
+
+_TORCH_PYTHON_NAMESPACES = (
+    "torch.nn.functional", "torch.functional", "torch._tensor", "torch.random",
+    "torch.special", "torch.linalg", "torch.fft", "torch._refs", "torch._decomp",
+    "torch.nn.modules.utils",
+)
+# Torch functions with Python-visible effects or global reads: never recorded or folded.
+_TORCH_EFFECTFUL = {
+    torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_default_device,
+    torch.set_num_threads, torch.save, torch.load, torch.use_deterministic_algorithms,
+    torch.set_printoptions, torch.cuda.synchronize, torch.set_rng_state,
+}
+# Torch functions that only read state or metadata: evaluated at capture time.
+_TORCH_QUERIES = {
+    torch.is_tensor, torch.is_floating_point, torch.is_complex, torch.is_grad_enabled,
+    torch.is_inference_mode_enabled, torch.get_default_dtype, torch.numel,
+    torch.is_autocast_enabled, torch.cuda.is_available, torch.is_storage,
+    torch.cuda.device_count, torch.promote_types, torch.result_type, torch.can_cast,
+    torch.finfo, torch.iinfo, torch.broadcast_shapes, torch.jit.is_scripting, torch.jit.is_tracing,
+    torch._C._get_tracing_state, torch.overrides.has_torch_function,
+    torch.overrides.has_torch_function_unary, torch.overrides.has_torch_function_variadic,
+    torch.are_deterministic_algorithms_enabled,
+}
+
+
+def is_torch_operation(fn: Any) -> bool:
+    try:
+        if fn in _TORCH_EFFECTFUL:
+            return False
+    except TypeError:  # unhashable objects are not torch functions
+        return False
+    module = getattr(fn, "__module__", None) or ""
+    if isinstance(fn, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        if module.startswith("torch"):
+            return True
+        owner = getattr(fn, "__self__", None)
+        return owner is not None and getattr(owner, "__name__", "").startswith("torch")
+    if isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType,
+                       types.GetSetDescriptorType)):
+        return getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor)
+    if isinstance(fn, types.FunctionType):
+        return module in _TORCH_PYTHON_NAMESPACES or (module == "torch" and fn.__name__ != "compile")
+    return isinstance(fn, torch._ops.OpOverloadPacket) or isinstance(fn, torch._ops.OpOverload)
+
+
+class FunctionValue(Value):
+    """A Python function that is inlined when called."""
+
+    def __init__(self, fn: types.FunctionType, source=None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def call(self, tx, args, kwargs) -> Value:
+        return tx.inline_function(self, args, kwargs)
+
+    # What inlining needs, uniform with NestedFunctionValue:
+    @property
+    def code(self) -> types.CodeType:
+        return self.fn.__code__
+
+    @property
+    def globals(self) -> dict:
+        return self.fn.__globals__
+
+    def defaults(self, tx) -> list[Value]:
+        values = self.fn.__defaults__ or ()
+        return [tx.wrap(v, DefaultSource(self.source, i) if self.source else None) for i, v in enumerate(values)]
+
+    def kwdefaults(self, tx) -> dict[str, Value]:
+        values = self.fn.__kwdefaults__ or {}
+        return {k: tx.wrap(v, DefaultSource(self.source, 0, k) if self.source else None) for k, v in values.items()}
+
+    def closure_cells(self, tx) -> list:
+        from .objects import RealCellValue
+        cells = self.fn.__closure__ or ()
+        return [RealCellValue(cell, self.source, i) for i, cell in enumerate(cells)]
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            return ConstantValue(getattr(self.fn, name))
+        if name in self.fn.__dict__:
+            return tx.wrap(self.fn.__dict__[name], AttrSource(self.source, name) if self.source else None)
+        raise GraphBreak("getattr", f"function attribute {name!r}")
+
+    def __repr__(self) -> str:
+        return f"FunctionValue({self.fn.__qualname__})"
+
+
+class NestedFunctionValue(Value):
+    """A function created while capturing (MAKE_FUNCTION): a closure, lambda or genexpr."""
+
+    def __init__(self, code: types.CodeType, globals_: dict, name: str, defaults: list[Value],
+                 kwdefaults: dict[str, Value], cells: list, qualname: str) -> None:
+        self.code = code
+        self.globals = globals_
+        self.name = name
+        self.qualname = qualname
+        self._defaults = defaults
+        self._kwdefaults = kwdefaults
+        self._cells = cells
+        self.source = None
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def defaults(self, tx) -> list[Value]:
+        return list(self._defaults)
+
+    def kwdefaults(self, tx) -> dict[str, Value]:
+        return dict(self._kwdefaults)
+
+    def closure_cells(self, tx) -> list:
+        return list(self._cells)
+
+    def call(self, tx, args, kwargs) -> Value:
+        return tx.inline_function(self, args, kwargs)
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("__name__", "__qualname__"):
+            return ConstantValue(self.name if name == "__name__" else self.qualname)
+        raise GraphBreak("getattr", f"attribute {name!r} of a nested function")
+
+    def reconstruct(self, cg) -> str:
+        defaults = "(" + "".join(d.reconstruct(cg) + ", " for d in self._defaults) + ")"
+        cells = "(" + "".join(c.reconstruct_cell(cg) + ", " for c in self._cells) + ")"
+        kwdefaults = "{" + ", ".join(f"{k!r}: {v.reconstruct(cg)}" for k, v in self._kwdefaults.items()) + "}"
+        return (f"{cg.helper('make_function')}({cg.constant(self.code)}, {cg.constant(self.globals)}, "
+                f"{self.name!r}, {defaults}, {kwdefaults}, {cells})")
+
+    def __repr__(self) -> str:
+        return f"NestedFunctionValue({self.qualname})"
+
+
+class MethodValue(Value):
+    """A bound method: `function` called with `owner` first."""
+
+    def __init__(self, owner: Value, function: Value, source=None) -> None:
+        self.owner = owner
+        self.function = function
+        self.source = source
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+    def call(self, tx, args, kwargs) -> Value:
+        return self.function.call(tx, [self.owner, *args], kwargs)
+
+    def getattr(self, tx, name: str) -> Value:
+        if name == "__self__":
+            return self.owner
+        if name == "__func__":
+            return self.function
+        return self.function.getattr(tx, name)
+
+    def reconstruct(self, cg) -> str:
+        if self.source is not None:
+            return cg.source(self.source)
+        return f"{cg.helper('MethodType')}({self.function.reconstruct(cg)}, {self.owner.reconstruct(cg)})"
+
+    def __repr__(self) -> str:
+        return f"MethodValue({self.function!r} of {self.owner!r})"
+
+
+class TorchFunctionValue(Value):
+    """A torch operation: calls with symbolic tensors become graph nodes."""
+
+    def __init__(self, fn: Any, source=None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def constant(self) -> Any:
+        return self.fn
+
+    def call(self, tx, args, kwargs) -> Value:
+        from .torch_calls import call_torch_function
+        return call_torch_function(tx, self.fn, args, kwargs)
+
+    def getattr(self, tx, name: str) -> Value:
+        return tx.wrap(getattr(self.fn, name), AttrSource(self.source, name) if self.source else None)
+
+    def reconstruct(self, cg) -> str:
+        return cg.constant(self.fn)
+
+    def __repr__(self) -> str:
+        return f"TorchFunctionValue({getattr(self.fn, '__qualname__', self.fn)!r})"

@@ -1,0 +1,415 @@
+"""Python objects: existing ones read through sources, new ones made while capturing.
+
+`ObjectValue` stands for a real object that exists before the call (a module,
+a class, a configuration object) and is read at capture time, each read
+guarded through its source. `UserObjectValue` is an instance created inside the
+compiled function, with symbolic attributes. Cells, `super()` and the context
+managers that switch torch's global state live here too.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any
+
+import torch
+
+from ..breaks import GraphBreak
+from ..sources import AttrSource, CellSource, ClosureSource, ItemSource
+from .base import ConstantValue, NULL, Value
+from .functions import FunctionValue, MethodValue
+
+
+def lookup_static(cls: type, name: str) -> tuple[Any, type | None]:
+    """The class attribute `name` from the MRO without running descriptors."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name], klass
+    return None, None
+
+
+class ObjectValue(Value):
+    """A pre-existing Python object, identified by its source."""
+
+    def __init__(self, obj: Any, source=None) -> None:
+        self.obj = obj
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.obj)
+
+    def is_constant(self) -> bool:
+        return isinstance(self.obj, (type, types.ModuleType, types.BuiltinFunctionType))
+
+    def constant(self) -> Any:
+        return self.obj
+
+    def truth(self, tx) -> bool:
+        cls = type(self.obj)
+        if lookup_static(cls, "__bool__")[0] is None and lookup_static(cls, "__len__")[0] is None:
+            return True
+        return tx.call_dunder(self, "__bool__" if lookup_static(cls, "__bool__")[0] else "__len__", []).truth(tx)
+
+    def attribute_source(self, name: str):
+        return AttrSource(self.source, name) if self.source is not None else None
+
+    def getattr(self, tx, name: str) -> Value:
+        overlay = tx.output.attribute_overlay.get((id(self.obj), name))
+        if overlay is not None:
+            return overlay
+        obj = self.obj
+        if isinstance(obj, type):
+            return self._class_attribute(tx, obj, name)
+        static, owner = lookup_static(type(obj), name)
+        if isinstance(static, property) and static.fget is not None:
+            return tx.call(FunctionValue(static.fget, _class_member_source(self, owner, name, ".fget")), [self], {})
+        if isinstance(static, types.FunctionType):
+            if name not in getattr(obj, "__dict__", {}):
+                return MethodValue(self, FunctionValue(static, _class_member_source(self, owner, name)))
+        if isinstance(static, (staticmethod, classmethod)):
+            return tx.wrap(getattr(obj, name), self.attribute_source(name))
+        try:
+            value = getattr(obj, name)
+        except AttributeError:
+            raise GraphBreak("attribute-error", f"{type(obj).__name__!s} object has no attribute {name!r}")
+        return tx.wrap(value, self.attribute_source(name))
+
+    def _class_attribute(self, tx, cls: type, name: str) -> Value:
+        static, owner = lookup_static(cls, name)
+        if isinstance(static, classmethod):
+            return MethodValue(self, FunctionValue(static.__func__, None))
+        try:
+            value = getattr(cls, name)
+        except AttributeError:
+            raise GraphBreak("attribute-error", f"type object {cls.__name__!r} has no attribute {name!r}")
+        return tx.wrap(value, self.attribute_source(name))
+
+    def call(self, tx, args, kwargs) -> Value:
+        return tx.call_object(self, args, kwargs)
+
+    def reconstruct(self, cg) -> str:
+        if self.source is not None:
+            return cg.source(self.source)
+        return cg.constant(self.obj)
+
+    def __repr__(self) -> str:
+        return f"ObjectValue({type(self.obj).__name__})"
+
+
+def _class_member_source(value: ObjectValue, owner, name, suffix=""):
+    if value.source is None or owner is None:
+        return None
+    return AttrSource(AttrSource(value.source, "__class__"), name) if not suffix else None
+
+
+class NNModuleValue(ObjectValue):
+    """An nn.Module read through a source: its parameters and buffers become graph inputs."""
+
+    def getattr(self, tx, name: str) -> Value:
+        overlay = tx.output.attribute_overlay.get((id(self.obj), name))
+        if overlay is not None:
+            return overlay
+        module = self.obj
+        for table in ("_parameters", "_buffers", "_modules"):
+            entries = module.__dict__.get(table)
+            if entries is not None and name in entries:
+                source = ItemSource(AttrSource(self.source, table), name) if self.source else None
+                return tx.wrap(entries[name], source)
+        return super().getattr(tx, name)
+
+    def call(self, tx, args, kwargs) -> Value:
+        module = self.obj
+        if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks):
+            raise GraphBreak("module-hooks", f"{type(module).__name__} has forward hooks")
+        forward = type(module).forward
+        if not isinstance(forward, types.FunctionType):
+            raise GraphBreak("module-forward", f"{type(module).__name__}.forward is not a Python function")
+        source = AttrSource(AttrSource(self.source, "__class__"), "forward") if self.source else None
+        return tx.call(FunctionValue(forward, source), [self, *args], kwargs)
+
+    def __repr__(self) -> str:
+        return f"NNModuleValue({type(self.obj).__name__})"
+
+
+class UserObjectValue(Value):
+    """An instance of a user class created inside the compiled function."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.attributes: dict[str, Value] = {}
+        self.source = None
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in self.attributes:
+            return self.attributes[name]
+        if name == "__class__":
+            return tx.wrap_constant_object(self.cls)
+        static, owner = lookup_static(self.cls, name)
+        if isinstance(static, types.FunctionType):
+            return MethodValue(self, FunctionValue(static, None))
+        if isinstance(static, property) and static.fget is not None:
+            return tx.call(FunctionValue(static.fget), [self], {})
+        if static is not None and not hasattr(static, "__get__"):
+            return tx.wrap_constant_object(static)
+        if name == "__dataclass_fields__" or static is not None:
+            return tx.wrap_constant_object(getattr(self.cls, name))
+        raise GraphBreak("attribute-error", f"{self.cls.__name__!r} object has no attribute {name!r}")
+
+    def setattr(self, tx, name: str, value: Value) -> None:
+        self.attributes[name] = value
+
+    def truth(self, tx) -> bool:
+        if lookup_static(self.cls, "__bool__")[0] or lookup_static(self.cls, "__len__")[0]:
+            raise GraphBreak("truth", "truth of an object with __bool__/__len__")
+        return True
+
+    def reconstruct(self, cg) -> str:
+        attrs = "{" + ", ".join(f"{k!r}: {v.reconstruct(cg)}" for k, v in self.attributes.items()) + "}"
+        return f"{cg.helper('new_object')}({cg.constant(self.cls)}, {attrs})"
+
+    def __repr__(self) -> str:
+        return f"UserObjectValue({self.cls.__name__})"
+
+
+class CellValue(Value):
+    """A closure cell created while capturing (a cell variable of an inlined frame)."""
+
+    def __init__(self, contents: Value | None = None) -> None:
+        self.contents = contents
+
+    def load(self, tx) -> Value:
+        if self.contents is None:
+            raise GraphBreak("unbound-cell", "free variable referenced before assignment")
+        from .lazy import LazyValue
+        if type(self.contents) is LazyValue:
+            self.contents = self.contents.realize(tx)
+        return self.contents
+
+    def store(self, tx, value: Value) -> None:
+        self.contents = value
+
+    def reconstruct_cell(self, cg) -> str:
+        return f"{cg.helper('CellType')}({self.contents.reconstruct(cg) if self.contents else ''})"
+
+
+class RealCellValue(Value):
+    """A closure cell that exists at run time: of the compiled function or a function it reached."""
+
+    def __init__(self, cell: types.CellType, function_source, index: int, name: str = "") -> None:
+        self.cell = cell
+        self.function_source = function_source
+        self.index = index
+        self.name = name
+
+    def contents_source(self):
+        if self.function_source is None:
+            return None
+        if self.function_source == "root":
+            return ClosureSource(self.index, self.name)
+        return CellSource(self.function_source, self.index)
+
+    def load(self, tx) -> Value:
+        written = tx.output.attribute_overlay.get((id(self.cell), "cell_contents"))
+        if written is not None:
+            return written
+        try:
+            contents = self.cell.cell_contents
+        except ValueError:
+            raise GraphBreak("unbound-cell", "free variable referenced before assignment")
+        return tx.wrap(contents, self.contents_source())
+
+    def store(self, tx, value: Value) -> None:
+        if self.contents_source() is None:
+            raise GraphBreak("cell-write", "write to a closure cell with no source")
+        tx.output.record_attribute_write(ObjectValue(self.cell, None), "cell_contents", value,
+                                         target_source=self.contents_source())
+
+    def reconstruct_cell(self, cg) -> str:
+        return cg.constant(self.cell)
+
+
+class SuperValue(Value):
+    """`super(cls, obj)`: attribute lookup starts after `cls` in obj's MRO."""
+
+    def __init__(self, cls: type, obj: Value) -> None:
+        self.cls = cls
+        self.obj = obj
+
+    def getattr(self, tx, name: str) -> Value:
+        mro = self.obj.python_type().__mro__
+        for klass in mro[mro.index(self.cls) + 1:]:
+            if name in klass.__dict__:
+                attr = klass.__dict__[name]
+                if isinstance(attr, types.FunctionType):
+                    return MethodValue(self.obj, FunctionValue(attr, None))
+                if isinstance(attr, classmethod):
+                    return MethodValue(tx.wrap_constant_object(self.obj.python_type()),
+                                       FunctionValue(attr.__func__, None))
+                if isinstance(attr, property):
+                    return tx.call(FunctionValue(attr.fget, None), [self.obj], {})
+                if isinstance(attr, staticmethod):
+                    return FunctionValue(attr.__func__, None)
+                if callable(attr) and klass is object:
+                    return BuiltinMethodOfObject(self.obj, attr, name)
+                return tx.wrap_constant_object(attr)
+        raise GraphBreak("attribute-error", f"'super' object has no attribute {name!r}")
+
+    def reconstruct(self, cg) -> str:
+        return f"super({cg.constant(self.cls)}, {self.obj.reconstruct(cg)})"
+
+
+class BuiltinMethodOfObject(Value):
+    """A C-level method such as object.__init__ reached through super()."""
+
+    def __init__(self, obj: Value, method: Any, name: str) -> None:
+        self.obj = obj
+        self.method = method
+        self.name = name
+
+    def call(self, tx, args, kwargs) -> Value:
+        if self.name in ("__init__",):
+            return ConstantValue(None)
+        if self.name == "__setattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
+            return tx.store_attribute(self.obj, args[0].constant(), args[1])
+        raise GraphBreak("call", f"object.{self.name} through super()")
+
+
+class GradModeValue(Value):
+    """torch.no_grad(), torch.enable_grad(), torch.set_grad_enabled(b), torch.inference_mode(b)."""
+
+    def __init__(self, enabled: bool, kind: str = "grad") -> None:
+        self.enabled = enabled
+        self.kind = kind
+        self.previous: bool | None = None
+
+    def python_type(self) -> type:
+        return {"grad": torch.set_grad_enabled, "inference": torch.inference_mode}[self.kind]
+
+    def enter(self, tx) -> Value:
+        if self.kind == "inference":
+            self.previous = torch.is_inference_mode_enabled()
+            if self.enabled != self.previous:
+                raise GraphBreak("inference-mode", "entering torch.inference_mode inside a compiled function",
+                                 "call the compiled function under inference_mode instead")
+            return ConstantValue(None)
+        self.previous = torch.is_grad_enabled()
+        tx.set_grad_enabled(self.enabled)
+        return ConstantValue(None)
+
+    def exit(self, tx) -> Value:
+        if self.kind == "grad":
+            tx.set_grad_enabled(self.previous)
+        return ConstantValue(None)
+
+    def getattr(self, tx, name: str) -> Value:
+        if name == "__enter__":
+            return ContextMethodValue(self, "enter")
+        if name == "__exit__":
+            return ContextMethodValue(self, "exit")
+        raise GraphBreak("getattr", f"attribute {name!r} of a grad-mode context")
+
+    def call(self, tx, args, kwargs) -> Value:
+        # `@torch.no_grad()` used as a decorator inside the compiled function.
+        raise GraphBreak("call", "grad-mode context used as a decorator inside a compiled function")
+
+    def reconstruct(self, cg) -> str:
+        if self.kind == "inference":
+            return f"{cg.constant(torch.inference_mode)}({self.enabled!r})"
+        return f"{cg.constant(_GradModeFactory)}({self.enabled!r})"
+
+    def reconstruct_entered_exit(self, cg) -> str:
+        return f"{cg.helper('enter_grad_mode')}({self.enabled!r}, {self.previous!r})"
+
+
+class _GradModeFactory:
+    """A grad-mode context rebuilt at a graph break before its `with` was entered."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+    def __enter__(self):
+        self.previous = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(self.enabled)
+
+    def __exit__(self, *exc):
+        torch._C._set_grad_enabled(self.previous)
+        return False
+
+
+class ContextMethodValue(Value):
+    def __init__(self, ctx: GradModeValue, which: str) -> None:
+        self.ctx = ctx
+        self.which = which
+
+    def call(self, tx, args, kwargs) -> Value:
+        return self.ctx.enter(tx) if self.which == "enter" else self.ctx.exit(tx)
+
+    def reconstruct(self, cg) -> str:
+        if self.which == "exit":
+            return self.ctx.reconstruct_entered_exit(cg)
+        raise GraphBreak("reconstruct", "a context manager's __enter__")
+
+
+class GlobalContextValue(Value):
+    """torch.autocast(...) or torch.inference_mode(...): entered and exited by graph nodes.
+
+    The context is also entered for real while capturing, so that fake tensors get
+    the dtypes and flags it implies."""
+
+    def __init__(self, enter_fn, exit_fn, arguments: tuple) -> None:
+        self.enter_fn = enter_fn
+        self.exit_fn = exit_fn
+        self.arguments = arguments
+        self.node = None
+        self.real = None
+
+    def enter(self, tx) -> Value:
+        self.node = tx.output.create_node("call_function", self.enter_fn, self.arguments, {}, None)
+        self.real = self.enter_fn(*self.arguments)
+        return ConstantValue(None)
+
+    def exit(self, tx) -> Value:
+        tx.output.create_node("call_function", self.exit_fn, (self.node,), {}, None)
+        self.exit_fn(self.real)
+        return ConstantValue(None)
+
+    getattr = GradModeValue.getattr
+
+    def reconstruct_entered_exit(self, cg) -> str:
+        raise GraphBreak("reconstruct", "a graph break inside an autocast or inference_mode block")
+
+
+class PartialValue(Value):
+    """functools.partial(func, *args, **kwargs) made while capturing."""
+
+    def __init__(self, func: Value, args: list[Value], kwargs: dict[str, Value]) -> None:
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+
+    def python_type(self) -> type:
+        import functools
+        return functools.partial
+
+    def call(self, tx, args, kwargs) -> Value:
+        return tx.call(self.func, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def reconstruct(self, cg) -> str:
+        import functools
+        parts = [self.func.reconstruct(cg)] + [a.reconstruct(cg) for a in self.args] + \
+            [f"{k}={v.reconstruct(cg)}" for k, v in self.kwargs.items()]
+        return f"{cg.constant(functools.partial)}({', '.join(parts)})"
+
+
+class ExitFromRuntime(Value):
+    """The __exit__ of a context manager entered in Python before this capture (a resume function's input)."""
+
+
+def is_null(value: Value) -> bool:
+    return value is NULL

@@ -1,0 +1,228 @@
+"""Tensors in the graph, and calls that put operations into it.
+
+`TensorValue` stands for a tensor whose value exists only at run time: it
+carries the FX node that produces it and a fake tensor with its metadata.
+`record_call` is the single place where a torch function or Tensor method
+becomes a graph node: it runs the operation on fake tensors to learn the
+result's metadata, then wraps the result (tensors become new `TensorValue`s,
+anything else is a compile-time constant).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from ..breaks import GraphBreak
+from .base import ConstantValue, Value
+
+# Tensor methods whose result feeds Python with data: they end the graph.
+_DATA_DEPENDENT_METHODS = {
+    "item": "Tensor.item() reads a tensor's value into Python",
+    "tolist": "Tensor.tolist() reads a tensor's values into Python",
+    "numpy": "Tensor.numpy() leaves torch",
+    "__bool__": "bool() of a tensor depends on its value",
+    "__int__": "int() of a tensor depends on its value",
+    "__float__": "float() of a tensor depends on its value",
+    "__index__": "using a tensor as an index depends on its value",
+    "backward": "Tensor.backward() runs the autograd engine",
+    "data_ptr": "Tensor.data_ptr() is a run-time address",
+    "register_hook": "tensor hooks run arbitrary Python",
+    "nonzero": "nonzero() has a data-dependent shape",
+    "unique": "unique() has a data-dependent shape",
+    "cpu": None, "cuda": None,
+}
+_DATA_DEPENDENT_FUNCTIONS = {torch.nonzero, torch.unique, torch.masked_select, torch.Tensor.nonzero,
+                             torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.masked_select,
+                             torch.argwhere, torch.bincount}
+
+# Metadata that is known at capture time (shapes are static, and guarded).
+_METADATA_ATTRIBUTES = {
+    "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_sparse", "layout",
+    "is_leaf", "is_quantized", "is_meta", "is_nested", "names", "itemsize",
+}
+_VIEW_ATTRIBUTES = {"T": "t", "mT": "mT", "H": "H", "mH": "mH", "real": "real", "imag": "imag"}
+
+
+class TensorValue(Value):
+    __slots__ = ("node", "example", "source")
+
+    def __init__(self, node: torch.fx.Node, example: torch.Tensor, source=None) -> None:
+        self.node = node
+        self.example = example
+        self.source = source
+
+    def python_type(self) -> type:
+        return torch.nn.Parameter if isinstance(self.example, torch.nn.Parameter) else torch.Tensor
+
+    def truth(self, tx) -> bool:
+        raise GraphBreak("data-dependent-branch",
+                         "a branch on a tensor's value (bool(tensor)) needs its run-time value",
+                         "use torch.where, or move the branch out of the compiled function")
+
+    def unpack(self, tx) -> list[Value]:
+        n = self.example.shape[0] if self.example.dim() else None
+        if n is None:
+            raise GraphBreak("iterate", "iteration over a 0-d tensor")
+        return [record_call(tx, operator.getitem, [self, ConstantValue(i)], {}) for i in range(n)]
+
+    def getattr(self, tx, name: str) -> Value:
+        example = self.example
+        if name in _METADATA_ATTRIBUTES:
+            value = getattr(example, name)
+            if name == "shape":
+                value = torch.Size(value)
+            return ConstantValue(value)
+        if name in _VIEW_ATTRIBUTES:
+            return record_call(tx, "getattr", [self, ConstantValue(name)], {}, method=False)
+        if name == "grad":
+            if self.source is not None:
+                return tx.wrap_source(tx.read_attribute_of_source(self.source, "grad"), _attr(self.source, "grad"))
+            raise GraphBreak("tensor-grad", ".grad of an intermediate tensor")
+        if name in ("data",):
+            return record_call(tx, "detach", [self], {}, method=True)
+        if name in ("__class__",):
+            return tx.wrap_constant_object(type(example))
+        if not hasattr(torch.Tensor, name):
+            raise GraphBreak("tensor-attribute", f"Tensor has no attribute {name!r} that tensorjit can read")
+        return TensorMethodValue(self, name)
+
+    def reconstruct(self, cg) -> str:
+        return cg.tensor(self)
+
+    def __repr__(self) -> str:
+        return f"TensorValue({self.node.name}, {tuple(self.example.shape)}, {self.example.dtype})"
+
+
+def _attr(source, name):
+    from ..sources import AttrSource
+    return AttrSource(source, name)
+
+
+class TensorMethodValue(Value):
+    """A bound Tensor method, `x.view` before it is called."""
+
+    def __init__(self, tensor: TensorValue, name: str) -> None:
+        self.tensor = tensor
+        self.name = name
+
+    def python_type(self) -> type:
+        return type(torch.Tensor.add)
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.tensor(self.tensor)}.{self.name}"
+
+    def call(self, tx, args, kwargs) -> Value:
+        name = self.name
+        if name in _DATA_DEPENDENT_METHODS:
+            text = _DATA_DEPENDENT_METHODS[name]
+            if text is not None and not (name == "item" and tx.config.capture_scalar_outputs):
+                raise GraphBreak("data-dependent-op", text)
+        if name == "size" and not kwargs:
+            size = self.tensor.example.size(*[a.constant() for a in args])
+            return ConstantValue(torch.Size(size) if isinstance(size, torch.Size) else size)
+        if name in ("dim", "ndimension", "numel", "nelement", "element_size", "is_contiguous",
+                    "is_floating_point", "is_complex", "stride", "storage_offset", "get_device",
+                    "is_signed", "has_names"):
+            return ConstantValue(getattr(self.tensor.example, name)(*[a.constant() for a in args],
+                                                                  **{k: v.constant() for k, v in kwargs.items()}))
+        if name == "type" and not args and not kwargs:
+            return ConstantValue(self.tensor.example.type())
+        return record_call(tx, name, [self.tensor, *args], kwargs, method=True)
+
+    def __repr__(self) -> str:
+        return f"TensorMethodValue({self.tensor!r}.{self.name})"
+
+
+# -- recording operations --------------------------------------------------------------
+def to_node_argument(tx, value: Value) -> Any:
+    """The FX argument for a value: a node for tensors, plain data otherwise."""
+    from .containers import ListValue, TupleValue, SliceValue, DictValue
+    if isinstance(value, TensorValue):
+        return value.node
+    if isinstance(value, (ListValue, TupleValue)):
+        items = [to_node_argument(tx, v) for v in value.items]
+        if value.python_type() is torch.Size:
+            return torch.Size(items) if all(isinstance(i, int) for i in items) else tuple(items)
+        return items if isinstance(value, ListValue) else tuple(items)
+    if isinstance(value, SliceValue):
+        return slice(*(to_node_argument(tx, v) for v in value.parts))
+    if isinstance(value, DictValue):
+        return {k: to_node_argument(tx, v) for k, v in value.items.items()}
+    if value.is_constant():
+        return value.constant()
+    raise GraphBreak("graph-argument", f"{value!r} cannot be passed to a graph operation")
+
+
+def _example_of(tx, argument: Any) -> Any:
+    if isinstance(argument, torch.fx.Node):
+        return argument.meta["example_value"]
+    return argument
+
+
+def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str, Value],
+                method: bool = False) -> Value:
+    """Put `target(*args, **kwargs)` into the graph and return its symbolic result."""
+    node_args = tuple(to_node_argument(tx, a) for a in args)
+    node_kwargs = {k: to_node_argument(tx, v) for k, v in kwargs.items()}
+    fake_args, fake_kwargs = pytree.tree_map(lambda a: _example_of(tx, a), (node_args, node_kwargs))
+    if target == "getattr":
+        op, fn = "call_function", getattr
+    elif method:
+        op, fn = "call_method", None
+    else:
+        op, fn = "call_function", target
+    try:
+        with tx.output.fake_mode:
+            if method:
+                result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+            else:
+                result = fn(*fake_args, **fake_kwargs)
+    except GraphBreak:
+        raise
+    except (torch._subclasses.fake_tensor.DataDependentOutputException,
+            torch._subclasses.fake_tensor.DynamicOutputShapeException,
+            torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode) as e:
+        raise GraphBreak("data-dependent-op", f"{_describe(target)} has a data-dependent result ({type(e).__name__})")
+    except NotImplementedError as e:
+        raise GraphBreak("unsupported-op", f"{_describe(target)} cannot run on fake tensors: {e}")
+    except Exception as e:
+        raise GraphBreak("op-error", f"{_describe(target)} raised {type(e).__name__}: {e}",
+                         "the same call fails eagerly; it runs in Python so the error is raised there")
+    if any(isinstance(s, torch.SymInt) for r in pytree.tree_leaves(result) if isinstance(r, torch.Tensor)
+           for s in r.shape):
+        raise GraphBreak("data-dependent-op", f"{_describe(target)} has an output shape that depends on data")
+    node = tx.output.create_node(op, fn if op == "call_function" else target, node_args, node_kwargs, result)
+    return wrap_result(tx, node, result, args)
+
+
+def _describe(target) -> str:
+    return target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
+
+
+def wrap_result(tx, node: torch.fx.Node, result: Any, args: list[Value]) -> Value:
+    from .containers import TupleValue, ListValue
+    if isinstance(result, torch.Tensor):
+        for a in args:  # in-place ops and `out=` return an argument: keep its identity
+            if isinstance(a, TensorValue) and a.example is result:
+                return TensorValue(node, result, a.source)
+        return TensorValue(node, result)
+    if isinstance(result, (tuple, list)) and any(isinstance(r, torch.Tensor) for r in result):
+        items = []
+        for i, r in enumerate(result):
+            item_node = tx.output.create_node("call_function", operator.getitem, (node, i), {}, r)
+            items.append(wrap_result(tx, item_node, r, []))
+        cls = type(result)
+        if isinstance(result, list):
+            return ListValue(items)
+        return TupleValue(items, cls if cls is not tuple else tuple)
+    if isinstance(result, (int, float, bool, type(None), torch.Size, torch.dtype, torch.device, str)):
+        return ConstantValue(result)  # the node stays if it mutates; dead-code elimination drops the rest
+    if isinstance(result, (tuple, list)):
+        return ConstantValue(type(result)(result)) if isinstance(result, tuple) else ListValue(
+            [ConstantValue(r) for r in result])
+    raise GraphBreak("unsupported-result", f"graph operation returned {type(result).__name__}")

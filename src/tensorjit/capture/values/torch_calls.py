@@ -1,0 +1,37 @@
+"""Calls of torch functions: fold queries, manage global-state switches, record the rest."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils import _pytree as pytree
+
+from ..breaks import GraphBreak
+from .base import ConstantValue, Value
+from .functions import _TORCH_EFFECTFUL, _TORCH_QUERIES
+from .tensors import _DATA_DEPENDENT_FUNCTIONS, TensorValue, _example_of, record_call, to_node_argument
+
+
+def call_torch_function(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if fn in _TORCH_EFFECTFUL:
+        raise GraphBreak("effectful-call", f"{fn.__qualname__} changes global state",
+                         "call it outside the compiled function")
+    if fn in _DATA_DEPENDENT_FUNCTIONS:
+        raise GraphBreak("data-dependent-op", f"{getattr(fn, '__qualname__', fn)} has a data-dependent result")
+    if fn in _TORCH_QUERIES or fn is torch._C._set_grad_enabled:
+        if fn is torch._C._set_grad_enabled:
+            return tx.set_grad_enabled(args[0].constant())
+        return _fold_query(tx, fn, args, kwargs)
+    if fn in (torch.Tensor.item, torch.Tensor.tolist):
+        raise GraphBreak("data-dependent-op", f"{fn.__qualname__} reads a tensor's value into Python")
+    return record_call(tx, fn, args, kwargs)
+
+
+def _fold_query(tx, fn, args, kwargs) -> Value:
+    node_args = [to_node_argument(tx, a) for a in args]
+    node_kwargs = {k: to_node_argument(tx, v) for k, v in kwargs.items()}
+    fake_args, fake_kwargs = pytree.tree_map(lambda a: _example_of(tx, a), (node_args, node_kwargs))
+    return tx.wrap_constant_object(fn(*fake_args, **fake_kwargs))
+
+
+def has_tensor(values) -> bool:
+    return any(isinstance(v, TensorValue) for v in values)
