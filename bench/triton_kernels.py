@@ -38,7 +38,7 @@ def build_softmax(rows, columns, shape, dtype):
     return kernel
 
 
-def build_layernorm_gelu(rows, columns, shape, dtype):
+def build_layernorm_gelu(rows, columns, shape, dtype, activation="erf"):
     kernel = TritonKernel("layernorm_gelu_kernel", rows, columns, shape)
     index = f"rindex + {columns} * xindex"
     x = kernel.load("x", index, dtype)
@@ -52,18 +52,23 @@ def build_layernorm_gelu(rows, columns, shape, dtype):
     weight = kernel.load("weight", "rindex", dtype)
     bias = kernel.load("bias", "rindex", dtype)
     y = kernel.compute(f"{centered} * {rstd} * {weight} + {bias}")
-    gelu = kernel.compute(f"0.5 * {y} * (1.0 + tl.erf({y} * 0.7071067811865476))")
+    if activation == "erf":
+        gelu = kernel.compute(f"0.5 * {y} * (1.0 + tl.erf({y} * 0.7071067811865476))")
+    elif activation == "none":  # diagnosis only: how much of the time is GELU's arithmetic
+        gelu = y
+    else:  # diagnosis only: the tanh approximation, for its instruction count
+        gelu = kernel.compute(f"0.5 * {y} * (1.0 + libdevice.tanh(0.7978845608 * ({y} + 0.044715 * {y} * {y} * {y})))")
     kernel.store("out", index, gelu, dtype)
     return kernel
 
 
-def build_chain(numel, shape):
+def build_chain(numel, shape, sine=True):
     kernel = TritonKernel("chain_kernel", numel, None, shape)
     x = kernel.load("x", "xindex", torch.float32)
     for _ in range(10):
         x = kernel.compute(f"{x} * 1.0001")
         x = kernel.compute(f"{x} + 0.001")
-        x = kernel.compute(f"tl.sin({x})")
+        x = kernel.compute(f"tl.sin({x})" if sine else f"{x} * 0.999")
         x = kernel.compute(f"tl.where({x} < 0, 0, {x})")
         x = kernel.compute(f"{x} - 0.0005")
     kernel.store("out", "xindex", x, torch.float32)
@@ -115,11 +120,21 @@ def sweep_reductions(copy_gbs):
     bias = torch.randn(4096, device="cuda", dtype=dtype)
     out = torch.empty_like(x)
     reference = torch.nn.functional.gelu(torch.nn.functional.layer_norm(x.float(), (4096,), weight.float(), bias.float()))
-    for xblock, warps in ((1, 4), (1, 8), (1, 16), (2, 16), (4, 16)):
+    for xblock, warps in ((1, 4), (1, 8), (1, 16), (2, 8), (4, 16)):
         shape = dataclasses.replace(heuristics.persistent_reduction_shape(8192, 4096),
                                     xblock=xblock, num_warps=warps, grid=(8192 // xblock, 1, 1))
         run_variant(f"layernorm_gelu persistent X{xblock} w{warps}", build_layernorm_gelu(8192, 4096, shape, dtype),
                     shape, (x, weight, bias, out), 4 * x.numel(), reference, copy_gbs)
+    shape = dataclasses.replace(heuristics.persistent_reduction_shape(8192, 4096), num_warps=4)
+    layer_norm = torch.nn.functional.layer_norm(x.float(), (4096,), weight.float(), bias.float())
+    run_variant("diagnosis: layernorm alone X1 w4", build_layernorm_gelu(8192, 4096, shape, dtype, "none"),
+                shape, (x, weight, bias, out), 4 * x.numel(), layer_norm, copy_gbs)
+    run_variant("diagnosis: layernorm + tanh-gelu X1 w4", build_layernorm_gelu(8192, 4096, shape, dtype, "tanh"),
+                shape, (x, weight, bias, out), 4 * x.numel(), reference, copy_gbs)
+    for shape in heuristics.looped_reduction_configs(8192, 4096)[:2]:
+        run_variant(f"layernorm_gelu looped X{shape.xblock} R{shape.rblock} w{shape.num_warps}",
+                    build_layernorm_gelu(8192, 4096, shape, dtype), shape, (x, weight, bias, out), 4 * x.numel(),
+                    reference, copy_gbs)
 
 
 def sweep_pointwise(copy_gbs):
@@ -132,6 +147,7 @@ def sweep_pointwise(copy_gbs):
         shape = heuristics.LaunchShape(block, None, warps, (x.numel() // block, 1, 1))
         run_variant(f"chain50 X{block} w{warps}", build_chain(x.numel(), shape), shape, (x, out),
                     8 * x.numel(), reference, copy_gbs)
+    print(f"eager sin alone on the tensor: {time_ms(lambda: torch.sin(x, out=out)):.4f} ms")
 
 
 def launch_overhead():

@@ -81,7 +81,15 @@ INTERPRETER_FORMULAS: dict[str, str] = {
     "cosh": "((tl.exp({0}) + tl.exp(-({0}))) * 0.5)",
     "tan": "(tl.sin({0}) / tl.cos({0}))",
     "log10": "(tl.log({0}) * 0.4342944819032518)",
+    "asinh": "tl.log(({0}) + tl.sqrt(({0}) * ({0}) + 1.0))",
+    "acosh": "tl.log(({0}) + tl.sqrt(({0}) * ({0}) - 1.0))",
+    "atanh": "(0.5 * tl.log((1.0 + ({0})) / (1.0 - ({0}))))",
 }
+
+
+def interpreter_lacks(name: str) -> bool:
+    """Whether the interpreter cannot run `name` (libdevice only, no stand-in)."""
+    return CALLS.get(name, "").startswith("libdevice.") and name not in INTERPRETER_FORMULAS
 
 
 def interpreted() -> bool:

@@ -203,6 +203,9 @@ class TritonKernel:
 
     def reduction(self, kind: str, value: str, dtype: torch.dtype) -> str:
         """Reduce `value` over the row; returns an [XBLOCK, 1] variable visible to later sections."""
+        if kind == "any":  # as a max over 0/1, which every path supports
+            flag = self.compute(f"({value} != 0).to(tl.float32)")
+            return self.compute(f"{self.reduction('max', flag, torch.float32)} != 0")
         accumulate_dtype = compute_dtype(dtype)
         identity = expressions.reduction_identity(kind, accumulate_dtype)
         mask = self.mask(uses_row=True)
@@ -212,7 +215,7 @@ class TritonKernel:
             return self._index_reduction(kind, value)
         if not self.looped:
             result = self.fresh("reduced")
-            self._emit("loop", f"{result} = {_reduce(kind, value)}[:, None]")
+            self._emit("loop", f"{result} = ({_reduce(kind, value)})[:, None]")
             return result
         return self._looped_reduction(kind, value, identity, accumulate_dtype)
 
@@ -222,7 +225,7 @@ class TritonKernel:
         combined = _combine(kind, accumulator, f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])")
         self.sections[-1].lines.append(f"{accumulator} = {combined}")
         result = self.fresh("reduced")
-        self.epilogues[-1].append(f"{result} = {_reduce(kind, accumulator)}[:, None]")
+        self.epilogues[-1].append(f"{result} = ({_reduce(kind, accumulator)})[:, None]")
         self.available[result] = len(self.epilogues) - 1
         return result
 
@@ -281,16 +284,12 @@ def _reduce(kind: str, value: str) -> str:
         return f"tl.reduce({value}, 1, _maximum_propagating_nan)"
     if kind == "min":
         return f"tl.reduce({value}, 1, _minimum_propagating_nan)"
-    if kind == "any":
-        return f"tl.max({value}.to(tl.int8), 1) != 0"
     raise NotImplementedError(f"triton emitter: no reduction {kind!r}")
 
 
 def _combine(kind: str, accumulator: str, value: str) -> str:
     if kind == "sum":
         return f"{accumulator} + {value}"
-    if kind == "any":
-        return f"{accumulator} | ({value} != 0)"
     if kind == "prod":
         return f"{accumulator} * {value}"
     if kind == "max":
