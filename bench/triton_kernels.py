@@ -112,6 +112,12 @@ def sweep_reductions(copy_gbs):
                                     xblock=xblock, num_warps=warps, grid=(8192 // xblock, 1, 1))
         run_variant(f"softmax persistent X{xblock} w{warps}", build_softmax(8192, 8192, shape, dtype),
                     shape, (x, out), 4 * x.numel(), reference, copy_gbs)
+    for warps, per_sm, stages in ((16, 1, 2), (8, 2, 2), (16, 2, 1)):
+        programs = 132 * per_sm
+        shape = dataclasses.replace(heuristics.persistent_reduction_shape(8192, 8192), num_warps=warps,
+                                    programs=programs, num_stages=stages, grid=(programs, 1, 1))
+        run_variant(f"softmax grid-stride {per_sm}/SM w{warps} stages{stages}", build_softmax(8192, 8192, shape, dtype),
+                    shape, (x, out), 4 * x.numel(), reference, copy_gbs)
     for shape in heuristics.looped_reduction_configs(8192, 8192):
         run_variant(f"softmax looped X{shape.xblock} R{shape.rblock} w{shape.num_warps}",
                     build_softmax(8192, 8192, shape, dtype), shape, (x, out), 4 * x.numel(), reference, copy_gbs)
@@ -125,6 +131,13 @@ def sweep_reductions(copy_gbs):
                                     xblock=xblock, num_warps=warps, grid=(8192 // xblock, 1, 1))
         run_variant(f"layernorm_gelu persistent X{xblock} w{warps}", build_layernorm_gelu(8192, 4096, shape, dtype),
                     shape, (x, weight, bias, out), 4 * x.numel(), reference, copy_gbs)
+    for warps, per_sm, stages in ((4, 4, 1), (4, 4, 2), (4, 8, 2), (8, 2, 2), (8, 4, 3)):
+        programs = 132 * per_sm
+        shape = dataclasses.replace(heuristics.persistent_reduction_shape(8192, 4096), num_warps=warps,
+                                    programs=programs, num_stages=stages, grid=(programs, 1, 1))
+        run_variant(f"layernorm_gelu grid-stride {per_sm}/SM w{warps} stages{stages}",
+                    build_layernorm_gelu(8192, 4096, shape, dtype), shape, (x, weight, bias, out), 4 * x.numel(),
+                    reference, copy_gbs)
     shape = dataclasses.replace(heuristics.persistent_reduction_shape(8192, 4096), num_warps=4)
     layer_norm = torch.nn.functional.layer_norm(x.float(), (4096,), weight.float(), bias.float())
     run_variant("diagnosis: layernorm alone X1 w4", build_layernorm_gelu(8192, 4096, shape, dtype, "none"),
@@ -147,6 +160,10 @@ def sweep_pointwise(copy_gbs):
         shape = heuristics.LaunchShape(block, None, warps, (x.numel() // block, 1, 1))
         run_variant(f"chain50 X{block} w{warps}", build_chain(x.numel(), shape), shape, (x, out),
                     8 * x.numel(), reference, copy_gbs)
+    for per_sm, warps, stages in ((4, 4, 1), (8, 4, 2), (4, 8, 2)):
+        shape = heuristics.LaunchShape(1024, None, warps, (132 * per_sm, 1, 1), num_stages=stages, programs=132 * per_sm)
+        run_variant(f"chain50 grid-stride X1024 {per_sm}/SM w{warps} stages{stages}", build_chain(x.numel(), shape),
+                    shape, (x, out), 8 * x.numel(), reference, copy_gbs)
     print(f"eager sin alone on the tensor: {time_ms(lambda: torch.sin(x, out=out)):.4f} ms")
 
 

@@ -41,6 +41,8 @@ class LaunchShape:
     grid: tuple[int, int, int]
     persistent: bool = False
     num_stages: int = 1
+    programs: int | None = None
+    """Set for a persistent grid: this many programs loop over the blocks (grid = (programs, 1, 1))."""
 
     def constants(self) -> dict[str, int]:
         values = {"XBLOCK": self.xblock}

@@ -244,17 +244,31 @@ class TritonKernel:
         parameters = [*self.arguments.values(), "XBLOCK: tl.constexpr"]
         if self.is_reduction:
             parameters.append("RBLOCK: tl.constexpr")
-        lines = [f"def {self.name}({', '.join(parameters)}):", *self._indices()]
-        lines += self.prologue
+        body = list(self.prologue)
         for section, epilogue in zip(self.sections, self.epilogues):
-            lines += self._section_lines(section)
-            lines += epilogue
-        body = "\n    ".join(lines[1:])
-        return f"{PRELUDE}\n\n@triton.jit\n{lines[0]}\n    {body}\n"
+            body += self._section_lines(section)
+            body += epilogue
+        if self.shape.programs:
+            body = self._grid_stride(body)
+        else:
+            body = self._indices(f"tl.program_id(0).to({self.index_dtype}) * XBLOCK") + body
+        lines = "\n    ".join(body)
+        return f"{PRELUDE}\n\n@triton.jit\ndef {self.name}({', '.join(parameters)}):\n    {lines}\n"
 
-    def _indices(self) -> list[str]:
+    def _grid_stride(self, body: list[str]) -> list[str]:
+        """A fixed number of programs each walking blocks `programs` apart.
+
+        Persistent grids: a few programs per multiprocessor that stay
+        resident, so one block's loads are in flight while the previous
+        block computes, and no time goes to launching thousands of programs.
+        """
+        step = self.shape.programs * self.shape.xblock
+        start = f"tl.program_id(0).to({self.index_dtype}) * XBLOCK"
+        header = [f"for xoffset in tl.range({start}, {self.xnumel}, {step}, num_stages={self.shape.num_stages}):"]
+        return header + [f"    {line}" for line in self._indices("xoffset") + body]
+
+    def _indices(self, offset: str) -> list[str]:
         lines = [f"xnumel = {self.xnumel}"]
-        offset = f"tl.program_id(0).to({self.index_dtype}) * XBLOCK"
         if not self.is_reduction:
             lines += [f"xindex = {offset} + tl.arange(0, XBLOCK)"]
         else:
