@@ -76,3 +76,17 @@ def test_missing_onnxruntime_is_a_clean_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", refuse)
     with pytest.raises(ImportError, match="pip install onnxruntime"):
         onnxrt(torch.fx.symbolic_trace(lambda x: (x,)), [])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_inputs_match_eager_with_any_provider():
+    module = LinearRelu().cuda()
+    x, unused = torch.randn(4, 8, device="cuda"), torch.randn(3, device="cuda")
+    compiled = onnxrt(torch.fx.symbolic_trace(module), [x, unused])
+    with torch.no_grad():
+        expected, actual = module(x, unused), compiled(x, unused)
+    for left, right in zip(expected, actual):
+        assert right.device == left.device
+        torch.testing.assert_close(right, left, rtol=1e-4, atol=1e-4)
+    assert compiled.eager_calls == 0

@@ -14,7 +14,7 @@ trip); outputs are allocated by torch and written by onnxruntime.
 Runs gm eagerly instead, with the reason logged, when ONNX cannot give the
 same answer: inputs that need gradients while grad is enabled, graphs that
 write their inputs in place, outputs that are not tensors, dtypes onnxruntime
-cannot bind (bfloat16 on the CPU provider), and failed exports.
+the exporter and providers handle unevenly (bfloat16), and failed exports.
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ class Session:
     """Meta tensors: shape, dtype and layout of each output."""
     output_spec: pytree.TreeSpec
     device: torch.device
+    """Where the caller's tensors live."""
+    run_device: torch.device
+    """Where onnxruntime reads and writes them: the CPU when no CUDA provider is installed."""
 
 
 class OnnxRuntimeRunner:
@@ -122,13 +125,17 @@ def _build_session(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> 
         log.info("onnxrt: running eagerly: an output is not a tensor")
         return None
     device = inputs[0].device if inputs else torch.device("cpu")
-    if device.type == "cpu" and any(v.dtype == torch.bfloat16 for v in [*inputs, *flat_outputs]):
-        log.info("onnxrt: running eagerly: bfloat16 cannot be bound on the CPU provider")
+    if any(v.dtype == torch.bfloat16 for v in [*inputs, *flat_outputs]):
+        log.info("onnxrt: running eagerly: the exporter and providers handle bfloat16 unevenly")
         return None
     input_names = [f"input_{index}" for index in range(len(inputs))]
     output_names = [f"output_{index}" for index in range(len(flat_outputs))]
     model = _export(gm, probe, input_names, output_names)
-    session = onnxruntime.InferenceSession(model, providers=_providers(device))
+    providers = _providers(device)
+    run_device = device if providers[0] == "CUDAExecutionProvider" else torch.device("cpu")
+    if device.type == "cuda" and run_device.type == "cpu":
+        log.info("onnxrt: no CUDA execution provider; CUDA tensors go through the CPU provider")
+    session = onnxruntime.InferenceSession(model, providers=providers)
     kept = [entry.name for entry in session.get_inputs()]
     return Session(
         session=session,
@@ -138,6 +145,7 @@ def _build_session(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> 
         outputs=[value.to("meta") for value in flat_outputs],
         output_spec=output_spec,
         device=device,
+        run_device=run_device,
     )
 
 
@@ -162,15 +170,18 @@ def _providers(device: torch.device) -> list[str]:
 
 def _run(session: Session, inputs: Sequence[torch.Tensor]) -> Any:
     binding = session.session.io_binding()
-    for name, index in zip(session.input_names, session.input_indices):
-        _bind(binding.bind_input, name, inputs[index].contiguous())
-    outputs = [torch.empty(value.shape, dtype=value.dtype, device=session.device) for value in session.outputs]
+    bound = [inputs[index].to(session.run_device).contiguous() for index in session.input_indices]
+    for name, value in zip(session.input_names, bound):
+        _bind(binding.bind_input, name, value)
+    outputs = [torch.empty(value.shape, dtype=value.dtype, device=session.run_device) for value in session.outputs]
     for name, value in zip(session.output_names, outputs):
         _bind(binding.bind_output, name, value)
-    if session.device.type == "cuda":
+    if session.run_device.type == "cuda":
         # onnxruntime runs on its own stream; make it see torch's finished writes.
         torch.cuda.current_stream().synchronize()
     session.session.run_with_iobinding(binding)
+    if session.run_device != session.device:
+        outputs = [value.to(session.device) for value in outputs]
     return pytree.tree_unflatten(outputs, session.output_spec)
 
 
@@ -181,10 +192,5 @@ def _bind(bind: Callable[..., None], name: str, value: torch.Tensor) -> None:
 
 
 def _numpy_dtype(dtype: torch.dtype):
-    import numpy
-
-    if dtype == torch.bfloat16:
-        import ml_dtypes  # onnxruntime's own dependency for bfloat16
-
-        return ml_dtypes.bfloat16
+    # bfloat16 never reaches here (runs eagerly); numpy names every other dtype.
     return torch.empty((), dtype=dtype).numpy().dtype.type
