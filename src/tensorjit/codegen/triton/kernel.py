@@ -206,6 +206,14 @@ class TritonKernel:
         if kind == "any":  # as a max over 0/1, which every path supports
             flag = self.compute(f"({value} != 0).to(tl.float32)")
             return self.compute(f"{self.reduction('max', flag, torch.float32)} != 0")
+        key = f"reduction {kind} {value}"
+        if key in self.row_cache:  # the same reduction of the same value (var and mean both sum x)
+            return self.row_cache[key]
+        result = self._new_reduction(kind, value, dtype)
+        self.row_cache[key] = result
+        return result
+
+    def _new_reduction(self, kind: str, value: str, dtype: torch.dtype) -> str:
         accumulate_dtype = compute_dtype(dtype)
         identity = expressions.reduction_identity(kind, accumulate_dtype)
         mask = self.mask(uses_row=True)

@@ -27,6 +27,7 @@ class WrapperBuilder:
         self.lines: list[str] = []
         self.globals: dict[str, Any] = {"empty_strided": torch.empty_strided, "torch": torch}
         self.output_names: list[str] = []
+        self.output_expression: str | None = None
 
     def _global(self, prefix: str, value: Any) -> str:
         for name, existing in self.globals.items():
@@ -65,15 +66,22 @@ class WrapperBuilder:
         self.lines.append(f"del {name}")
 
     def returns(self, names: Sequence[str]) -> None:
+        """Return the tuple of these names."""
         self.output_names = list(names)
+        self.output_expression = None
+
+    def returns_expression(self, expression: str) -> None:
+        """Return this expression as is (a single value, a list, a nested structure)."""
+        self.output_expression = expression
 
     def build(self, function_name: str = "call") -> tuple[str, Callable[..., Any]]:
         body = self.lines or ["pass"]
         outputs = ", ".join(self.output_names)
+        returned = self.output_expression or f"({outputs}{',' if len(self.output_names) == 1 else ''})"
         source = "\n".join(
             [f"def {function_name}({', '.join(self.input_names)}):"]
             + [f"    {line}" for line in body]
-            + [f"    return ({outputs}{',' if len(self.output_names) == 1 else ''})"]
+            + [f"    return {returned}"]
         )
         namespace = dict(self.globals)
         exec(compile(source, f"<tensorjit wrapper {function_name}>", "exec"), namespace)

@@ -1,0 +1,427 @@
+"""Lowering an ATen graph straight to Triton kernels plus a generated wrapper.
+
+`compile_graph(gm, example_inputs, config=None)` takes an ATen-level FX graph
+(what make_fx produces with a decomposition table; every node carries
+`meta["val"]`) whose tensors live on one CUDA device, and returns a callable
+with the graph's signature.
+
+This is the Triton backend's own lowering, for the ops it fuses best:
+pointwise operators, reductions over the last dimension (sum, mean, amax,
+amin, var) and views that keep the element order. Consecutive such nodes are
+fused greedily into one kernel per group; a group holding a reduction runs
+over (rows, row) and everything else over a flat range. Every other node
+(matrix products, convolutions, attention, indexing, ...) is an extern: the
+wrapper calls its ATen kernel directly, which is always correct.
+
+A call whose tensor inputs do not have the strides, dtypes and devices the
+graph was compiled for runs the graph eagerly instead (the kernels bake
+strides in).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from tensorjit.codegen.triton import heuristics
+from tensorjit.codegen.triton.emitter import TritonOps
+from tensorjit.codegen.triton.expressions import interpreted
+from tensorjit.codegen.triton.indexing import split_index
+from tensorjit.codegen.triton.kernel import TritonKernel
+from tensorjit.codegen.triton.launcher import KernelLauncher, load_kernel
+from tensorjit.codegen.triton.pointwise_ops import POINTWISE
+from tensorjit.codegen.triton.wrapper import WrapperBuilder
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+REDUCTIONS: dict[Any, str] = {
+    aten.sum.dim_IntList: "sum", prims.sum.default: "sum", aten.amax.default: "max", aten.amin.default: "min",
+    aten.mean.dim: "mean", prims.var.default: "var", aten.prod.dim_int: "prod",
+}
+VIEWS = {
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, prims.broadcast_in_dim.default, aten.expand.default,
+}
+
+
+def value_of(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def numel_of(node: torch.fx.Node) -> int:
+    return math.prod(value_of(node).shape)
+
+
+@dataclasses.dataclass
+class Group:
+    """Nodes fused into one kernel: over `rows` elements, or rows x `row_length` with a reduction."""
+
+    rows: int
+    row_length: int | None
+    members: list[torch.fx.Node]
+
+    def level(self, node: torch.fx.Node) -> str | None:
+        """"full" (one value per element), "row" (one per row), or None (does not fit)."""
+        shape = value_of(node).shape
+        numel = math.prod(shape)
+        if self.row_length is None:
+            return "full" if numel == self.rows else None
+        if numel == self.rows * self.row_length and len(shape) and shape[-1] == self.row_length:
+            return "full"
+        return "row" if numel == self.rows else None
+
+
+def reduced_last_dimension(node: torch.fx.Node) -> int | None:
+    """The length of the reduced last dimension, when `node` reduces exactly that one."""
+    source = node.args[0]
+    shape = value_of(source).shape if isinstance(source, torch.fx.Node) else None
+    if not shape or len(node.args) < 2:
+        return None
+    dims = node.args[1]
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if [d % len(shape) for d in dims] != [len(shape) - 1] or shape[-1] <= 1:
+        return None
+    return shape[-1]
+
+
+def classify(node: torch.fx.Node) -> str:
+    if node.op != "call_function":
+        return node.op
+    result = value_of(node)
+    if not isinstance(result, torch.Tensor) or not _kernel_device(result.device) or result.is_complex():
+        return "extern"
+    inputs = [a for a in node.all_input_nodes if isinstance(value_of(a), torch.Tensor)]
+    if any(value_of(a).device != result.device for a in inputs):
+        return "extern"
+    if node.target in REDUCTIONS and reduced_last_dimension(node) and not node.kwargs.get("dtype"):
+        return "reduction"
+    if node.target in POINTWISE and all(value_of(a).numel() in (1, result.numel()) or _broadcastable(a, node)
+                                        for a in inputs):
+        return "pointwise"
+    if node.target in VIEWS:
+        return "view"
+    return "extern"
+
+
+def _kernel_device(device: torch.device) -> bool:
+    # CPU tensors only under Triton's interpreter, which is how tests run kernels without a GPU.
+    return device.type == "cuda" or (device.type == "cpu" and interpreted())
+
+
+def decompositions() -> dict:
+    """A decomposition table that leaves what this lowering fuses in the ops it knows.
+
+    Core ATen, plus softmax, layer norm, GELU and var_mean taken apart into
+    pointwise ops and last-dimension reductions. The shared code generator
+    passes its own table; this one serves tests and direct use."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    table = core_aten_decompositions()
+    table.update(get_decompositions([
+        aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu, aten.var_mean, aten.silu,
+        aten._softmax_backward_data, aten._log_softmax_backward_data, aten.native_layer_norm_backward,
+        aten.gelu_backward, aten.sigmoid_backward, aten.tanh_backward, aten.threshold_backward,
+    ]))
+    return table
+
+
+def _broadcastable(source: torch.fx.Node, node: torch.fx.Node) -> bool:
+    small, large = value_of(source).shape, value_of(node).shape
+    if len(small) > len(large):
+        return False
+    return all(s in (1, l) for s, l in zip(reversed(small), reversed(large)))
+
+
+def try_join(group: Group | None, node: torch.fx.Node, kind: str) -> bool:
+    if group is None:
+        return False
+    members = set(group.members)
+    if kind == "view":
+        source = node.args[0]
+        if source not in members or group.level(source) is None:
+            return False
+        level = group.level(node)
+        # A view keeps the element order; a broadcast may only widen a row value across the row.
+        if level == "full" and group.level(source) == "row" and node.target not in (prims.broadcast_in_dim.default,
+                                                                                     aten.expand.default):
+            return False
+        return level is not None
+    if kind == "reduction":
+        length = reduced_last_dimension(node)
+        source = node.args[0]
+        if group.row_length is None:
+            if numel_of(source) != group.rows or any(value_of(m).shape[-1:] != (length,) for m in group.members):
+                return False
+            group.rows, group.row_length = group.rows // length, length
+            return True
+        return length == group.row_length and group.level(source) == "full"
+    return group.level(node) is not None and all(
+        group.level(a) is not None or a not in members for a in node.all_input_nodes
+    )
+
+
+def new_group(node: torch.fx.Node, kind: str) -> Group:
+    if kind == "reduction":
+        length = reduced_last_dimension(node)
+        return Group(rows=numel_of(node.args[0]) // length, row_length=length, members=[node])
+    return Group(rows=numel_of(node), row_length=None, members=[node])
+
+
+def partition(gm: torch.fx.GraphModule) -> list[Group | torch.fx.Node]:
+    """Graph nodes in order, with fusable runs replaced by Groups."""
+    steps: list[Group | torch.fx.Node] = []
+    current: Group | None = None
+    for node in gm.graph.nodes:
+        kind = classify(node)
+        if kind in ("pointwise", "reduction", "view"):
+            if try_join(current, node, kind):
+                current.members.append(node)
+                continue
+            if kind != "view":
+                current = new_group(node, kind)
+                steps.append(current)
+                continue
+        current = None
+        steps.append(node)
+    return steps
+
+
+class GroupEmitter:
+    """Writes one Group as one kernel; `stored` are the members read outside the group."""
+
+    def __init__(self, group: Group, stored: list[torch.fx.Node], names: dict[torch.fx.Node, str]):
+        self.group = group
+        self.members = set(group.members)
+        self.stored = stored
+        self.names = names
+        if group.row_length is None:
+            self.shape = heuristics.pointwise_shape(group.rows)
+        elif heuristics.is_persistent(group.row_length):
+            self.shape = heuristics.persistent_reduction_shape(group.rows, group.row_length)
+        else:
+            self.shape = heuristics.looped_reduction_configs(group.rows, group.row_length)[0]
+        extent = group.rows * (group.row_length or 1)
+        name = "reduction_kernel" if group.row_length else "pointwise_kernel"
+        self.kernel = TritonKernel(name, group.rows, group.row_length, self.shape,
+                                   heuristics.index_dtype(extent, *self._outside_extents()))
+        self.ops = TritonOps(self.kernel)
+        self.memo: dict[tuple[torch.fx.Node, int], str] = {}
+        self.reduced: dict[torch.fx.Node, str] = {}
+
+    def _outside_extents(self) -> list[int]:
+        extents = []
+        for member in self.group.members:
+            for source in member.all_input_nodes:
+                value = value_of(source)
+                if source not in self.members and isinstance(value, torch.Tensor) and value.numel():
+                    extents.append(sum((s - 1) * st for s, st in zip(value.shape, value.stride())) + 1)
+        return extents
+
+    def emit(self) -> TritonKernel:
+        for member in self.group.members:
+            if classify(member) == "reduction":
+                self.kernel.begin_loop()
+                self.reduced[member] = self._reduce(member)
+        rows_last = [m for m in self.stored if self.group.level(m) == "row"]
+        full = [m for m in self.stored if self.group.level(m) == "full"]
+        for member in rows_last:
+            self.ops.store(self.names[member], "xindex", self.evaluate(member, None), value_of(member).dtype,
+                           uses_row=self.group.row_length is None)
+        if full:
+            self.kernel.begin_loop()
+            flat = "xindex" if self.group.row_length is None else f"rindex + {self.group.row_length} * xindex"
+            for member in full:
+                self.ops.store(self.names[member], flat, self.evaluate(member, None), value_of(member).dtype)
+        return self.kernel
+
+    def _reduce(self, node: torch.fx.Node) -> str:
+        kind = REDUCTIONS[node.target]
+        dtype = value_of(node).dtype
+        source = self.evaluate(node.args[0], value_of(node.args[0]).shape)
+        length = float(self.group.row_length)
+        if kind in ("sum", "max", "min", "prod"):
+            return self.ops.reduction(kind, source, dtype)
+        total = self.ops.reduction("sum", source, dtype)
+        mean = self.ops.binary("truediv", total, self.ops.constant(length, torch.float32))
+        if kind == "mean":
+            return mean
+        # var: two passes over the row (exact, unlike one-pass sum of squares)
+        correction = node.args[2] if len(node.args) > 2 else node.kwargs.get("correction", 1.0)
+        self.kernel.begin_loop()
+        centered = self.ops.binary("sub", self.evaluate(node.args[0], value_of(node.args[0]).shape), mean)
+        squares = self.ops.reduction("sum", self.ops.binary("mul", centered, centered), dtype)
+        divisor = self.ops.constant(max(length - float(correction or 0.0), 0.0), torch.float32)
+        return self.ops.binary("truediv", squares, divisor)
+
+    def evaluate(self, node: Any, consumer_shape) -> Any:
+        """The emitter value of `node` at the current element (of the consumer, for loads)."""
+        if not isinstance(node, torch.fx.Node):
+            return node
+        if node in self.reduced:
+            return self.reduced[node]
+        if node not in self.members:
+            return self._load(node, consumer_shape)
+        key = (node, len(self.kernel.sections))
+        if key not in self.memo:
+            self.memo[key] = self._compute(node)
+        return self.memo[key]
+
+    def _compute(self, node: torch.fx.Node) -> str:
+        shape = value_of(node).shape
+        if node.target in VIEWS:
+            return self.evaluate(node.args[0], shape)
+        arguments = [self.evaluate(a, shape) for a in node.args]
+        keywords = {k: self.evaluate(v, shape) for k, v in node.kwargs.items()}
+        return POINTWISE[node.target](self.ops, *arguments, **keywords)
+
+    def _load(self, node: torch.fx.Node, consumer_shape) -> str:
+        value = value_of(node)
+        consumer_shape = tuple(consumer_shape if consumer_shape is not None else value.shape)
+        coordinates = self._coordinates(consumer_shape)
+        offset = len(consumer_shape) - value.dim()
+        terms = [
+            f"{coordinates[offset + i]} * {stride}" if stride != 1 else coordinates[offset + i]
+            for i, (size, stride) in enumerate(zip(value.shape, value.stride()))
+            if size != 1 and coordinates[offset + i] != "0"
+        ]
+        index = " + ".join(terms) or "0"
+        uses_row = "rindex" in index
+        if index == "0":
+            index = "xindex * 0"  # a scalar tensor, broadcast to the block
+        return self.ops.load(self.names[node], index, value.dtype, uses_row=uses_row or self.group.row_length is None)
+
+    def _coordinates(self, shape: tuple[int, ...]) -> list[str]:
+        numel = math.prod(shape)
+        if self.group.row_length is None:
+            return split_index("xindex", shape)
+        if numel == self.group.rows * self.group.row_length:
+            return split_index("xindex", shape[:-1]) + ["rindex"]
+        return split_index("xindex", shape)
+
+
+@dataclasses.dataclass
+class CompiledGraph:
+    """The result of compile_graph: the wrapper, and what it was built from (for tests and debugging)."""
+
+    call: Callable[..., Any]
+    wrapper_source: str
+    kernel_sources: list[str]
+    fallback: Callable[..., Any]
+    expected: list[tuple[int, tuple, torch.dtype, torch.device]]
+    """(input index, strides, dtype, device) the kernels were specialised for."""
+    eager_calls: int = 0
+
+    def __call__(self, *inputs: Any) -> Any:
+        for index, strides, dtype, device in self.expected:
+            value = inputs[index]
+            if value.stride() != strides or value.dtype != dtype or value.device != device:
+                self.eager_calls += 1
+                return self.fallback(*inputs)
+        return self.call(*inputs)
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None) -> CompiledGraph:
+    """ATen graph -> Triton kernels + wrapper; see the module docstring."""
+    _ensure_meta(gm, example_inputs)
+    names = {node: _python_name(node.name) for node in gm.graph.nodes}
+    steps = partition(gm)
+    users_outside = _users_outside(steps)
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    builder = WrapperBuilder([names[node] for node in placeholders])
+    kernel_sources = []
+    cache_dir = getattr(config, "cache_dir", None)
+    for step in steps:
+        if isinstance(step, Group):
+            kernel_sources.append(_emit_group(builder, step, users_outside[id(step)], names, cache_dir))
+        else:
+            _emit_node(builder, step, names)
+    source, call = builder.build()
+    expected = [
+        (index, tuple(value.stride()), value.dtype, value.device)
+        for index, value in enumerate(example_inputs) if isinstance(value, torch.Tensor)
+    ]
+    return CompiledGraph(call, source, kernel_sources, gm.forward, expected)
+
+
+def _emit_group(builder: WrapperBuilder, group: Group, stored: list[torch.fx.Node], names, cache_dir) -> str:
+    emitter = GroupEmitter(group, stored, names)
+    kernel = emitter.emit()
+    for member in stored:
+        value = value_of(member)
+        builder.allocate(names[member], tuple(value.shape), _contiguous_strides(value.shape), value.dtype, value.device)
+    source = kernel.source()
+    launcher = KernelLauncher(load_kernel(source, kernel.name, cache_dir), emitter.shape)
+    builder.launch("kernel", launcher, list(kernel.arguments))
+    return source
+
+
+def _emit_node(builder: WrapperBuilder, node: torch.fx.Node, names) -> None:
+    if node.op == "placeholder":
+        return
+    if node.op == "output":
+        builder.returns_expression(_expression(builder, node.args[0], names))
+        return
+    if node.op == "get_attr":
+        builder.alias(names[node], f"{builder._global('attribute', getattr(node.graph.owning_module, node.target))}")
+        return
+    if node.target is operator.getitem:
+        builder.alias(names[node], f"{names[node.args[0]]}[{node.args[1]!r}]")
+        return
+    arguments = ", ".join(_expression(builder, a, names) for a in node.args)
+    keywords = ", ".join(f"{k}={_expression(builder, v, names)}" for k, v in node.kwargs.items())
+    function = builder._global("extern", node.target)
+    builder.alias(names[node], f"{function}({', '.join(p for p in (arguments, keywords) if p)})")
+
+
+def _expression(builder: WrapperBuilder, value: Any, names) -> str:
+    if isinstance(value, torch.fx.Node):
+        return names[value]
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_expression(builder, v, names) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    return builder._global("constant", value)
+
+
+def _users_outside(steps) -> dict[int, list[torch.fx.Node]]:
+    """For each group, its members that a later step (or the output) reads."""
+    result = {}
+    for step in steps:
+        if isinstance(step, Group):
+            members = set(step.members)
+            result[id(step)] = [m for m in step.members if any(user not in members for user in m.users)]
+    return result
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _python_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return cleaned if cleaned.isidentifier() and not cleaned[0].isdigit() else f"v_{cleaned}"
+
+
+def _ensure_meta(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
+    if all("val" in node.meta for node in gm.graph.nodes if node.op not in ("output",)):
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*example_inputs)
