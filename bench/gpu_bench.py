@@ -143,32 +143,48 @@ WORKLOADS = [
 
 
 def tensorjit_compile(model: nn.Module, inputs: list[torch.Tensor]) -> Callable[..., Any]:
-    """tensorjit.compile when the lead's API exists, else trace and call the backend."""
+    """tensorjit.compile with the inductor backend when it exists, else with the Triton code generator directly."""
     import tensorjit
 
+    backend = "inductor" if _module_exists("tensorjit.backends.inductor") else triton_backend
     if hasattr(tensorjit, "compile"):
-        return tensorjit.compile(model, backend="inductor")
-    backend = _find_inductor_backend()
-    graph_module = torch.fx.symbolic_trace(model)
-    compiled = backend(graph_module, list(inputs))
-    return compiled
+        return tensorjit.compile(model, backend=backend)
+    backend = tensorjit.backends.registry.lookup_backend(backend) if isinstance(backend, str) else backend
+    return backend(torch.fx.symbolic_trace(model), list(inputs))
 
 
-def _find_inductor_backend():
+def _module_exists(name: str) -> bool:
+    import importlib.util
+
     try:
-        from tensorjit.backends import registry
-
-        for name in ("lookup_backend", "get_backend", "lookup"):
-            if hasattr(registry, name):
-                return getattr(registry, name)("inductor")
+        return importlib.util.find_spec(name) is not None
     except ImportError:
-        pass
-    from tensorjit.backends import inductor
+        return False
 
-    for name in ("inductor", "inductor_backend", "backend", "compile_fx"):
-        if hasattr(inductor, name):
-            return getattr(inductor, name)
-    raise RuntimeError("no tensorjit inductor backend found")
+
+def triton_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+    """A backend straight onto tensorjit's Triton code generator (while the shared inductor backend is absent).
+
+    Inference graphs are traced to ATen with make_fx and compiled; graphs that
+    record gradients go through tensorjit.autograd.aot_compile when that
+    exists, else run eagerly."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorjit.codegen.triton import compile_aten_graph, decompositions
+
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(value, torch.Tensor) and value.requires_grad for value in example_inputs
+    )
+    if needs_grad:
+        try:
+            from tensorjit.autograd import aot_compile
+        except ImportError:
+            print("    (tensorjit.autograd.aot_compile absent: the training graph runs eagerly)")
+            return gm
+        return aot_compile(gm, example_inputs, fw_compiler=compile_aten_graph, decompositions=decompositions())
+    with torch.no_grad():
+        aten_graph = make_fx(gm, decomposition_table=decompositions(), tracing_mode="fake")(*example_inputs)
+    return compile_aten_graph(aten_graph, list(example_inputs))
 
 
 def reset_compilers() -> None:

@@ -233,14 +233,25 @@ class GroupEmitter:
         rows_last = [m for m in self.stored if self.group.level(m) == "row"]
         full = [m for m in self.stored if self.group.level(m) == "full"]
         for member in rows_last:
-            self.ops.store(self.names[member], "xindex", self.evaluate(member, None), value_of(member).dtype,
-                           uses_row=self.group.row_length is None)
+            self.ops.store(self.names[member], self._store_index(member), self.evaluate(member, None),
+                           value_of(member).dtype, uses_row=self.group.row_length is None)
         if full:
             self.kernel.begin_loop()
-            flat = "xindex" if self.group.row_length is None else f"rindex + {self.group.row_length} * xindex"
             for member in full:
-                self.ops.store(self.names[member], flat, self.evaluate(member, None), value_of(member).dtype)
+                self.ops.store(self.names[member], self._store_index(member), self.evaluate(member, None),
+                               value_of(member).dtype)
         return self.kernel
+
+    def _store_index(self, node: torch.fx.Node) -> str:
+        """Where each element goes in a buffer laid out like eager's (`meta["val"]` strides)."""
+        value = value_of(node)
+        coordinates = self._coordinates(tuple(value.shape))
+        terms = [
+            coordinate if stride == 1 else f"{coordinate} * {stride}"
+            for coordinate, size, stride in zip(coordinates, value.shape, value.stride())
+            if size != 1 and coordinate != "0"
+        ]
+        return " + ".join(terms) or "xindex * 0"
 
     def _reduce(self, node: torch.fx.Node) -> str:
         kind = REDUCTIONS[node.target]
@@ -340,7 +351,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=No
     cache_dir = getattr(config, "cache_dir", None)
     for step in steps:
         if isinstance(step, Group):
-            kernel_sources.append(_emit_group(builder, step, users_outside[id(step)], names, cache_dir))
+            stored, views = users_outside[id(step)]
+            kernel_sources.append(_emit_group(builder, step, stored, names, cache_dir))
+            for view in views:
+                _emit_node(builder, view, names)
         else:
             _emit_node(builder, step, names)
     source, call = builder.build()
@@ -356,7 +370,7 @@ def _emit_group(builder: WrapperBuilder, group: Group, stored: list[torch.fx.Nod
     kernel = emitter.emit()
     for member in stored:
         value = value_of(member)
-        builder.allocate(names[member], tuple(value.shape), _contiguous_strides(value.shape), value.dtype, value.device)
+        builder.allocate(names[member], tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
     source = kernel.source()
     launcher = KernelLauncher(load_kernel(source, kernel.name, cache_dir), emitter.shape)
     builder.launch("kernel", launcher, list(kernel.arguments))
@@ -394,14 +408,40 @@ def _expression(builder: WrapperBuilder, value: Any, names) -> str:
     return builder._global("constant", value)
 
 
-def _users_outside(steps) -> dict[int, list[torch.fx.Node]]:
-    """For each group, its members that a later step (or the output) reads."""
+def _users_outside(steps) -> dict[int, tuple[list[torch.fx.Node], list[torch.fx.Node]]]:
+    """For each group: the members a later step (or the output) reads, and the views among them.
+
+    A view read outside is not stored: its source is, and the wrapper applies
+    the view to it after the launch, so the result has exactly eager's strides
+    (later kernels bake strides in, and views of views must line up)."""
     result = {}
     for step in steps:
-        if isinstance(step, Group):
-            members = set(step.members)
-            result[id(step)] = [m for m in step.members if any(user not in members for user in m.users)]
+        if not isinstance(step, Group):
+            continue
+        members = set(step.members)
+        read_outside = {m for m in step.members if any(user not in members for user in m.users)}
+        views = [m for m in step.members if m in read_outside and m.target in VIEWS]
+        stored = set(read_outside) - set(views)
+        for view in views:
+            source = view.args[0]
+            while source.target in VIEWS and source in members:
+                source = source.args[0]
+            stored.add(source)
+        result[id(step)] = ([m for m in step.members if m in stored], _with_view_sources(views, members))
     return result
+
+
+def _with_view_sources(views: list[torch.fx.Node], members: set) -> list[torch.fx.Node]:
+    """`views` plus the member views they are built on, in graph order."""
+    chain: list[torch.fx.Node] = []
+    for view in views:
+        pending = []
+        source = view
+        while source in members and source.target in VIEWS:
+            pending.append(source)
+            source = source.args[0]
+        chain.extend(reversed(pending))
+    return list(dict.fromkeys(chain))
 
 
 def _contiguous_strides(shape) -> tuple[int, ...]:
