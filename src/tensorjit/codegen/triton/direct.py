@@ -34,7 +34,8 @@ from tensorjit.codegen.triton.emitter import TritonOps
 from tensorjit.codegen.triton.expressions import interpreted
 from tensorjit.codegen.triton.indexing import split_index
 from tensorjit.codegen.triton.kernel import TritonKernel
-from tensorjit.codegen.triton.launcher import KernelLauncher, load_kernel
+from tensorjit.codegen.triton.launcher import KernelLauncher, load_kernel_file, source_path
+from tensorjit.codegen.triton.parallel import CompileJob, compile_in_parallel
 from tensorjit.codegen.triton.pointwise_ops import POINTWISE
 from tensorjit.codegen.triton.wrapper import WrapperBuilder
 
@@ -348,16 +349,20 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=No
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     builder = WrapperBuilder([names[node] for node in placeholders])
     kernel_sources = []
+    jobs: list[CompileJob] = []
     cache_dir = getattr(config, "cache_dir", None)
+    buffers = {names[node]: node for node in gm.graph.nodes}
     for step in steps:
         if isinstance(step, Group):
             stored, views = users_outside[id(step)]
-            kernel_sources.append(_emit_group(builder, step, stored, names, cache_dir))
+            kernel_sources.append(_emit_group(builder, step, stored, names, cache_dir, buffers, jobs))
             for view in views:
                 _emit_node(builder, view, names)
         else:
             _emit_node(builder, step, names)
     source, call = builder.build()
+    if not interpreted():
+        compile_in_parallel(jobs, getattr(config, "compile_threads", 0))
     expected = [
         (index, tuple(value.stride()), value.dtype, value.device)
         for index, value in enumerate(example_inputs) if isinstance(value, torch.Tensor)
@@ -365,15 +370,20 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=No
     return CompiledGraph(call, source, kernel_sources, gm.forward, expected)
 
 
-def _emit_group(builder: WrapperBuilder, group: Group, stored: list[torch.fx.Node], names, cache_dir) -> str:
+def _emit_group(builder: WrapperBuilder, group: Group, stored: list[torch.fx.Node], names, cache_dir,
+                buffers: dict[str, torch.fx.Node], jobs: list[CompileJob]) -> str:
     emitter = GroupEmitter(group, stored, names)
     kernel = emitter.emit()
     for member in stored:
         value = value_of(member)
         builder.allocate(names[member], tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
     source = kernel.source()
-    launcher = KernelLauncher(load_kernel(source, kernel.name, cache_dir), emitter.shape)
+    path = source_path(source, cache_dir)
+    launcher = KernelLauncher(load_kernel_file(path, kernel.name), emitter.shape)
     builder.launch("kernel", launcher, list(kernel.arguments))
+    shape = emitter.shape
+    jobs.append(CompileJob(path, kernel.name, tuple(value_of(buffers[name]).dtype for name in kernel.arguments),
+                           tuple(shape.constants().items()), shape.num_warps, shape.num_stages))
     return source
 
 
