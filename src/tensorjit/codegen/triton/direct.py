@@ -34,7 +34,7 @@ from tensorjit.codegen.triton.emitter import TritonOps
 from tensorjit.codegen.triton.expressions import interpreted
 from tensorjit.codegen.triton.indexing import split_index
 from tensorjit.codegen.triton.kernel import TritonKernel
-from tensorjit.codegen.triton.launcher import KernelLauncher, load_kernel_file, source_path
+from tensorjit.codegen.triton.launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
 from tensorjit.codegen.triton.parallel import CompileJob, compile_in_parallel
 from tensorjit.codegen.triton.pointwise_ops import POINTWISE
 from tensorjit.codegen.triton.wrapper import WrapperBuilder
@@ -198,17 +198,13 @@ def partition(gm: torch.fx.GraphModule) -> list[Group | torch.fx.Node]:
 class GroupEmitter:
     """Writes one Group as one kernel; `stored` are the members read outside the group."""
 
-    def __init__(self, group: Group, stored: list[torch.fx.Node], names: dict[torch.fx.Node, str]):
+    def __init__(self, group: Group, stored: list[torch.fx.Node], names: dict[torch.fx.Node, str],
+                 shape: heuristics.LaunchShape):
         self.group = group
         self.members = set(group.members)
         self.stored = stored
         self.names = names
-        if group.row_length is None:
-            self.shape = heuristics.pointwise_shape(group.rows)
-        elif heuristics.is_persistent(group.row_length):
-            self.shape = heuristics.persistent_reduction_shape(group.rows, group.row_length)
-        else:
-            self.shape = heuristics.looped_reduction_configs(group.rows, group.row_length)[0]
+        self.shape = shape
         extent = group.rows * (group.row_length or 1)
         name = "reduction_kernel" if group.row_length else "pointwise_kernel"
         self.kernel = TritonKernel(name, group.rows, group.row_length, self.shape,
@@ -372,19 +368,29 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=No
 
 def _emit_group(builder: WrapperBuilder, group: Group, stored: list[torch.fx.Node], names, cache_dir,
                 buffers: dict[str, torch.fx.Node], jobs: list[CompileJob]) -> str:
-    emitter = GroupEmitter(group, stored, names)
-    kernel = emitter.emit()
     for member in stored:
         value = value_of(member)
         builder.allocate(names[member], tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
-    source = kernel.source()
-    path = source_path(source, cache_dir)
-    launcher = KernelLauncher(load_kernel_file(path, kernel.name), emitter.shape)
+    launchers, sources = [], []
+    for shape in launch_shapes(group):
+        kernel = GroupEmitter(group, stored, names, shape).emit()
+        sources.append(kernel.source())
+        path = source_path(sources[-1], cache_dir)
+        launchers.append(KernelLauncher(load_kernel_file(path, kernel.name), shape))
+        jobs.append(CompileJob(path, kernel.name, tuple(value_of(buffers[name]).dtype for name in kernel.arguments),
+                               tuple(shape.constants().items()), shape.num_warps, shape.num_stages))
+    launcher = launchers[0] if len(launchers) == 1 else AutotunedLauncher(launchers)
     builder.launch("kernel", launcher, list(kernel.arguments))
-    shape = emitter.shape
-    jobs.append(CompileJob(path, kernel.name, tuple(value_of(buffers[name]).dtype for name in kernel.arguments),
-                           tuple(shape.constants().items()), shape.num_warps, shape.num_stages))
-    return source
+    return sources[0]
+
+
+def launch_shapes(group: Group) -> list[heuristics.LaunchShape]:
+    """One shape where the sizes decide it; the autotune candidates for rows too long for registers."""
+    if group.row_length is None:
+        return [heuristics.pointwise_shape(group.rows)]
+    if heuristics.is_persistent(group.row_length):
+        return [heuristics.persistent_reduction_shape(group.rows, group.row_length)]
+    return heuristics.looped_reduction_configs(group.rows, group.row_length)
 
 
 def _emit_node(builder: WrapperBuilder, node: torch.fx.Node, names) -> None:

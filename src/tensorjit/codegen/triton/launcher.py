@@ -136,3 +136,41 @@ def _launch_hooks_installed() -> bool:
 
 def _is_compiled_kernel(value: Any) -> bool:
     return value is not None and hasattr(value, "run") and hasattr(value, "packed_metadata")
+
+
+class AutotunedLauncher:
+    """Times each candidate launcher on the first call's real arguments and keeps the fastest.
+
+    For kernels whose best block shape is not predictable from sizes alone
+    (reductions over rows too long for registers). Safe only for kernels that
+    write nothing they read: every candidate runs several times on the same
+    arguments. The code generator's kernels are functional, so that holds.
+    Under the interpreter (no GPU timing) the first candidate is kept.
+    """
+
+    REPEATS = 5
+
+    def __init__(self, candidates: list[KernelLauncher]):
+        self.candidates = candidates
+        self.chosen: KernelLauncher | None = None
+        self.timings_ms: list[float] = []
+
+    def __call__(self, *arguments: Any) -> None:
+        if self.chosen is None:
+            self.chosen = self._choose(arguments)
+        self.chosen(*arguments)
+
+    def _choose(self, arguments: tuple) -> KernelLauncher:
+        if len(self.candidates) == 1 or not torch.cuda.is_available():
+            return self.candidates[0]
+        for candidate in self.candidates:
+            candidate(*arguments)  # compile and warm up outside the timing
+        for candidate in self.candidates:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(self.REPEATS):
+                candidate(*arguments)
+            end.record()
+            end.synchronize()
+            self.timings_ms.append(start.elapsed_time(end) / self.REPEATS)
+        return self.candidates[self.timings_ms.index(min(self.timings_ms))]
