@@ -182,9 +182,16 @@ def triton_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor])
             print("    (tensorjit.autograd.aot_compile absent: the training graph runs eagerly)")
             return gm
         return aot_compile(gm, example_inputs, fw_compiler=compile_aten_graph, decompositions=decompositions())
+    # Fake tracing needs every tensor to be an input (capture lifts parameters);
+    # a symbolically traced module keeps them as attributes, so trace for real.
+    has_attributes = any(True for _ in gm.parameters()) or any(True for _ in gm.buffers())
     with torch.no_grad():
-        aten_graph = make_fx(gm, decomposition_table=decompositions(), tracing_mode="fake")(*example_inputs)
-    return compile_aten_graph(aten_graph, list(example_inputs))
+        aten_graph = make_fx(gm, decomposition_table=decompositions(),
+                             tracing_mode="real" if has_attributes else "fake")(*example_inputs)
+    compiled = compile_aten_graph(aten_graph, list(example_inputs))
+    kernels = len(getattr(compiled, "kernel_sources", []))
+    print(f"    tensorjit: graph of {len(aten_graph.graph.nodes)} ATen nodes -> {kernels} Triton kernels", flush=True)
+    return compiled
 
 
 def reset_compilers() -> None:

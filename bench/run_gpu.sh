@@ -5,7 +5,7 @@
 set -o pipefail
 OUT=${OUT:-gpu_logs}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=src
+export PYTHONUNBUFFERED=1 PYTHONPATH=src:site
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" | tee "$OUT/env.txt"
 if [ -z "$SKIP_TESTS" ]; then
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/backends tests/codegen/triton 2>&1 | tee "$OUT/tests.txt" | tail -8

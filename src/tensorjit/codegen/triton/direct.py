@@ -130,7 +130,14 @@ def decompositions() -> dict:
         aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu, aten.var_mean, aten.silu,
         aten._softmax_backward_data, aten._log_softmax_backward_data, aten.native_layer_norm_backward,
         aten.gelu_backward, aten.sigmoid_backward, aten.tanh_backward, aten.threshold_backward,
+        aten.native_batch_norm, aten._native_batch_norm_legit, aten._native_batch_norm_legit_no_training,
+        aten._native_batch_norm_legit_functional, aten.hardtanh, aten.hardswish, aten.hardsigmoid, aten.mish,
+        aten.leaky_relu, aten.elu,
     ]))
+    # Attention stays one fused ATen kernel (flash / memory-efficient): its
+    # decomposition into matrix products and a softmax is slower on a GPU.
+    for operator_ in [op for op in table if "scaled_dot_product" in str(op)]:
+        del table[operator_]
     return table
 
 
@@ -176,6 +183,15 @@ def new_group(node: torch.fx.Node, kind: str) -> Group:
     return Group(rows=numel_of(node), row_length=None, members=[node])
 
 
+HOISTABLE = VIEWS | {
+    aten.permute.default, aten.t.default, aten.transpose.int, aten.slice.Tensor, aten.select.int,
+    aten.full.default, aten.scalar_tensor.default, aten.arange.start_step, aten.arange.default,
+    aten.empty.memory_format, aten.zeros.default, aten.ones.default, aten.alias.default, operator.getitem,
+}
+"""Cheap, pure externs that may run before an open group instead of ending it: the
+views and constants decompositions scatter between pointwise ops."""
+
+
 def partition(gm: torch.fx.GraphModule) -> list[Group | torch.fx.Node]:
     """Graph nodes in order, with fusable runs replaced by Groups."""
     steps: list[Group | torch.fx.Node] = []
@@ -190,6 +206,10 @@ def partition(gm: torch.fx.GraphModule) -> list[Group | torch.fx.Node]:
                 current = new_group(node, kind)
                 steps.append(current)
                 continue
+        if current is not None and node.op == "call_function" and node.target in HOISTABLE \
+                and not set(node.all_input_nodes) & set(current.members):
+            steps.insert(steps.index(current), node)  # run it before the group; the group stays open
+            continue
         current = None
         steps.append(node)
     return steps
