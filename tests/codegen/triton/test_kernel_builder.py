@@ -64,9 +64,10 @@ def test_masks_are_dropped_when_blocks_divide_the_sizes():
 
 
 def test_heuristics():
-    assert heuristics.pointwise_shape(1 << 24) == heuristics.LaunchShape(2048, None, 8, (8192, 1, 1))
+    assert heuristics.pointwise_shape(1 << 24) == heuristics.LaunchShape(1024, None, 4, (16384, 1, 1))
+    assert heuristics.pointwise_shape(1 << 24, heavy=True).num_warps == 8
     softmax_row = heuristics.persistent_reduction_shape(8192, 8192)
-    assert (softmax_row.xblock, softmax_row.rblock, softmax_row.num_warps, softmax_row.persistent) == (1, 8192, 16, True)
+    assert (softmax_row.xblock, softmax_row.rblock, softmax_row.num_warps, softmax_row.persistent) == (1, 8192, 8, True)
     short_rows = heuristics.persistent_reduction_shape(1000, 16)
     assert short_rows.xblock * short_rows.rblock == heuristics.SMALL_ROW_TILE
     assert not heuristics.is_persistent(100000)

@@ -404,10 +404,14 @@ def _emit_group(builder: WrapperBuilder, group: Group, stored: list[torch.fx.Nod
     return sources[0]
 
 
+HEAVY_GROUP = 24
+"""Members from which a pointwise group counts as arithmetic-heavy (see heuristics.pointwise_shape)."""
+
+
 def launch_shapes(group: Group) -> list[heuristics.LaunchShape]:
     """One shape where the sizes decide it; the autotune candidates for rows too long for registers."""
     if group.row_length is None:
-        return [heuristics.pointwise_shape(group.rows)]
+        return [heuristics.pointwise_shape(group.rows, heavy=len(group.members) >= HEAVY_GROUP)]
     if heuristics.is_persistent(group.row_length):
         return [heuristics.persistent_reduction_shape(group.rows, group.row_length)]
     return heuristics.looped_reduction_configs(group.rows, group.row_length)

@@ -101,6 +101,10 @@ class TritonOps:
         if name == "floordiv":
             text = (expressions.float_floor_division if dtype.is_floating_point else expressions.integer_floor_division)
             return self._bind(text(left, right), dtype)
+        if name == "atan2" and not dtype.is_floating_point:
+            left, right, dtype = self.to_dtype(left, torch.float32), self.to_dtype(right, torch.float32), torch.float32
+        if name == "fmod" and not dtype.is_floating_point:
+            return self._bind(f"({left}) % ({right})", dtype)  # Triton's integer % truncates, as fmod does
         if name == "mod":
             if dtype.is_floating_point:
                 return self._bind(f"({left}) - tl.floor(({left}) / ({right})) * ({right})", dtype)
