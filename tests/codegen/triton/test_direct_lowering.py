@@ -105,3 +105,32 @@ def test_lowering_failure_runs_eagerly(monkeypatch, device):
 
     monkeypatch.setattr(direct, "compile_graph", refuse)
     torch.testing.assert_close(compile_aten_graph(graph, [x])(x), x * 2)
+
+
+def test_convolutions_read_channels_last_and_activations_stay_so():
+    from tensorjit.codegen.triton.layout import prefer_channels_last
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.norm = torch.nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            y = torch.relu(self.norm(self.first(x)))
+            return self.second(y) + y
+
+    model = Net().eval()
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    arguments = [torch.randn(2, 3, 8, 8), *state.values()]
+
+    def function(x, *values):
+        return torch.func.functional_call(model, dict(zip(state, values)), (x,))
+
+    graph = trace(function, arguments)
+    assert prefer_channels_last(graph, arguments, require_cuda=False)
+    copies = [n.args[0].name for n in graph.graph.nodes if n.target is torch.ops.aten.clone.default]
+    assert len(copies) == 3  # the image and both weights; the activation arrives channels-last already
+    compiled = compile_aten_graph(graph, arguments)
+    with torch.no_grad():
+        assert relative_error(compiled(*arguments), model(arguments[0])) < 1e-6

@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import math
 import operator
+import re
 from typing import Any, Callable
 
 import torch
@@ -34,6 +35,7 @@ from tensorjit.codegen.triton.emitter import TritonOps
 from tensorjit.codegen.triton.expressions import interpreted
 from tensorjit.codegen.triton.indexing import split_index
 from tensorjit.codegen.triton.kernel import TritonKernel
+from tensorjit.codegen.triton.layout import prefer_channels_last
 from tensorjit.codegen.triton.launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
 from tensorjit.codegen.triton.parallel import CompileJob, compile_in_parallel
 from tensorjit.codegen.triton.pointwise_ops import POINTWISE
@@ -183,6 +185,31 @@ def new_group(node: torch.fx.Node, kind: str) -> Group:
     return Group(rows=numel_of(node), row_length=None, members=[node])
 
 
+FOLDABLE_VIEWS = (VIEWS - {aten.reshape.default}) | {
+    aten.permute.default, aten.t.default, aten.transpose.int, aten.slice.Tensor, aten.select.int,
+    aten.alias.default, aten.as_strided.default,
+}
+"""Views a kernel reads through by index arithmetic on the base buffer (their
+strides and offset are in meta["val"]), so the wrapper need not make them.
+reshape is not one: it may copy."""
+CONSTANTS = {aten.full.default, aten.scalar_tensor.default}
+VARIABLE_INDEX = re.compile(r"[xr]index")
+
+
+def resolve_view(node: torch.fx.Node) -> tuple[torch.fx.Node, int]:
+    """The buffer a chain of foldable views reads, and the view's element offset into it."""
+    base = node
+    while base.op == "call_function" and base.target in FOLDABLE_VIEWS and isinstance(base.args[0], torch.fx.Node):
+        base = base.args[0]
+    if base is node or base.target in CONSTANTS:
+        return base, 0
+    return base, value_of(node).storage_offset() - value_of(base).storage_offset()
+
+
+def constant_value(node: torch.fx.Node) -> Any:
+    return node.args[1] if node.target is aten.full.default else node.args[0]
+
+
 HOISTABLE = VIEWS | {
     aten.permute.default, aten.t.default, aten.transpose.int, aten.slice.Tensor, aten.select.int,
     aten.full.default, aten.scalar_tensor.default, aten.arange.start_step, aten.arange.default,
@@ -231,6 +258,8 @@ class GroupEmitter:
                                    heuristics.index_dtype(extent, *self._outside_extents()))
         self.ops = TritonOps(self.kernel)
         self.memo: dict[tuple[torch.fx.Node, int], str] = {}
+        self.loaded: set[torch.fx.Node] = set()
+        """Buffers the kernel reads (views of them are folded into the index)."""
         self.reduced: dict[torch.fx.Node, str] = {}
 
     def _outside_extents(self) -> list[int]:
@@ -312,6 +341,9 @@ class GroupEmitter:
 
     def _load(self, node: torch.fx.Node, consumer_shape) -> str:
         value = value_of(node)
+        base, offset_elements = resolve_view(node)
+        if base.target in CONSTANTS:
+            return self.ops.constant(constant_value(base), value.dtype)
         consumer_shape = tuple(consumer_shape if consumer_shape is not None else value.shape)
         coordinates = self._coordinates(consumer_shape)
         offset = len(consumer_shape) - value.dim()
@@ -320,11 +352,14 @@ class GroupEmitter:
             for i, (size, stride) in enumerate(zip(value.shape, value.stride()))
             if size != 1 and coordinates[offset + i] != "0"
         ]
+        if offset_elements:
+            terms.append(str(offset_elements))
         index = " + ".join(terms) or "0"
         uses_row = "rindex" in index
-        if index == "0":
-            index = "xindex * 0"  # a scalar tensor, broadcast to the block
-        return self.ops.load(self.names[node], index, value.dtype, uses_row=uses_row or self.group.row_length is None)
+        if not VARIABLE_INDEX.search(index):
+            index = f"xindex * 0 + {index}"  # one element, broadcast to the block
+        self.loaded.add(base)
+        return self.ops.load(self.names[base], index, value.dtype, uses_row=uses_row or self.group.row_length is None)
 
     def _coordinates(self, shape: tuple[int, ...]) -> list[str]:
         numel = math.prod(shape)
@@ -359,49 +394,62 @@ class CompiledGraph:
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None) -> CompiledGraph:
     """ATen graph -> Triton kernels + wrapper; see the module docstring."""
     _ensure_meta(gm, example_inputs)
+    prefer_channels_last(gm, example_inputs)
     names = {node: _python_name(node.name) for node in gm.graph.nodes}
     steps = partition(gm)
     users_outside = _users_outside(steps)
+    cache_dir = getattr(config, "cache_dir", None)
+    kernels = {id(step): _kernels_of(step, users_outside[id(step)][0], names, cache_dir)
+               for step in steps if isinstance(step, Group)}
+    needed = _needed_nodes(steps, kernels, users_outside)
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
     builder = WrapperBuilder([names[node] for node in placeholders])
-    kernel_sources = []
-    jobs: list[CompileJob] = []
-    cache_dir = getattr(config, "cache_dir", None)
-    buffers = {names[node]: node for node in gm.graph.nodes}
     for step in steps:
         if isinstance(step, Group):
             stored, views = users_outside[id(step)]
-            kernel_sources.append(_emit_group(builder, step, stored, names, cache_dir, buffers, jobs))
+            _launch_group(builder, stored, kernels[id(step)], names)
             for view in views:
-                _emit_node(builder, view, names)
-        else:
+                if view in needed:
+                    _emit_node(builder, view, names)
+        elif step in needed or not _removable(step):
             _emit_node(builder, step, names)
     source, call = builder.build()
     if not interpreted():
+        jobs = [job for group_kernels in kernels.values() for job in group_kernels.jobs]
         compile_in_parallel(jobs, getattr(config, "compile_threads", 0))
     expected = [
         (index, tuple(value.stride()), value.dtype, value.device)
-        for index, value in enumerate(example_inputs) if isinstance(value, torch.Tensor)
+        for index, value in enumerate(example_inputs)
+        if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
     ]
-    return CompiledGraph(call, source, kernel_sources, gm.forward, expected)
+    sources = [group_kernels.sources[0] for group_kernels in kernels.values()]
+    return CompiledGraph(call, source, sources, gm.forward, expected)
 
 
-def _emit_group(builder: WrapperBuilder, group: Group, stored: list[torch.fx.Node], names, cache_dir,
-                buffers: dict[str, torch.fx.Node], jobs: list[CompileJob]) -> str:
-    for member in stored:
-        value = value_of(member)
-        builder.allocate(names[member], tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
-    launchers, sources = [], []
+@dataclasses.dataclass
+class GroupKernels:
+    """A group's launcher (one, or an autotuned choice), what it reads, and how to precompile it."""
+
+    launcher: Any
+    arguments: list[str]
+    loaded: set
+    sources: list[str]
+    jobs: list[CompileJob]
+
+
+def _kernels_of(group: Group, stored: list[torch.fx.Node], names, cache_dir) -> GroupKernels:
+    launchers, sources, jobs = [], [], []
+    buffers = {name: node for node, name in names.items()}
     for shape in launch_shapes(group):
-        kernel = GroupEmitter(group, stored, names, shape).emit()
+        emitter = GroupEmitter(group, stored, names, shape)
+        kernel = emitter.emit()
         sources.append(kernel.source())
         path = source_path(sources[-1], cache_dir)
         launchers.append(KernelLauncher(load_kernel_file(path, kernel.name), shape))
         jobs.append(CompileJob(path, kernel.name, tuple(value_of(buffers[name]).dtype for name in kernel.arguments),
                                tuple(shape.constants().items()), shape.num_warps, shape.num_stages))
     launcher = launchers[0] if len(launchers) == 1 else AutotunedLauncher(launchers)
-    builder.launch("kernel", launcher, list(kernel.arguments))
-    return sources[0]
+    return GroupKernels(launcher, list(kernel.arguments), emitter.loaded, sources, jobs)
 
 
 HEAVY_GROUP = 24
@@ -415,6 +463,34 @@ def launch_shapes(group: Group) -> list[heuristics.LaunchShape]:
     if heuristics.is_persistent(group.row_length):
         return [heuristics.persistent_reduction_shape(group.rows, group.row_length)]
     return heuristics.looped_reduction_configs(group.rows, group.row_length)
+
+
+def _launch_group(builder: WrapperBuilder, stored: list[torch.fx.Node], kernels: GroupKernels, names) -> None:
+    for member in stored:
+        value = value_of(member)
+        builder.allocate(names[member], tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
+    builder.launch("kernel", kernels.launcher, kernels.arguments)
+
+
+def _removable(node: torch.fx.Node) -> bool:
+    """Pure nodes the wrapper may skip when nothing reads them."""
+    return node.op == "call_function" and (
+        node.target in FOLDABLE_VIEWS or node.target in CONSTANTS or node.target in HOISTABLE
+    )
+
+
+def _needed_nodes(steps, kernels: dict[int, GroupKernels], users_outside) -> set:
+    """Nodes whose values the wrapper must make: read by kept externs, kernels or the output."""
+    needed: set = set()
+    for step in reversed(steps):
+        if isinstance(step, Group):
+            needed |= kernels[id(step)].loaded
+            for view in users_outside[id(step)][1]:
+                if view in needed:
+                    needed |= set(view.all_input_nodes)
+        elif step.op == "output" or step in needed or not _removable(step):
+            needed |= set(step.all_input_nodes)
+    return needed
 
 
 def _emit_node(builder: WrapperBuilder, node: torch.fx.Node, names) -> None:
