@@ -185,12 +185,16 @@ def triton_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor])
     # Fake tracing needs every tensor to be an input (capture lifts parameters);
     # a symbolically traced module keeps them as attributes, so trace for real.
     has_attributes = any(True for _ in gm.parameters()) or any(True for _ in gm.buffers())
+    start = time.perf_counter()
     with torch.no_grad():
         aten_graph = make_fx(gm, decomposition_table=decompositions(),
                              tracing_mode="real" if has_attributes else "fake")(*example_inputs)
+    traced = time.perf_counter()
     compiled = compile_aten_graph(aten_graph, list(example_inputs))
-    kernels = len(getattr(compiled, "kernel_sources", []))
-    print(f"    tensorjit: graph of {len(aten_graph.graph.nodes)} ATen nodes -> {kernels} Triton kernels", flush=True)
+    kernels = getattr(compiled, "kernel_sources", [])
+    print(f"    tensorjit: graph of {len(aten_graph.graph.nodes)} ATen nodes -> {len(kernels)} Triton kernels "
+          f"({len(set(kernels))} distinct); make_fx {traced - start:.2f} s, lowering + kernel compiles "
+          f"{time.perf_counter() - traced:.2f} s (before the first launch)", flush=True)
     return compiled
 
 
