@@ -134,3 +134,21 @@ def test_convolutions_read_channels_last_and_activations_stay_so():
     compiled = compile_aten_graph(graph, arguments)
     with torch.no_grad():
         assert relative_error(compiled(*arguments), model(arguments[0])) < 1e-6
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_reduce_overhead_replays_the_compiled_graph():
+    from tensorjit.config import Config
+    from tensorjit.runtime.cudagraphs import CudaGraphRunner
+
+    def function(x, weight):
+        return (F.layer_norm(x, (64,), weight) @ weight.new_ones(64, 16)).softmax(-1)
+
+    arguments = [torch.randn(32, 64, device="cuda"), torch.randn(64, device="cuda")]
+    compiled = compile_aten_graph(trace(function, arguments), arguments, config=Config(triton_cudagraphs=True))
+    assert isinstance(compiled, CudaGraphRunner)
+    for _ in range(3):
+        arguments = [torch.randn(32, 64, device="cuda"), torch.randn(64, device="cuda")]
+        assert relative_error(compiled(*arguments), function(*arguments)) < 1e-5
+    assert compiled.replays == 3
