@@ -42,11 +42,19 @@ class BreakReason:
 
 
 class GraphBreak(Exception):
-    """An operation that cannot be captured; raised by interpreter handlers."""
+    """An operation that cannot be captured; raised by interpreter handlers.
 
-    def __init__(self, kind: str, explanation: str, hint: str = "") -> None:
+    `exception` is set when the operation raises a Python exception that capture
+    knows exactly (a KeyError, an explicit `raise`): a `try` block around it can
+    then be followed symbolically. `root_step` is the root frame's step where it
+    was first raised."""
+
+    def __init__(self, kind: str, explanation: str, hint: str = "",
+                 exception: BaseException | None = None) -> None:
         super().__init__(f"{kind}: {explanation}")
         self.reason = BreakReason(kind, explanation, hint)
+        self.exception = exception
+        self.root_step: int | None = None
 
 
 class GraphBreakError(RuntimeError):

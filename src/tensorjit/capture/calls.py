@@ -8,6 +8,8 @@ one entry point for arithmetic and comparisons, whatever the operand kinds.
 
 from __future__ import annotations
 
+import abc
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -21,9 +23,11 @@ from .breaks import GraphBreak
 from .values.base import ConstantValue, NULL, Value
 from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, SetValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, ObjectValue, PartialValue,
+from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
+                             ObjectValue, PartialValue,
                              UserObjectValue, lookup_static)
-from .values.tensors import TensorValue, record_call
+from .values.records import RecordValue, is_record_class
+from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
 CO_VARARGS, CO_VARKEYWORDS, CO_GENERATOR = 0x04, 0x08, 0x20
 CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR = 0x80, 0x100, 0x200
@@ -95,6 +99,7 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
 def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
     obj = value.obj
     if obj in _GRAD_MODES:
+        tx.current_builtin = obj
         return _GRAD_MODES[obj](tx, args, kwargs)
     if isinstance(obj, functools.partial):
         fn = tx.getattr(value, "func")
@@ -151,6 +156,10 @@ def _cuda_autocast(tx, args, kwargs):
     return _autocast(tx, [ConstantValue("cuda"), *args], kwargs)
 
 
+def _null_context(tx, args, kwargs):
+    return NullContextValue(args[0] if args and tx.current_builtin is contextlib.nullcontext else None)
+
+
 def _partial(tx, args, kwargs):
     return PartialValue(args[0], list(args[1:]), dict(kwargs))
 
@@ -158,7 +167,8 @@ def _partial(tx, args, kwargs):
 _GRAD_MODES = {torch.no_grad: _no_grad, torch.enable_grad: _enable_grad,
                torch.set_grad_enabled: _set_grad_enabled, torch.inference_mode: _inference_mode,
                torch.autocast: _autocast, torch.amp.autocast: _autocast, torch.cpu.amp.autocast: _cpu_autocast,
-               torch.cuda.amp.autocast: _cuda_autocast, functools.partial: _partial}
+               torch.cuda.amp.autocast: _cuda_autocast, functools.partial: _partial,
+               torch.autograd.profiler.record_function: _null_context, contextlib.nullcontext: _null_context}
 
 
 def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
@@ -173,14 +183,18 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
             else:
                 raise GraphBreak("bad-call", f"{cls.__name__}() missing argument {name!r}")
         return TupleValue(items, cls)
+    if is_record_class(cls):
+        return RecordValue.create(tx, cls, list(args), dict(kwargs))
     if cls in (torch.Size,):
         return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
+    if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
+        return ObjectValue(cls(*[a.constant() for a in args]), None)
     if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)) or cls.__module__.startswith("torch"):
         if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) \
                 and cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return tx.wrap_constant_object(cls(*[a.constant() for a in args]))
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} inside a compiled function")
-    if cls.__new__ is not object.__new__ or type(cls) is not type:
+    if cls.__new__ is not object.__new__ or type(cls) not in (type, abc.ABCMeta):
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} (custom __new__ or metaclass)")
     instance = UserObjectValue(cls)
     init = lookup_static(cls, "__init__")[0]
@@ -205,6 +219,12 @@ _INPLACE = {operator.iadd: operator.add, operator.isub: operator.sub, operator.i
 def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return _tensor_binary(tx, op, a, b)
+    if isinstance(a, SymbolicIntValue) or isinstance(b, SymbolicIntValue):
+        if op in (operator.is_, operator.is_not, operator.contains):
+            return binary_op(tx, op, tx.wrap_constant_object(a.constant()), tx.wrap_constant_object(b.constant()))
+        if not all(isinstance(v, SymbolicIntValue) or v.is_constant() for v in (a, b)):
+            return _dunder_binary(tx, op, a, b)
+        return record_call(tx, _INPLACE.get(op, op), [a, b], {})
     if op in (operator.is_, operator.is_not):
         return _identity(tx, op, a, b)
     if op is operator.contains:
@@ -213,7 +233,7 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         try:
             return tx.wrap_constant_object(op(a.constant(), b.constant()))
         except Exception as e:
-            raise GraphBreak("op-error", f"{op.__name__} raised {type(e).__name__}: {e}")
+            raise GraphBreak("op-error", f"{op.__name__} raised {type(e).__name__}: {e}", exception=e)
     base = _INPLACE.get(op, op)
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and base is operator.add:
         if isinstance(a, ListValue) and op is operator.iadd:
@@ -238,8 +258,8 @@ def _tensor_binary(tx, op, a: Value, b: Value) -> Value:
         return _identity(tx, op, a, b)
     if op is operator.contains:
         raise GraphBreak("data-dependent-op", "`in` on a tensor depends on its values")
-    if isinstance(a, (ListValue, TupleValue)) or isinstance(b, (ListValue, TupleValue)):
-        pass
+    if op in _INPLACE and not isinstance(a, TensorValue):
+        op = _INPLACE[op]  # `n += t` with a Python number n: no in-place update exists, as in Python
     return record_call(tx, op, [a, b], {})
 
 

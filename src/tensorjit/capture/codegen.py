@@ -69,6 +69,7 @@ HELPERS = {
 }
 
 
+
 class RuntimeCodegen:
     def __init__(self, output: OutputGraph) -> None:
         self.output = output
@@ -139,12 +140,15 @@ class RestoreFunction:
     outputs), then, once the backend has compiled the graph, the function itself."""
 
     def __init__(self, output: OutputGraph, result_values: list[Value], grad_mode_after: bool | None,
-                 single: bool, call_graph: bool, wrap_indices: frozenset | set = frozenset()) -> None:
+                 single: bool, call_graph: bool, wrap_indices: frozenset | set = frozenset(),
+                 wrap_callee=None) -> None:
         self.output = output
         cg = self.codegen = RuntimeCodegen(output)
         effects = cg.side_effect_lines()
         results = [cg.value(v) for v in result_values]
-        results = [f"{cg.helper('wrap_callee')}({r})" if i in wrap_indices else r for i, r in enumerate(results)]
+        if wrap_indices:
+            cg.env["_wrap_callee"] = wrap_callee
+        results = [f"_wrap_callee({r})" if i in wrap_indices else r for i, r in enumerate(results)]
         self.graph_outputs = cg.graph_outputs
         inputs = ", ".join(gi.source.expression() for gi in output.inputs)
         lines = ["def restore(L):"]

@@ -34,6 +34,7 @@ from .values.containers import DictValue, IteratorValue, ListValue, SequenceValu
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue, TorchFunctionValue
 from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue,
                              SuperValue, UserObjectValue, lookup_static)
+from .values.records import RecordValue
 from .values.tensors import TensorValue, record_call
 
 PY = sys.version_info[:2]
@@ -63,8 +64,14 @@ class Instruction:
 def instructions_of(code: types.CodeType) -> tuple[list[Instruction], dict[int, int]]:
     result: list[Instruction] = []
     lineno = code.co_firstlineno
-    raw = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+    everything = list(dis.get_instructions(code))
+    raw = [i for i in everything if i.opname not in ("EXTENDED_ARG", "CACHE")]
     index_of = {i.offset: n for n, i in enumerate(raw)}
+    # A jump may target the EXTENDED_ARG prefix of an instruction: map it to that instruction.
+    for i in reversed(everything):
+        if i.opname == "EXTENDED_ARG":
+            following = next(j for j in everything if j.offset > i.offset and j.opname != "EXTENDED_ARG")
+            index_of[i.offset] = index_of[following.offset]
     for i in raw:
         if i.positions is not None and i.positions.lineno is not None:
             lineno = i.positions.lineno
@@ -76,6 +83,14 @@ def instructions_of(code: types.CodeType) -> tuple[list[Instruction], dict[int, 
 
 
 _INSTRUCTION_CACHE: dict[types.CodeType, tuple] = {}
+_EXCEPTION_TABLES: dict[types.CodeType, list] = {}
+
+
+def exception_table(code: types.CodeType) -> list:
+    table = _EXCEPTION_TABLES.get(code)
+    if table is None:
+        table = _EXCEPTION_TABLES[code] = dis._parse_exception_table(code)
+    return table
 
 
 def cached_instructions(code: types.CodeType):
@@ -156,7 +171,10 @@ class Frame:
             except GraphBreak as e:
                 if not e.reason.user_stack:
                     e.reason.user_stack = self.user_stack()
-                raise
+                if e.root_step is None:
+                    e.root_step = capture.steps - 1
+                if e.exception is None or not self.enter_handler(inst, e):
+                    raise
 
     def local(self, name: str) -> Value | None:
         """The value of local `name`, wrapping a lazily bound argument on first use."""
@@ -164,6 +182,20 @@ class Frame:
         if type(value) is LazyValue:
             value = self.locals[name] = value.realize(self)
         return value
+
+    def enter_handler(self, inst: Instruction, error: GraphBreak) -> bool:
+        """Follow the exception table to the handler of `error`'s exception, as CPython would."""
+        for entry in exception_table(self.code):
+            if entry.start <= inst.offset < entry.end:
+                del self.stack[entry.depth:]
+                if entry.lasti:
+                    self.push(ConstantValue(inst.offset))
+                value = ObjectValue(error.exception, None)
+                value.root_step = error.root_step  # a re-raise still breaks where it began
+                self.push(value)
+                self.ip = self.index_of[entry.target]
+                return True
+        return False
 
     def push(self, value: Value) -> None:
         self.stack.append(value)
@@ -214,8 +246,10 @@ class Frame:
         """A global of an inlined function from another module, read through that module."""
         module_name = self.globals.get("__name__", "")
         module = sys.modules.get(module_name)
-        if module_name.startswith("torch.") or module_name == "torch":
-            return self.wrap_constant_object(self.globals[name])  # torch's own globals do not change
+        value = self.globals[name]
+        if (module_name.startswith("torch.") or module_name == "torch") and \
+                not isinstance(value, (dict, list, set)):
+            return self.wrap_constant_object(value)  # torch's functions and classes do not change
         if module is not None and getattr(module, "__dict__", None) is self.globals:
             return self.wrap(self.globals[name], ModuleGlobalSource(module_name, name))
         return self.wrap_constant_object(self.globals[name])
@@ -254,7 +288,7 @@ class Frame:
         return IteratorValue(obj.unpack(self))
 
     def store_attribute(self, obj: Value, name: str, value: Value) -> Value:
-        if isinstance(obj, UserObjectValue):
+        if isinstance(obj, (UserObjectValue, RecordValue)):
             obj.setattr(self, name, value)
         elif isinstance(obj, ObjectValue) and obj.source is not None:
             self.output.record_attribute_write(obj, name, value)

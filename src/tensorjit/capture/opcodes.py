@@ -22,8 +22,9 @@ from .values.builtins import BuiltinValue
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
                                 SetValue, SliceValue, TupleValue)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import CellValue, GradModeValue, ObjectValue, RealCellValue, UserObjectValue
-from .values.tensors import TensorValue, record_call
+from .values.objects import CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue
+from .values.records import RecordValue
+from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
 PY = sys.version_info[:2]
 HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}
@@ -101,7 +102,8 @@ def LOAD_FAST(f, i):
     f.push(value)
 
 
-HANDLERS["LOAD_FAST_CHECK"] = LOAD_FAST
+if PY >= (3, 12):
+    HANDLERS["LOAD_FAST_CHECK"] = LOAD_FAST
 
 
 @opcode(PY312)
@@ -112,10 +114,15 @@ def LOAD_FAST_AND_CLEAR(f, i):
     f.push(value)
 
 
+def _is_null(value: Value) -> bool:
+    """NULL, or the stand-in that generated code pushes for it (see CALL_ADAPTER)."""
+    return value is NULL or isinstance(value, ObjectValue) and value.obj is CALL_ADAPTER
+
+
 @opcode()
 def STORE_FAST(f, i):
     value = f.pop()
-    if value is NULL:
+    if _is_null(value):  # 3.12 comprehensions restore an unbound variable this way
         f.locals.pop(i.argval, None)
     else:
         f.locals[i.argval] = value
@@ -248,7 +255,7 @@ def CONTAINS_OP(f, i):
 
 def _unary(f: Frame, op, dunder: str) -> None:
     value = f.pop()
-    if isinstance(value, TensorValue):
+    if isinstance(value, (TensorValue, SymbolicIntValue)):
         f.push(record_call(f, op, [value], {}))
     elif value.is_constant():
         f.push(f.wrap_constant_object(op(value.constant())))
@@ -298,13 +305,18 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
         return record_call(f, operator.getitem, [obj, index], {})
     if isinstance(index, TensorValue):
         raise GraphBreak("data-dependent-op", "indexing a Python container with a tensor")
-    if isinstance(obj, (SequenceValue, DictValue)):
+    if isinstance(obj, (SequenceValue, DictValue, RecordValue)):
         return obj.getitem(f, index)
+    if isinstance(obj, NNModuleValue) and isinstance(obj.obj, torch.nn.ModuleList) and isinstance(index, SliceValue):
+        # A slice of a ModuleList is a new ModuleList; iterating or indexing it is all the
+        # code can do with it, which a list of the same submodules answers alike.
+        children = f.iterate(f.getattr(f.getattr(obj, "_modules"), "values").call(f, [], {})).unpack(f)
+        return ListValue(children[index.constant()])
     if obj.is_constant() and index.is_constant():
         try:
             return f.wrap_constant_object(obj.constant()[index.constant()])
         except Exception as e:
-            raise GraphBreak("op-error", f"{type(e).__name__}: {e}")
+            raise GraphBreak("op-error", f"{type(e).__name__}: {e}", exception=e)
     return f.call_dunder(obj, "__getitem__", [index])
 
 
@@ -405,30 +417,37 @@ def BUILD_STRING(f, i):
     f.push(ConstantValue("".join(p.constant() for p in parts)))
 
 
+def _target(f: Frame, depth: int):
+    """The container that a comprehension builds; one from outside (a resume function's input) records its mutation."""
+    target = f.stack[-depth]
+    if hasattr(target, "mutate"):
+        target.mutate(f)
+    return target
+
+
 @opcode()
 def LIST_APPEND(f, i):
     value = f.pop()
-    f.stack[-i.arg].items.append(value)
+    _target(f, i.arg).items.append(value)
 
 
 @opcode()
 def SET_ADD(f, i):
     value = f.pop()
-    target = f.stack[-i.arg]
-    target.items[value.constant()] = value
+    _target(f, i.arg).items[value.constant()] = value
 
 
 @opcode()
 def MAP_ADD(f, i):
     value = f.pop()
     key = f.pop()
-    f.stack[-i.arg].items[key.constant()] = value
+    _target(f, i.arg).items[key.constant()] = value
 
 
 @opcode()
 def LIST_EXTEND(f, i):
     items = f.iterate(f.pop()).unpack(f)
-    f.stack[-i.arg].items.extend(items)
+    _target(f, i.arg).items.extend(items)
 
 
 @opcode()
@@ -518,7 +537,6 @@ def JUMP_BACKWARD(f, i):
 
 
 HANDLERS["JUMP_BACKWARD_NO_INTERRUPT"] = JUMP_BACKWARD
-HANDLERS["JUMP"] = JUMP_FORWARD
 
 
 def _pop_jump(f: Frame, i: Instruction, when) -> None:
@@ -672,7 +690,48 @@ def BEFORE_WITH(f, i):
 
 @opcode()
 def RAISE_VARARGS(f, i):
-    raise GraphBreak("raise", "an exception is raised", "it is raised by Python, outside the graph")
+    exception = None
+    if i.arg == 1:
+        raised = f.stack[-1]
+        if isinstance(raised, ObjectValue) and isinstance(raised.obj, BaseException):
+            exception = raised.obj
+        elif raised.is_constant() and isinstance(raised.constant(), type) and \
+                issubclass(raised.constant(), BaseException):
+            exception = raised.constant()()
+    raise GraphBreak("raise", "an exception is raised", "it is raised by Python, outside the graph",
+                     exception=exception)
+
+
+@opcode()
+def PUSH_EXC_INFO(f, i):
+    exc = f.pop()
+    f.push(ConstantValue(None))
+    f.push(exc)
+
+
+@opcode()
+def CHECK_EXC_MATCH(f, i):
+    cls = f.pop().constant()
+    f.push(ConstantValue(isinstance(f.stack[-1].obj, cls)))
+
+
+@opcode()
+def POP_EXCEPT(f, i):
+    f.pop()
+
+
+@opcode()
+def RERAISE(f, i):
+    exc = f.pop()
+    error = GraphBreak("raise", "an exception is re-raised", exception=exc.obj)
+    error.root_step = getattr(exc, "root_step", None)
+    raise error
+
+
+@opcode()
+def WITH_EXCEPT_START(f, i):
+    exit_fn, exc = f.stack[-4], f.stack[-1]
+    f.push(f.call(exit_fn, [f.wrap_constant_object(type(exc.obj)), exc, ConstantValue(None)], {}))
 
 
 @opcode()

@@ -13,7 +13,9 @@ import functools
 import itertools
 import math
 import operator
+import inspect
 import types
+import typing
 from typing import Any, Callable
 
 import torch
@@ -43,6 +45,13 @@ _PURE |= {getattr(operator, n) for n in dir(operator) if not n.startswith("_")} 
     operator.ilshift, operator.imod, operator.imul, operator.imatmul, operator.ior, operator.ipow,
     operator.irshift, operator.isub, operator.itruediv, operator.ixor, operator.attrgetter,
     operator.itemgetter, operator.methodcaller}
+
+
+def has_handler(fn: Any) -> bool:
+    try:
+        return fn in _HANDLERS
+    except TypeError:
+        return False
 
 
 def builtin(*fns):
@@ -121,7 +130,8 @@ def _builtin_on_tensor(tx, fn, args, kwargs) -> Value:
 def wrap_attribute_of_constant(tx, value: ConstantValue, name: str) -> Value:
     obj = value.value
     if isinstance(obj, torch.dtype) or isinstance(obj, torch.device) or isinstance(
-            obj, (int, float, str, bool, complex, type(None), tuple, range, slice, frozenset, bytes)):
+            obj, (int, float, str, bool, complex, type(None), tuple, range, slice, frozenset, bytes,
+                  inspect.Signature, inspect.Parameter, types.MappingProxyType)):
         try:
             attr = getattr(obj, name)
         except AttributeError:
@@ -143,6 +153,10 @@ def _len(tx, obj: Value) -> Value:
         return ConstantValue(obj.example.shape[0])
     if obj.is_constant():
         return ConstantValue(len(obj.constant()))
+    from .objects import ObjectValue
+    if isinstance(obj, ObjectValue) and isinstance(obj.obj, (types.MappingProxyType, tuple, str, frozenset)) \
+            and obj.source is None:
+        return ConstantValue(len(obj.obj))  # an immutable value made at capture time (a signature's parameters)
     return tx.call_dunder(obj, "__len__", [])
 
 
@@ -351,6 +365,28 @@ def _id(tx, obj: Value) -> Value:
     if isinstance(obj, ObjectValue):
         return ConstantValue(id(obj.obj))
     raise GraphBreak("unsupported-call", "id() of a value made during capture")
+
+
+@builtin(inspect.signature)
+def _signature(tx, fn: Value, **kwargs: Value) -> Value:
+    """A signature is a property of the code, known at capture time."""
+    from .functions import FunctionValue, MethodValue
+    from .objects import ObjectValue
+    target = fn
+    if isinstance(fn, MethodValue) and isinstance(fn.function, FunctionValue):
+        target = fn.function
+        real = getattr(fn.owner, "obj", None)
+        if real is None:
+            raise GraphBreak("unsupported-call", "inspect.signature of a method of an object made in capture")
+        return ConstantValue(inspect.signature(types.MethodType(target.fn, real)))
+    if isinstance(target, FunctionValue):
+        return ConstantValue(inspect.signature(target.fn))
+    raise GraphBreak("unsupported-call", f"inspect.signature of {fn!r}")
+
+
+@builtin(typing.cast)
+def _cast(tx, typ: Value, value: Value) -> Value:
+    return value
 
 
 @builtin(py.object.__setattr__)

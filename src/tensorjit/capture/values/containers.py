@@ -41,7 +41,7 @@ class SequenceValue(Value):
         try:
             return self.items[key]
         except (IndexError, TypeError) as e:
-            raise GraphBreak("op-error", f"{type(e).__name__}: {e}")
+            raise GraphBreak("op-error", f"{type(e).__name__}: {e}", exception=e)
 
     def rebuild(self, items: list[Value]) -> "SequenceValue":
         raise NotImplementedError
@@ -162,7 +162,7 @@ class DictValue(Value):
     def getitem(self, tx, key: Value) -> Value:
         k = key.constant()
         if k not in self.items:
-            raise GraphBreak("op-error", f"KeyError: {k!r}")
+            raise GraphBreak("op-error", f"KeyError: {k!r}", exception=KeyError(k))
         return self.items[k]
 
     def getattr(self, tx, name: str) -> Value:

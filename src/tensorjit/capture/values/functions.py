@@ -28,6 +28,8 @@ _TORCH_EFFECTFUL = {
     torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_default_device,
     torch.set_num_threads, torch.save, torch.load, torch.use_deterministic_algorithms,
     torch.set_printoptions, torch.cuda.synchronize, torch.set_rng_state,
+    torch._C._push_on_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack,
+    torch._C._push_on_torch_function_stack, torch._C._pop_torch_function_stack,
 }
 # Torch functions that only read state or metadata: evaluated at capture time.
 _TORCH_QUERIES = {
@@ -39,13 +41,22 @@ _TORCH_QUERIES = {
     torch._C._get_tracing_state, torch.overrides.has_torch_function,
     torch.overrides.has_torch_function_unary, torch.overrides.has_torch_function_variadic,
     torch.are_deterministic_algorithms_enabled,
+    # Mode-stack queries answer for the user's program, not for capture's own fake-tensor mode.
+    torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at, torch._C._get_dispatch_mode,
+    torch._C._is_torch_function_mode_enabled, torch._C._len_torch_function_stack,
 }
+
+
+# Libraries ask these to take compiler-friendly paths; inside capture the answer is True.
+COMPILING_QUERIES = {torch.compiler.is_compiling, torch.compiler.is_dynamo_compiling}
 
 
 def is_torch_operation(fn: Any) -> bool:
     try:
         if fn in _TORCH_EFFECTFUL:
             return False
+        if fn in COMPILING_QUERIES:
+            return True
     except TypeError:  # unhashable objects are not torch functions
         return False
     module = getattr(fn, "__module__", None) or ""
@@ -100,6 +111,12 @@ class FunctionValue(Value):
     def getattr(self, tx, name: str) -> Value:
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
             return ConstantValue(getattr(self.fn, name))
+        if name in ("__code__", "__defaults__", "__kwdefaults__", "__globals__", "__closure__", "__wrapped__",
+                    "__annotations__", "__dict__"):
+            if not hasattr(self.fn, name):
+                raise GraphBreak("attribute-error", f"function has no attribute {name!r}",
+                                 exception=AttributeError(name))
+            return tx.wrap(getattr(self.fn, name), AttrSource(self.source, name) if self.source else None)
         if name in self.fn.__dict__:
             return tx.wrap(self.fn.__dict__[name], AttrSource(self.source, name) if self.source else None)
         raise GraphBreak("getattr", f"function attribute {name!r}")
