@@ -326,6 +326,27 @@ def _run_side(side, workload, model, inputs, reference, result) -> None:
     with torch.no_grad():
         result[f"{side}_error_vs_eager"] = max_relative_error(reference, compiled(*inputs))
     result[f"{side}_ms"] = median_ms(step)
+    if PROFILE_DIRECTORY and side == "tensorjit":
+        profile(step, os.path.join(PROFILE_DIRECTORY, "profiles.txt"), workload.name)
+
+
+PROFILE_DIRECTORY: str | None = None
+
+
+def profile(step: Callable[[], Any], path: str, label: str) -> None:
+    """Where tensorjit's time goes: the top kernels, and host time per step against device time."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        start = time.perf_counter()
+        for _ in range(5):
+            step()
+        host_ms = (time.perf_counter() - start) * 1000 / 5
+        torch.cuda.synchronize()
+    table = profiler.key_averages().table(sort_by="cuda_time_total", row_limit=20, max_name_column_width=60)
+    with open(path, "a") as handle:
+        handle.write(f"== {label}: host time per step while profiling {host_ms:.3f} ms\n{table}\n")
 
 
 # -- report -----------------------------------------------------------------
@@ -364,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-torch-compile", action="store_true")
     parser.add_argument("--no-tensorjit", action="store_true")
     parser.add_argument("--json", default=None, help="append one JSON line per workload here")
+    parser.add_argument("--profile", default=None, help="append torch.profiler tables of tensorjit to DIR/profiles.txt")
     arguments = parser.parse_args(argv)
     names = [workload.name for workload in WORKLOADS]
     if arguments.list:
@@ -373,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown workloads {unknown}; known: {names}")
     chosen = [w for w in WORKLOADS if not arguments.workloads or w.name in arguments.workloads]
+    global PROFILE_DIRECTORY
+    PROFILE_DIRECTORY = arguments.profile
     sides = [s for s, off in (("torch_compile", arguments.no_torch_compile), ("tensorjit", arguments.no_tensorjit)) if not off]
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True

@@ -13,4 +13,4 @@ fi
 if [ -z "$SKIP_KERNELS" ]; then
   timeout 120 python3 bench/triton_kernels.py 2>&1 | tee "$OUT/kernels.txt"
 fi
-timeout "${BENCH_TIMEOUT:-400}" python3 bench/gpu_bench.py "$@" --json "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.txt" | grep -v '^{' | tail -40
+timeout "${BENCH_TIMEOUT:-400}" python3 bench/gpu_bench.py "$@" --json "$OUT/bench.jsonl" --profile "$OUT" 2>&1 | tee "$OUT/bench.txt" | grep -v '^{' | tail -40
