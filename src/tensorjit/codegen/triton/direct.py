@@ -120,27 +120,10 @@ def _kernel_device(device: torch.device) -> bool:
 
 
 def decompositions() -> dict:
-    """A decomposition table that leaves what this lowering fuses in the ops it knows.
+    """The decomposition table this lowering expects (see decompositions.py)."""
+    from tensorjit.codegen.triton.decompositions import decompositions as table
 
-    Core ATen, plus softmax, layer norm, GELU and var_mean taken apart into
-    pointwise ops and last-dimension reductions. The shared code generator
-    passes its own table; this one serves tests and direct use."""
-    from torch._decomp import core_aten_decompositions, get_decompositions
-
-    table = core_aten_decompositions()
-    table.update(get_decompositions([
-        aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu, aten.var_mean, aten.silu,
-        aten._softmax_backward_data, aten._log_softmax_backward_data, aten.native_layer_norm_backward,
-        aten.gelu_backward, aten.sigmoid_backward, aten.tanh_backward, aten.threshold_backward,
-        aten.native_batch_norm, aten._native_batch_norm_legit, aten._native_batch_norm_legit_no_training,
-        aten._native_batch_norm_legit_functional, aten.hardtanh, aten.hardswish, aten.hardsigmoid, aten.mish,
-        aten.leaky_relu, aten.elu,
-    ]))
-    # Attention stays one fused ATen kernel (flash / memory-efficient): its
-    # decomposition into matrix products and a softmax is slower on a GPU.
-    for operator_ in [op for op in table if "scaled_dot_product" in str(op)]:
-        del table[operator_]
-    return table
+    return table()
 
 
 def _broadcastable(source: torch.fx.Node, node: torch.fx.Node) -> bool:
@@ -394,6 +377,7 @@ class CompiledGraph:
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None) -> CompiledGraph:
     """ATen graph -> Triton kernels + wrapper; see the module docstring."""
     _ensure_meta(gm, example_inputs)
+    remove_dead_pure_nodes(gm)
     prefer_channels_last(gm, example_inputs)
     names = {node: _python_name(node.name) for node in gm.graph.nodes}
     steps = partition(gm)
@@ -407,6 +391,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=No
     for step in steps:
         if isinstance(step, Group):
             stored, views = users_outside[id(step)]
+            if not stored:
+                continue  # nothing reads what it computes (a dead output of a decomposition)
             _launch_group(builder, stored, kernels[id(step)], names)
             for view in views:
                 if view in needed:
@@ -484,6 +470,8 @@ def _needed_nodes(steps, kernels: dict[int, GroupKernels], users_outside) -> set
     needed: set = set()
     for step in reversed(steps):
         if isinstance(step, Group):
+            if not users_outside[id(step)][0]:
+                continue
             needed |= kernels[id(step)].loaded
             for view in users_outside[id(step)][1]:
                 if view in needed:
@@ -578,6 +566,20 @@ def _contiguous_strides(shape) -> tuple[int, ...]:
         strides.append(running)
         running *= max(size, 1)
     return tuple(reversed(strides))
+
+
+def remove_dead_pure_nodes(gm: torch.fx.GraphModule) -> None:
+    """Drop unread nodes that have no effect (a decomposition's unused statistics), so they
+    do not sit between fusable nodes. Random and mutating ops are kept whatever reads them."""
+    for node in reversed(list(gm.graph.nodes)):
+        if node.op == "call_function" and not node.users and _pure(node):
+            gm.graph.erase_node(node)
+    gm.recompile()
+
+
+def _pure(node: torch.fx.Node) -> bool:
+    return (node.target in POINTWISE or node.target in REDUCTIONS or node.target in FOLDABLE_VIEWS
+            or node.target in CONSTANTS or node.target in HOISTABLE or node.target is operator.getitem)
 
 
 def _python_name(name: str) -> str:
