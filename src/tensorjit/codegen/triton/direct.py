@@ -64,13 +64,28 @@ class CompiledGraph:
     """(input index, strides, dtype, device) the kernels were specialised for."""
     eager_calls: int = 0
 
+    def __post_init__(self) -> None:
+        self.matches = _layout_check(self.expected)
+
     def __call__(self, *inputs: Any) -> Any:
-        for index, strides, dtype, device in self.expected:
-            value = inputs[index]
-            if value.stride() != strides or value.dtype != dtype or value.device != device:
-                self.eager_calls += 1
-                return self.fallback(*inputs)
-        return self.call(*inputs)
+        if self.matches(inputs):
+            return self.call(*inputs)
+        self.eager_calls += 1
+        return self.fallback(*inputs)
+
+
+def _layout_check(expected: list[tuple[int, tuple, torch.dtype, torch.device]]) -> Callable[[tuple], bool]:
+    """A generated `inputs -> bool`: one inlined comparison per input, no loop (~0.1 us each)."""
+    constants: dict[str, Any] = {}
+    terms = []
+    for index, strides, dtype, device in expected:
+        constants[f"dtype{index}"] = dtype
+        device_index = -1 if device.type == "cpu" else (device.index or 0)
+        terms.append(f"inputs[{index}].stride() == {strides!r} and inputs[{index}].dtype is dtype{index} "
+                     f"and inputs[{index}].get_device() == {device_index}")
+    source = f"def matches(inputs):\n    return {' and '.join(terms) or 'True'}\n"
+    exec(compile(source, "<tensorjit layout check>", "exec"), constants)
+    return constants["matches"]
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None) -> CompiledGraph:
