@@ -200,7 +200,7 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
     entry_index = index
     while entry_index > 0 and frame.instructions[entry_index - 1].opname in ("KW_NAMES", "PRECALL"):
         entry_index -= 1
-    tcode = transformed_code(code, index, len(stack), local_names, restore_fn, successors, TailCall, entry_index)
+    tcode = transformed_code(code, index, len(stack), local_names, [s for s, _ in successors], entry_index)
     transformed = types.FunctionType(tcode, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
     hidden = dict(zip(hidden_parameters(len(successors)),
                       [restore_fn, TailCall, *[resume for _, resume in successors]]))
