@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from .harness import check
+from .harness import check, compile
 
 SCALE = 3.0
 OFFSETS = (1, 2, 3)
@@ -659,3 +659,188 @@ def test_empty_and_scalar_tensors():
         return x.sum() + s, x * s, s.item() if False else s + 1
 
     check(fn, torch.zeros(0, 3), torch.tensor(2.0), graphs=1)
+
+
+# ---------------------------------------------------------------- less common syntax
+
+
+def test_walrus_and_chained_comparison():
+    def fn(x, n):
+        if 0 < (m := n * 2) <= 10:
+            x = x + m
+        return x, m
+
+    check(fn, t(), 3, graphs=1)
+
+
+def test_match_statement():
+    def fn(x, command):
+        match command:
+            case ("scale", factor):
+                return x * factor
+            case {"shift": amount}:
+                return x + amount
+            case _:
+                return x
+
+    check(fn, t(), ("scale", 3), graphs=1)
+    check(fn, t(), {"shift": 2.0}, graphs=1)
+
+
+def test_iterate_over_tensor_and_unpack():
+    def fn(x):
+        a, b = x
+        rows = [row * i for i, row in enumerate(x)]
+        return a - b, torch.stack(rows), len(x)
+
+    check(fn, t(2, 3), graphs=1)
+
+
+def test_augmented_assignment_on_subscript_and_attribute():
+    class Box:
+        def __init__(self):
+            self.value = torch.zeros(2)
+            self.n = 1
+
+    def fn(x, box, d):
+        box.value += x
+        box.n *= 3
+        d["k"] += x
+        d["n"] -= 1
+        items = [1]
+        items += [2, 3]
+        return box.value * box.n, items
+
+    check(fn, t(2), Box(), {"k": torch.ones(2), "n": 5}, graphs=1)
+
+
+def test_percent_and_format_strings():
+    def fn(x, n):
+        label = "%s-%03d" % ("layer", n) + "{:>4}".format(n) + str(x.dtype)
+        return x * len(label), label
+
+    check(fn, t(), 7, graphs=1)
+
+
+def test_class_defined_inside_compiled_function():
+    def fn(x):
+        class Local:
+            factor = 3
+
+            def apply(self, v):
+                return v * self.factor
+
+        return Local().apply(x)
+
+    check(fn, t())
+
+
+def test_del_local_and_reassign():
+    def fn(x):
+        y = x * 2
+        z = y + 1
+        del y
+        y = z * 3
+        return y
+
+    check(fn, t(), graphs=1)
+
+
+def test_nonlocal_inside_compiled_function():
+    def fn(x):
+        total = 0
+
+        def bump(v):
+            nonlocal total
+            total += v
+            return total
+
+        bump(2)
+        bump(3)
+        return x * total
+
+    check(fn, t(), graphs=1)
+
+
+def test_returning_a_closure_over_a_tensor():
+    def fn(x):
+        y = x * 2
+
+        def later(z):
+            return y + z
+
+        return later
+
+    x = t()
+    eager_later = fn(x.clone())
+    compiled_later = compile(fn, backend="eager")(x.clone())
+    torch.testing.assert_close(compiled_later(torch.ones(4)), eager_later(torch.ones(4)))
+
+
+def test_no_grad_decorated_helper():
+    @torch.no_grad()
+    def helper(v):
+        return v * 2
+
+    def fn(x):
+        return helper(x), x * 3
+
+    check(fn, t().requires_grad_(), grad=True)
+
+
+def test_sorted_dict_zip_reversed_builtins():
+    def fn(x, names):
+        mapping = dict(zip(names, range(len(names))))
+        order = sorted(mapping, key=mapping.get, reverse=True)
+        pairs = list(reversed(list(enumerate(order, start=1))))
+        return x * pairs[0][0], order, pairs
+
+    check(fn, t(), ["b", "a", "c"], graphs=1)
+
+
+def test_tensor_shape_comparisons():
+    def fn(x):
+        if x.shape == (2, 3) and x.shape[-1] == 3 and x.size() == torch.Size([2, 3]):
+            return x.sum(-1)
+        return x
+
+    check(fn, t(2, 3), graphs=1)
+
+
+def test_tensor_identity_and_is_checks():
+    def fn(x, y):
+        z = x if y is None else y
+        same = z is x
+        return z * 2, same
+
+    check(fn, t(), None, graphs=1)
+    check(fn, t(), t(), graphs=1)
+
+
+def test_module_training_branch():
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            if self.training:
+                return x * 0.5
+            return x + 0.5
+
+    check(Noisy(), t(), graphs=1)
+    check(Noisy().eval(), t(), graphs=1)
+
+
+def test_submodule_forward_hooks_run():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    model[0].register_forward_hook(lambda module, args, out: out * 10)
+    check(model, t(2, 3), grad=True)
+
+
+def test_parameter_data_and_grad_access():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(2, 2)
+
+    def fn(x):
+        has_grad = lin.weight.grad is not None
+        return x @ lin.weight.data, has_grad, lin.weight.requires_grad
+
+    check(fn, t(1, 2))
