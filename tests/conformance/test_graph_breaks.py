@@ -772,3 +772,88 @@ def test_recursive_compiled_function():
 
     compiled_recursive = compile(fn, backend="eager")
     torch.testing.assert_close(compiled_recursive(torch.ones(2), 3), fn(torch.ones(2), 3))
+
+
+class Untraceable:
+    """An object whose method no capture engine can look into."""
+
+    def compute(self, n, *, offset=0):
+        return zlib.crc32(str(n).encode()) % 5 + offset
+
+
+def test_break_at_method_call_with_keyword_arguments():
+    helper = Untraceable()
+
+    def fn(x):
+        y = x.cos()
+        return y * helper.compute(3, offset=1)
+
+    check(fn, torch.randn(3))
+
+
+def test_break_at_call_with_star_star_kwargs():
+    def fn(x, options):
+        y = x.sin()
+        return y * keyword_untraceable(4, **options)
+
+    check(fn, torch.randn(3), {"offset": 1, "scale": 2})
+
+
+def test_break_at_call_with_star_args():
+    def fn(x, args):
+        y = x.sin()
+        return y * untraceable(*args)
+
+    check(fn, torch.randn(3), (5,))
+
+
+def test_print_with_keyword_arguments():
+    def fn(x):
+        y = x + 1
+        print("value", 1, sep="-", end="|")
+        return y * 2
+
+    x = torch.randn(2)
+    expected, expected_text = _printed(fn, x)
+    actual, text = _printed(compile(fn, backend="eager"), x)
+    torch.testing.assert_close(actual, expected)
+    assert text == expected_text
+
+
+COUNT_AFTER_BREAK = 0
+
+
+def test_global_write_after_break():
+    def fn(x):
+        global COUNT_AFTER_BREAK
+        y = x * 2
+        EVENTS.append(untraceable(17))
+        COUNT_AFTER_BREAK += 1
+        return y + COUNT_AFTER_BREAK
+
+    def reset():
+        global COUNT_AFTER_BREAK
+        COUNT_AFTER_BREAK = 0
+        EVENTS.clear()
+
+    check(fn, torch.zeros(2), side_effects=SideEffects(reset, lambda: (COUNT_AFTER_BREAK, list(EVENTS))))
+
+
+def test_tensor_while_condition_with_nested_for():
+    def fn(x):
+        rounds = 0
+        while x.sum() < 20:
+            for i in range(2):
+                x = x + i + 1
+            rounds += 1
+        return x, rounds
+
+    check(fn, torch.zeros(3))
+
+
+def test_inplace_mask_assignment_on_input():
+    def fn(x):
+        x[x > 0] = 0.0
+        return x.sum()
+
+    check(fn, torch.tensor([1.0, -2.0, 3.0, -4.0]))

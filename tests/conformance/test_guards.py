@@ -572,8 +572,8 @@ def test_forward_hook_added_after_compile_runs():
     eager, twin, compiled, counter = module_pair()
     x = torch.randn(3, 4)
     assert_same(eager(x), compiled(x))
-    eager.lin.register_forward_hook(lambda module, args, out: out + 100)
-    twin.lin.register_forward_hook(lambda module, args, out: out + 100)
+    eager.bn.register_forward_hook(lambda module, args, out: out * 3 + 100)
+    twin.bn.register_forward_hook(lambda module, args, out: out * 3 + 100)
     assert_same(eager(x), compiled(x))
 
 

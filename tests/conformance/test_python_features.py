@@ -844,3 +844,134 @@ def test_parameter_data_and_grad_access():
         return x @ lin.weight.data, has_grad, lin.weight.requires_grad
 
     check(fn, t(1, 2))
+
+
+class UserSequence:
+    """A user container with the sequence protocol."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, index):
+        return self.items[index]
+
+    def __contains__(self, value):
+        return value in self.items
+
+
+class Dynamic:
+    def __getattr__(self, name):
+        if name.startswith("scale_"):
+            return float(name.split("_")[1])
+        raise AttributeError(name)
+
+
+def test_user_sequence_protocol():
+    def fn(x, seq):
+        total = x
+        for i in range(len(seq)):
+            total = total + seq[i]
+        return total, 2 in seq, len(seq)
+
+    check(fn, t(), UserSequence([1, 2, 3]))
+
+
+def test_user_getattr_hook():
+    def fn(x, obj):
+        return x * obj.scale_3 + obj.scale_2
+
+    check(fn, t(), Dynamic())
+
+
+def test_unbound_tensor_methods_and_getattr_on_torch():
+    import operator
+
+    def fn(x, y):
+        a = torch.Tensor.add(x, y)
+        b = getattr(torch, "relu")(x)
+        c = operator.itemgetter(1)([x, y])
+        d = operator.mul(x, 2)
+        return a, b, c, d, x.T, x.mT
+
+    check(fn, t(2, 3), t(2, 3), graphs=1)
+
+
+def test_advanced_indexing():
+    def fn(x, index, mask):
+        return x[index], x[:, index], x[None, :, None], x[mask], x[index, index]
+
+    check(fn, t(3, 3), torch.tensor([2, 0]), torch.tensor([True, False, True]))
+
+
+def test_tensor_methods_with_keyword_arguments():
+    def fn(x):
+        return (x.sum(dim=1, keepdim=True), x.max(dim=0).values, torch.topk(x, k=2, dim=-1).indices,
+                x.to(dtype=torch.float64), x.new_full((2,), fill_value=3.0), x.clamp(min=-0.1, max=0.1))
+
+    check(fn, t(3, 4), graphs=1)
+
+
+def test_mutable_default_argument_persists():
+    def make():
+        def fn(x, cache=[]):  # noqa: B006 (the point of the test)
+            cache.append(len(cache))
+            return x * len(cache), list(cache)
+        return fn
+
+    eager_fn, compiled_source = make(), make()
+    compiled_fn = compile(compiled_source, backend="eager")
+    for _ in range(3):
+        expected = eager_fn(torch.ones(2))
+        actual = compiled_fn(torch.ones(2))
+        torch.testing.assert_close(actual[0], expected[0])
+        assert actual[1] == expected[1]
+
+
+def test_compile_generator_function():
+    def gen(x, n):
+        for i in range(n):
+            yield x * i
+
+    compiled = compile(gen, backend="eager")
+    expected = list(gen(torch.ones(2), 3))
+    actual = list(compiled(torch.ones(2), 3))
+    torch.testing.assert_close(actual, expected)
+
+
+def test_module_forward_with_star_inputs():
+    class Two(torch.nn.Module):
+        def forward(self, a, b):
+            return a * b
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Two()
+
+        def forward(self, *inputs, **options):
+            return self.inner(*inputs, **options)
+
+    check(Outer(), t(), t(), graphs=1)
+    check(Outer(), t(), b=t(), graphs=1)
+
+
+def test_dict_items_iteration_of_tensors():
+    def fn(d):
+        out = {}
+        for key, value in d.items():
+            out[key.upper()] = value * 2
+        for key in d:
+            out[key] = d[key] + 1
+        return out, list(d.values())[0]
+
+    check(fn, {"a": t(), "b": t()}, graphs=1)
+
+
+def test_python_float_and_int_results_from_tensors_metadata():
+    def fn(x):
+        return x.numel() * 1.5, x.element_size(), x.shape.numel(), x.stride(0), x.storage_offset()
+
+    check(fn, t(3, 4)[1:])
