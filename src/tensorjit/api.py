@@ -9,8 +9,10 @@ does, it captures a new entry (see `capture.convert`).
 
 from __future__ import annotations
 
+import builtins
 import functools
 import inspect
+import sys
 import types
 import warnings
 import weakref
@@ -23,6 +25,7 @@ from .backends.registry import lookup_backend
 from .capture import codegen as capture_codegen
 from .capture.breaks import CaptureError, GraphBreakError
 from .capture.convert import CacheEntry, capture_entry
+from .capture.dynamic import record_changed_dims
 from .capture.resume import TailCall, resume_code
 from .capture.skipfiles import mark_disabled
 from .config import MODES, Config, check_option_names, config as default_config
@@ -34,8 +37,11 @@ class CompiledFunction:
     """A function with a cache of captured entries, called in place of the original."""
 
     def __init__(self, fn: types.FunctionType, backend: Callable, config: Config, fullgraph: bool,
-                 backend_name: str = "") -> None:
+                 backend_name: str = "", dynamic: bool | None = None) -> None:
         self.fn = fn
+        self.dynamic = dynamic
+        self.dynamic_dims: dict[str, set[int]] = {}  # source -> dims seen changing (automatic dynamic)
+        self.last_shapes: dict[str, tuple] = {}
         self.backend = backend
         self.backend_name = backend_name
         self.config = config
@@ -74,6 +80,7 @@ class CompiledFunction:
     def _compile_and_run(self, args, kwargs, L):
         self.entries = [e for e in self.entries if e.guards.alive()]
         if self.entries:
+            self._note_changed_shapes(L)
             failure = self.entries[-1].guards.failure(L)
             self.failures.append(failure or "unknown")
             logs.recompile(self.fn.__qualname__, failure)
@@ -96,6 +103,20 @@ class CompiledFunction:
         self.entries.append(entry)
         return entry.run(args, kwargs, L)
 
+    def _note_changed_shapes(self, L: tuple) -> None:
+        """Automatic dynamic: sizes that changed since the last capture become symbolic."""
+        if self.dynamic is not None:
+            return
+        env = {"L": L, "G": self.fn.__globals__, "C": self.fn.__closure__ or (), "S": sys.modules,
+               "B": builtins.__dict__}
+        for expression, shape in self.last_shapes.items():
+            try:
+                value = eval(expression, env)
+            except Exception:
+                continue
+            if isinstance(value, torch.Tensor):
+                record_changed_dims(self.dynamic_dims, expression, shape, tuple(value.shape))
+
     def resume_function(self, index: int, depth: int, local_names: list[str]) -> "CompiledFunction":
         """The compiled resume function continuing this code at instruction `index`."""
         key = (index, depth, tuple(local_names))
@@ -104,7 +125,7 @@ class CompiledFunction:
             code = resume_code(self.fn.__code__, index, depth, local_names)
             fn = types.FunctionType(code, self.fn.__globals__, code.co_name, None, self.fn.__closure__)
             resume = self._resume[key] = CompiledFunction(fn, self.backend, self.config, self.fullgraph,
-                                                          self.backend_name)
+                                                          self.backend_name, self.dynamic)
         return resume
 
     def all_entries(self):
@@ -166,10 +187,12 @@ def _wrap_callee(obj):
         return obj
     if isinstance(obj, types.FunctionType) and obj.__code__ not in _disabled_codes \
             and not (obj.__code__.co_flags & 0x3a0) and not _is_library(obj):
-        compiled = _callee_cache.get(obj)
-        if compiled is None:
-            compiled = _callee_cache[obj] = CompiledFunction(obj, *_current_backend)
-        return compiled
+        # Kept on the function itself: a cycle the collector can free, unlike a weak-key
+        # dictionary whose value refers back to its key.
+        cached = obj.__dict__.get("_tensorjit_compiled")
+        if cached is None or cached[0] is not _current_backend:
+            cached = obj.__dict__["_tensorjit_compiled"] = (_current_backend, CompiledFunction(obj, *_current_backend))
+        return cached[1]
     if isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
         inner = _wrap_callee(obj.__func__)
         return obj if inner is obj.__func__ else types.MethodType(inner, obj.__self__)
@@ -181,7 +204,6 @@ def _is_library(fn) -> bool:
     return module.split(".")[0] in ("torch", "tensorjit", "numpy", "logging", "warnings", "builtins")
 
 
-_callee_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _current_backend: tuple | None = None
 _disabled_codes: set = set()
 capture_codegen.HELPERS["wrap_callee"] = _wrap_callee
@@ -287,40 +309,40 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     def wrap(target: Callable):
         if disable:
             return target
-        return _compile_target(target, backend_fn, backend_name, config, fullgraph)
+        return _compile_target(target, backend_fn, backend_name, config, fullgraph, dynamic)
 
     if model is None:
         return wrap
     return wrap(model)
 
 
-def _compile_target(target, backend, backend_name, config, fullgraph):
+def _compile_target(target, backend, backend_name, config, fullgraph, dynamic=None):
     global _current_backend
-    _current_backend = (backend, config, fullgraph, backend_name)
+    _current_backend = (backend, config, fullgraph, backend_name, dynamic)
     code = getattr(getattr(target, "__func__", target), "__code__", None)
     if code is not None and code in _disabled_codes:
         return target
     if isinstance(target, functools.partial):
-        inner = _compile_target(target.func, backend, backend_name, config, fullgraph)
+        inner = _compile_target(target.func, backend, backend_name, config, fullgraph, dynamic)
         return functools.partial(inner, *target.args, **target.keywords)
     if isinstance(target, torch.nn.Module):
         forward = type(target).forward
         if not isinstance(forward, types.FunctionType):
             raise TypeError(f"tensorjit.compile: {type(target).__name__}.forward is not a Python function")
-        return OptimizedModule(target, CompiledFunction(forward, backend, config, fullgraph, backend_name))
+        return OptimizedModule(target, CompiledFunction(forward, backend, config, fullgraph, backend_name, dynamic))
     if isinstance(target, types.MethodType) and isinstance(target.__func__, types.FunctionType):
-        compiled = CompiledFunction(target.__func__, backend, config, fullgraph, backend_name)
+        compiled = CompiledFunction(target.__func__, backend, config, fullgraph, backend_name, dynamic)
         return types.MethodType(compiled, target.__self__)
     if isinstance(target, types.FunctionType):
         if target.__code__.co_flags & 0x3a0:  # generators and coroutines run eagerly
             return target
-        return CompiledFunction(target, backend, config, fullgraph, backend_name)
+        return CompiledFunction(target, backend, config, fullgraph, backend_name, dynamic)
     if isinstance(target, CompiledFunction):
         return target
     if callable(target):
         call = getattr(type(target), "__call__", None)
         if isinstance(call, types.FunctionType):
-            compiled = CompiledFunction(call, backend, config, fullgraph, backend_name)
+            compiled = CompiledFunction(call, backend, config, fullgraph, backend_name, dynamic)
             return types.MethodType(compiled, target)
         raise TypeError(f"tensorjit.compile: cannot compile {type(target).__name__} (a callable implemented in C)")
     raise TypeError(f"tensorjit.compile: expected a function, method or nn.Module, got {type(target).__name__}")
@@ -402,5 +424,4 @@ def reset() -> None:
     """Forget every compiled entry (as torch._dynamo.reset)."""
     for compiled in list(_all_compiled):
         compiled.reset()
-    _callee_cache.clear()
     logs.clear()

@@ -62,7 +62,7 @@ def recompile(name: str, failure: str | None) -> None:
 
 def guards(name: str, compiled: Any) -> None:
     if "guards" in _enabled:
-        emit("guards", f"guards of {name}:\n" + "\n".join("  " + g.describe() for g in compiled.guards))
+        emit("guards", f"guards of {name}:\n" + "\n".join("  " + text for text in compiled.descriptions))
 
 
 def graph_code(name: str, gm: Any) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
+import torch
+
 Backend = Callable
 
 _BUILTIN = {
@@ -33,6 +35,38 @@ def register_backend(fn: Backend | None = None, name: str | None = None):
     return register(fn) if fn is not None else register
 
 
+def is_dynamic(gm) -> bool:
+    """Whether capture gave this graph symbolic sizes (int inputs, tensors with SymInt sizes)."""
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            value = node.meta.get("example_value")
+            if isinstance(value, torch.SymInt) or isinstance(value, torch.Tensor) and any(
+                    isinstance(s, torch.SymInt) for s in value.shape):
+                return True
+    return False
+
+
+def specialize_sizes(backend: Backend) -> Backend:
+    """Run a backend that compiles for static shapes on a graph captured with dynamic ones.
+
+    Capture happens once; the backend compiles the same graph once per distinct set
+    of concrete sizes, when a call first brings them."""
+    def compile_graph(gm, example_inputs):
+        if not is_dynamic(gm):
+            return backend(gm, example_inputs)
+        compiled: dict[tuple, Callable] = {}
+
+        def run(*args):
+            key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
+            fn = compiled.get(key)
+            if fn is None:
+                fn = compiled[key] = backend(gm, list(args))
+            return fn(*args)
+        return run
+    compile_graph.__name__ = getattr(backend, "__name__", "backend")
+    return compile_graph
+
+
 def list_backends() -> list[str]:
     return sorted(set(_BUILTIN) | set(_registered))
 
@@ -47,7 +81,8 @@ def lookup_backend(backend: str | Backend) -> Backend:
     if backend in _BUILTIN:
         module, attr = _BUILTIN[backend]
         try:
-            return getattr(importlib.import_module(module), attr)
+            found = getattr(importlib.import_module(module), attr)
         except ImportError as e:
             raise RuntimeError(f"tensorjit: backend {backend!r} is unavailable: {e}") from e
+        return found if backend == "eager" else specialize_sizes(found)
     raise ValueError(f"tensorjit: unknown backend {backend!r}; valid backends are: {', '.join(list_backends())}")

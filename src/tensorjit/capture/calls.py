@@ -23,7 +23,7 @@ from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, 
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, ObjectValue, PartialValue,
                              UserObjectValue, lookup_static)
-from .values.tensors import TensorValue, record_call
+from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
 CO_VARARGS, CO_VARKEYWORDS, CO_GENERATOR = 0x04, 0x08, 0x20
 CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR = 0x80, 0x100, 0x200
@@ -207,6 +207,12 @@ _INPLACE = {operator.iadd: operator.add, operator.isub: operator.sub, operator.i
 def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return _tensor_binary(tx, op, a, b)
+    if isinstance(a, SymbolicIntValue) or isinstance(b, SymbolicIntValue):
+        if op in (operator.is_, operator.is_not, operator.contains):
+            return binary_op(tx, op, tx.wrap_constant_object(a.constant()), tx.wrap_constant_object(b.constant()))
+        if not all(isinstance(v, SymbolicIntValue) or v.is_constant() for v in (a, b)):
+            return _dunder_binary(tx, op, a, b)
+        return record_call(tx, _INPLACE.get(op, op), [a, b], {})
     if op in (operator.is_, operator.is_not):
         return _identity(tx, op, a, b)
     if op is operator.contains:

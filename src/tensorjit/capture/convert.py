@@ -28,6 +28,8 @@ from .interpreter import Capture, Frame, StopCapture
 from .opcodes import CALL_ADAPTER
 from .output import OutputGraph
 from .resume import Successor, TailCall, resume_code, transformed_code
+from .dynamic import DynamicPolicy, shape_guards
+from .guards import Guard
 from .sources import LocalSource
 from .values.base import NULL, Value
 from .values.lazy import LazyValue
@@ -41,7 +43,7 @@ class CompiledGraph:
     """One graph handed to a backend, kept for explain() and statistics."""
 
     graph_module: torch.fx.GraphModule
-    example_inputs: list
+    input_shapes: list
     compiled: Callable
     op_count: int
     compile_seconds: float
@@ -89,7 +91,7 @@ def _root_frame(owner, L: tuple, capture: Capture) -> Frame:
 
 def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
     fn = owner.fn
-    output = OutputGraph(fn.__code__.co_name)
+    output = OutputGraph(fn.__code__.co_name, DynamicPolicy(owner.dynamic, owner.dynamic_dims))
     for guard in global_state_guards():
         output.guard(guard)
     capture = Capture(owner.config, output, break_at)
@@ -105,7 +107,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             return _finish_break(owner, output, frame, grad_before)
         except GraphBreak as e:  # the state at the break cannot be rebuilt: run this call pattern eagerly
             logs.emit("graph_breaks", f"{frame.location()}: cannot resume after the break ({e}); running eagerly")
-            guards = output.guards.build(fn.__globals__, fn.__closure__)
+            guards = _build_guards(owner, output)
             return CacheEntry(guards, lambda args, kwargs, L: fn(*args, **kwargs))
     except GraphBreak as e:
         reason = e.reason
@@ -130,6 +132,18 @@ def _deepest_location(e: BaseException, frame):
     return frame.location() if frame is not None else None
 
 
+def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
+    fn = owner.fn
+    if output.shape_env is not None:
+        for expression in shape_guards(output.shape_env, *output.symbolic_inputs()):
+            output.guard(Guard(None, "expression", expression))
+    owner.last_shapes = {gi.source.expression(): tuple(gi.example.shape) for gi in output.inputs
+                         if isinstance(gi.example, torch.Tensor)}
+    guards = output.guards.build(fn.__globals__, fn.__closure__)
+    logs.guards(output.fn_name, guards)
+    return guards
+
+
 def _compile_graph(owner, output: OutputGraph, outputs: list) -> tuple[Callable | None, list[CompiledGraph]]:
     if output.op_count() == 0:
         return None, []
@@ -139,7 +153,7 @@ def _compile_graph(owner, output: OutputGraph, outputs: list) -> tuple[Callable 
     start = time.perf_counter()
     compiled = owner.backend(gm, example_inputs)
     seconds = time.perf_counter() - start
-    record = CompiledGraph(gm, example_inputs, compiled, output.op_count(), seconds)
+    record = CompiledGraph(gm, [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in example_inputs], compiled, output.op_count(), seconds)
     return compiled, [record]
 
 
@@ -149,8 +163,7 @@ def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool)
     compiled, graphs = _compile_graph(owner, output, restore.graph_outputs)
     fn = owner.fn
     restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)
-    guards = output.guards.build(fn.__globals__, fn.__closure__)
-    logs.guards(output.fn_name, guards)
+    guards = _build_guards(owner, output)
     return CacheEntry(guards, lambda args, kwargs, L: restore_fn(L), graphs)
 
 
@@ -181,11 +194,13 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
     compiled, graphs = _compile_graph(owner, output, restore.graph_outputs)
     restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)
     successors = [(s, owner.resume_function(s.index, s.depth, local_names)) for s in _successors(frame, index, len(stack))]
-    tcode = transformed_code(code, index, len(stack), local_names, restore_fn, successors, TailCall)
+    entry_index = index
+    while entry_index > 0 and frame.instructions[entry_index - 1].opname in ("KW_NAMES", "PRECALL"):
+        entry_index -= 1
+    tcode = transformed_code(code, index, len(stack), local_names, restore_fn, successors, TailCall, entry_index)
     transformed = types.FunctionType(tcode, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
     transformed.__kwdefaults__ = fn.__kwdefaults__
-    guards = output.guards.build(fn.__globals__, fn.__closure__)
-    logs.guards(output.fn_name, guards)
+    guards = _build_guards(owner, output)
     entry = CacheEntry(guards, lambda args, kwargs, L: transformed(*args, **kwargs), graphs)
     entry.transformed_code = tcode
     return entry

@@ -51,6 +51,10 @@ class Guard:
             return f"{where} is {self.other}"
         if self.kind == "global_state":
             return f"{self.payload[0]} == {self.payload[1]!r}"
+        if self.kind == "expression":
+            return f"shape guard {self.payload}"
+        if self.kind == "tensor_dynamic":
+            return f"{where}: tensor with dynamic sizes, {tensor_signature_text(self.payload)}"
         return f"{self.kind} guard on {where}"
 
 
@@ -131,6 +135,9 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"{expression} is {em.constant(value)}" if isinstance(value, (bool, torch.dtype))
                  else f"{expression} == {em.constant(value)}")
         return
+    if kind == "expression":
+        em.check(guard.payload)
+        return
     v = em.value_of(guard.source)
     if kind == "type":
         em.check(f"type({v}) is {em.constant(guard.payload, 'T')}")
@@ -149,10 +156,17 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
             em.check(f"type({v}) is {em.constant(type(value), 'T')} and {v} == {em.constant(value)}")
     elif kind == "tensor":
         sig: TensorSignature = guard.payload
-        em.check(f"type({v}) is {em.constant(sig.cls, 'T')}")
-        em.check(f"{v}.dtype is {em.constant(sig.dtype)} and {v}.requires_grad is {sig.requires_grad}")
-        em.check(f"{v}.shape == {em.constant(sig.shape)} and {v}.stride() == {em.constant(sig.stride)}")
-        em.check(f"{v}.device == {em.constant(sig.device)}")
+        device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
+        grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
+        em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
+                 f"{grad} and {v}.shape == {em.constant(sig.shape)} and {v}.stride() == "
+                 f"{em.constant(sig.stride)} and {device}")
+    elif kind == "tensor_dynamic":  # sizes and strides are checked by the shape guards
+        sig = guard.payload
+        device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
+        grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
+        em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
+                 f"{grad} and {v}.dim() == {len(sig.shape)} and {device}")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
     elif kind == "keys":
@@ -163,7 +177,8 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         raise AssertionError(f"unknown guard kind {kind}")
 
 
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "tensor": 3, "same": 4}
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "tensor": 3,
+          "tensor_dynamic": 3, "same": 4, "expression": 5}
 
 
 @dataclass
@@ -178,49 +193,60 @@ class GuardSet:
             self.guards.append(guard)
 
     def ordered(self) -> list[Guard]:
-        """Cheap checks first; a value's container is checked before its items."""
+        """Cheap checks first; a value's container is checked before its items; shape guards last."""
         def depth(g: Guard) -> int:
             n, s = 0, g.source
             while s is not None:
                 n, s = n + 1, s.base()
             return n
-        return sorted(self.guards, key=lambda g: (depth(g), _ORDER[g.kind]))
+        return sorted(self.guards, key=lambda g: (g.kind == "expression", depth(g), _ORDER[g.kind]))
 
-    def build(self, fn_globals: dict, closure: tuple | None) -> "CompiledGuards":
-        em = _Emitter()
-        for guard in self.ordered():
-            _emit_guard(em, guard)
-        env = dict(em.constants)
-        env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
-                   _grad_enabled=torch.is_grad_enabled,
-                   _inference_mode=torch.is_inference_mode_enabled,
-                   _default_dtype=torch.get_default_dtype)
-        params = ", ".join(f"{k}={k}" for k in env)
-        body = "\n".join(em.lines) or "    pass"
-        text = f"def check(L, {params}):\n{body}\n    return True\n"
-        namespace: dict[str, Any] = {}
-        exec(compile(text, "<tensorjit guards>", "exec"), env, namespace)
-        return CompiledGuards(namespace["check"], text, self.ordered(), em.weak, env)
+    def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True) -> "CompiledGuards":
+        ordered = self.ordered()
+        check, text, weak = _compile_checks(ordered, fn_globals, closure)
+        # One check per guard, for naming the guard that failed; built now so that no
+        # Guard (which may hold the guarded object) outlives capture.
+        parts = [(g.describe(), _compile_checks([g], fn_globals, closure)[0]) for g in ordered] if with_parts else []
+        return CompiledGuards(check, text, parts, weak)
+
+
+def _compile_checks(guards: list[Guard], fn_globals: dict, closure):
+    em = _Emitter()
+    for guard in guards:
+        _emit_guard(em, guard)
+    env = dict(em.constants)
+    env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
+               _grad_enabled=torch.is_grad_enabled,
+               _inference_mode=torch.is_inference_mode_enabled,
+               _default_dtype=torch.get_default_dtype)
+    params = ", ".join(f"{k}={k}" for k in env)
+    body = "\n".join(em.lines) or "    pass"
+    text = f"def check(L, {params}):\n{body}\n    return True\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(text, "<tensorjit guards>", "exec"), env, namespace)
+    return namespace["check"], text, em.weak
 
 
 @dataclass
 class CompiledGuards:
     check: Callable[[tuple], bool]
     source_text: str
-    guards: list[Guard]
+    parts: list[tuple[str, Callable]]
     weak_refs: list[weakref.ref]
-    env: dict
+
+    @property
+    def descriptions(self) -> list[str]:
+        return [text for text, _ in self.parts]
 
     def failure(self, L: tuple) -> str | None:
         """The first guard that fails for arguments `L`, described for logs."""
-        for guard in self.guards:
-            single = GuardSet([guard]).build(self.env["G"], self.env["C"])
+        for text, check in self.parts:
             try:
-                ok = single.check(L)
+                ok = check(L)
             except Exception:
                 ok = False
             if not ok:
-                return guard.describe()
+                return text
         return None
 
     def alive(self) -> bool:

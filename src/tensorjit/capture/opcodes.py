@@ -23,7 +23,7 @@ from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, 
                                 SetValue, SliceValue, TupleValue)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import CellValue, GradModeValue, ObjectValue, RealCellValue, UserObjectValue
-from .values.tensors import TensorValue, record_call
+from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
 PY = sys.version_info[:2]
 HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}
@@ -101,7 +101,8 @@ def LOAD_FAST(f, i):
     f.push(value)
 
 
-HANDLERS["LOAD_FAST_CHECK"] = LOAD_FAST
+if PY >= (3, 12):
+    HANDLERS["LOAD_FAST_CHECK"] = LOAD_FAST
 
 
 @opcode(PY312)
@@ -112,10 +113,15 @@ def LOAD_FAST_AND_CLEAR(f, i):
     f.push(value)
 
 
+def _is_null(value: Value) -> bool:
+    """NULL, or the stand-in that generated code pushes for it (see CALL_ADAPTER)."""
+    return value is NULL or isinstance(value, ObjectValue) and value.obj is CALL_ADAPTER
+
+
 @opcode()
 def STORE_FAST(f, i):
     value = f.pop()
-    if value is NULL:
+    if _is_null(value):  # 3.12 comprehensions restore an unbound variable this way
         f.locals.pop(i.argval, None)
     else:
         f.locals[i.argval] = value
@@ -248,7 +254,7 @@ def CONTAINS_OP(f, i):
 
 def _unary(f: Frame, op, dunder: str) -> None:
     value = f.pop()
-    if isinstance(value, TensorValue):
+    if isinstance(value, (TensorValue, SymbolicIntValue)):
         f.push(record_call(f, op, [value], {}))
     elif value.is_constant():
         f.push(f.wrap_constant_object(op(value.constant())))
@@ -405,30 +411,37 @@ def BUILD_STRING(f, i):
     f.push(ConstantValue("".join(p.constant() for p in parts)))
 
 
+def _target(f: Frame, depth: int):
+    """The container that a comprehension builds; one from outside (a resume function's input) records its mutation."""
+    target = f.stack[-depth]
+    if hasattr(target, "mutate"):
+        target.mutate(f)
+    return target
+
+
 @opcode()
 def LIST_APPEND(f, i):
     value = f.pop()
-    f.stack[-i.arg].items.append(value)
+    _target(f, i.arg).items.append(value)
 
 
 @opcode()
 def SET_ADD(f, i):
     value = f.pop()
-    target = f.stack[-i.arg]
-    target.items[value.constant()] = value
+    _target(f, i.arg).items[value.constant()] = value
 
 
 @opcode()
 def MAP_ADD(f, i):
     value = f.pop()
     key = f.pop()
-    f.stack[-i.arg].items[key.constant()] = value
+    _target(f, i.arg).items[key.constant()] = value
 
 
 @opcode()
 def LIST_EXTEND(f, i):
     items = f.iterate(f.pop()).unpack(f)
-    f.stack[-i.arg].items.extend(items)
+    _target(f, i.arg).items.extend(items)
 
 
 @opcode()
@@ -518,7 +531,6 @@ def JUMP_BACKWARD(f, i):
 
 
 HANDLERS["JUMP_BACKWARD_NO_INTERRUPT"] = JUMP_BACKWARD
-HANDLERS["JUMP"] = JUMP_FORWARD
 
 
 def _pop_jump(f: Frame, i: Instruction, when) -> None:

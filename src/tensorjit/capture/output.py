@@ -38,9 +38,13 @@ class SideEffect:
 
 
 class OutputGraph:
-    def __init__(self, fn_name: str) -> None:
+    def __init__(self, fn_name: str, policy=None) -> None:
+        from .dynamic import new_shape_env
         self.graph = torch.fx.Graph()
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+        self.policy = policy
+        self.shape_env = new_shape_env() if policy is not None and policy.any_possible() else None
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=self.shape_env)
+        self.symbols: dict = {}  # sympy symbol -> placeholder node of that size
         self.inputs: list[GraphInput] = []
         self.inputs_by_id: dict[int, Any] = {}
         self.guards = GuardSet()
@@ -63,26 +67,56 @@ class OutputGraph:
 
     def add_input(self, example: torch.Tensor, source: Source) -> tuple[torch.fx.Node, torch.Tensor]:
         """A graph placeholder for the real tensor `example` read through `source`."""
-        self.guard(Guard(source, "tensor", TensorSignature.of(example)))
+        dims = self.policy.dims(source, example) if self.shape_env is not None else []
+        if dims:
+            self.guard(Guard(source, "tensor_dynamic", TensorSignature.of(example)))
+        else:
+            self.guard(Guard(source, "tensor", TensorSignature.of(example)))
         existing = self.inputs_by_id.get(id(example))
         if existing is not None:
             node, fake, first_source = existing
             self.guard(Guard(source, "same", other=first_source))
             return node, fake
-        name = self.unique_name(str(source).replace(".", "_").replace("[", "_").replace("]", ""))
-        first = self._first_non_placeholder()
-        if first is None:
-            node = self.graph.placeholder(name)
+        if dims:
+            from .dynamic import ExpressionSource, symbolic_context
+            fake = self.fake_mode.from_tensor(example, symbolic_context=symbolic_context(example, dims),
+                                              source=ExpressionSource(source.expression()))
+            self._add_size_inputs(fake, source, example)
         else:
-            with self.graph.inserting_before(first):
-                node = self.graph.placeholder(name)
-        fake = self.fake_mode.from_tensor(example, static_shapes=True)
+            fake = self.fake_mode.from_tensor(example, static_shapes=True)
+        node = self._placeholder(str(source).replace(".", "_").replace("[", "_").replace("]", ""))
         node.meta["example_value"] = fake
         node.meta["source"] = str(source)
         self.inputs.append(GraphInput(source, example, node))
         self.inputs_by_id[id(example)] = (node, fake, source)
         self.keep_alive.append(example)
         return node, fake
+
+    def _placeholder(self, hint: str) -> torch.fx.Node:
+        name = self.unique_name(hint)
+        first = self._first_non_placeholder()
+        if first is None:
+            return self.graph.placeholder(name)
+        with self.graph.inserting_before(first):
+            return self.graph.placeholder(name)
+
+    def _add_size_inputs(self, fake: torch.Tensor, source: Source, example: torch.Tensor) -> None:
+        """An int placeholder for each new symbol among `fake`'s sizes."""
+        from .dynamic import SizeSource
+        for dim, size in enumerate(fake.shape):
+            if isinstance(size, torch.SymInt):
+                symbol = size.node.expr
+                if getattr(symbol, "is_Symbol", False) and symbol not in self.symbols:
+                    node = self._placeholder(str(symbol))
+                    node.meta["example_value"] = size
+                    self.symbols[symbol] = node
+                    self.inputs.append(GraphInput(SizeSource(source, dim), int(example.shape[dim]), node))
+
+    def symbolic_inputs(self) -> tuple[list, list]:
+        """Fake tensors and sources of the tensor inputs, for the shape guards."""
+        pairs = [(gi.node.meta["example_value"], gi.source) for gi in self.inputs
+                 if isinstance(gi.node.meta["example_value"], torch.Tensor)]
+        return [f for f, _ in pairs], [s for _, s in pairs]
 
     def _first_non_placeholder(self) -> torch.fx.Node | None:
         for node in self.graph.nodes:

@@ -81,10 +81,14 @@ class Successor:
 
 
 def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, local_names: list[str],
-                     restore, successors: list[tuple[Successor, object]], make_tail) -> types.CodeType:
+                     restore, successors: list[tuple[Successor, object]], make_tail,
+                     entry_index: int | None = None) -> types.CodeType:
+    """`entry_index` is where the prologue jumps: the break instruction, or the KW_NAMES
+    and PRECALL that must run before a CALL."""
     bc = Bytecode.from_code(code)
     real = _real_instructions(bc)
     instr = real[break_index]
+    entry = real[break_index if entry_index is None else entry_index]
     lineno = instr.lineno if isinstance(instr.lineno, int) else code.co_firstlineno
     cellvars = set(code.co_cellvars)
     args = list(code.co_varnames[:_total_args(code)])
@@ -121,7 +125,7 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     fallthrough = [label for s, label, _ in exits if not s.is_jump]
     if fallthrough:
         bc.insert(position + 1, Instr("JUMP_FORWARD", fallthrough[0], lineno=lineno))
-    bc.insert(position, at_break)
+    bc.insert(_position(bc, entry), at_break)
     start = _after_resume(bc)
     bc[start:start] = prologue
     for _, _, block in exits:

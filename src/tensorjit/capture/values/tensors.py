@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils import _pytree as pytree
 
 from ..breaks import GraphBreak
@@ -72,11 +73,10 @@ class TensorValue(Value):
 
     def getattr(self, tx, name: str) -> Value:
         example = self.example
+        if name == "shape":
+            return shape_value(tx, self)
         if name in _METADATA_ATTRIBUTES:
-            value = getattr(example, name)
-            if name == "shape":
-                value = torch.Size(value)
-            return ConstantValue(value)
+            return ConstantValue(getattr(example, name))
         if name in _VIEW_ATTRIBUTES:
             return record_call(tx, "getattr", [self, ConstantValue(name)], {}, method=False)
         if name == "grad":
@@ -103,6 +103,56 @@ def _attr(source, name):
     return AttrSource(source, name)
 
 
+class SymbolicIntValue(Value):
+    """A size that is symbolic under dynamic shapes: an int (or bool) computed in the graph.
+
+    Using it where Python needs a concrete value (range(), an f-string, a branch)
+    specializes it: torch's ShapeEnv records the guard that makes that safe."""
+
+    __slots__ = ("node", "example")
+
+    def __init__(self, node: torch.fx.Node, example) -> None:
+        self.node = node
+        self.example = example
+        self.source = None
+
+    def python_type(self) -> type:
+        return bool if isinstance(self.example, torch.SymBool) else int
+
+    def constant(self):
+        return bool(self.example) if isinstance(self.example, torch.SymBool) else int(self.example)
+
+    def truth(self, tx) -> bool:
+        return bool(self.example)
+
+    def unpack(self, tx):
+        raise GraphBreak("iterate", "iterating over an int")
+
+    def reconstruct(self, cg) -> str:
+        return cg.tensor(self)
+
+    def __repr__(self) -> str:
+        return f"SymbolicIntValue({self.example})"
+
+
+def size_value(tx, tensor: "TensorValue", dim: int, method: str = "size") -> Value:
+    """`tensor.size(dim)` (or `.stride(dim)`): a constant, or a graph node when symbolic."""
+    size = getattr(tensor.example, method)(dim)
+    if not isinstance(size, torch.SymInt):
+        return ConstantValue(size)
+    node = tx.output.create_node("call_method", method, (tensor.node, dim), {}, size)
+    return SymbolicIntValue(node, size)
+
+
+def shape_value(tx, tensor: "TensorValue", method: str = "size") -> Value:
+    shape = getattr(tensor.example, method)()
+    if not any(isinstance(s, torch.SymInt) for s in shape):
+        return ConstantValue(torch.Size(shape) if method == "size" else tuple(shape))
+    from .containers import TupleValue
+    items = [size_value(tx, tensor, d, method) for d in range(len(shape))]
+    return TupleValue(items, torch.Size if method == "size" else tuple)
+
+
 class TensorMethodValue(Value):
     """A bound Tensor method, `x.view` before it is called."""
 
@@ -122,14 +172,20 @@ class TensorMethodValue(Value):
             text = _DATA_DEPENDENT_METHODS[name]
             if text is not None and not (name == "item" and tx.config.capture_scalar_outputs):
                 raise GraphBreak("data-dependent-op", text)
-        if name == "size" and not kwargs:
-            size = self.tensor.example.size(*[a.constant() for a in args])
-            return ConstantValue(torch.Size(size) if isinstance(size, torch.Size) else size)
+        if name in ("size", "stride") and not kwargs:
+            if not args:
+                return shape_value(tx, self.tensor, name)
+            return size_value(tx, self.tensor, args[0].constant(), name)
+        if name in ("numel", "nelement") and any(isinstance(s, torch.SymInt) for s in self.tensor.example.shape):
+            return record_call(tx, "numel", [self.tensor], {}, method=True)
         if name in ("dim", "ndimension", "numel", "nelement", "element_size", "is_contiguous",
                     "is_floating_point", "is_complex", "stride", "storage_offset", "get_device",
                     "is_signed", "has_names"):
-            return ConstantValue(getattr(self.tensor.example, name)(*[a.constant() for a in args],
-                                                                  **{k: v.constant() for k, v in kwargs.items()}))
+            result = getattr(self.tensor.example, name)(*[a.constant() for a in args],
+                                                        **{k: v.constant() for k, v in kwargs.items()})
+            if isinstance(result, (torch.SymInt, torch.SymBool)):  # specialize, with a shape guard
+                result = bool(result) if isinstance(result, torch.SymBool) else int(result)
+            return ConstantValue(result)
         if name == "type" and not args and not kwargs:
             return ConstantValue(self.tensor.example.type())
         return record_call(tx, name, [self.tensor, *args], kwargs, method=True)
@@ -142,7 +198,7 @@ class TensorMethodValue(Value):
 def to_node_argument(tx, value: Value) -> Any:
     """The FX argument for a value: a node for tensors, plain data otherwise."""
     from .containers import ListValue, TupleValue, SliceValue, DictValue
-    if isinstance(value, TensorValue):
+    if isinstance(value, (TensorValue, SymbolicIntValue)):
         return value.node
     if isinstance(value, (ListValue, TupleValue)):
         items = [to_node_argument(tx, v) for v in value.items]
@@ -193,8 +249,7 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
     except Exception as e:
         raise GraphBreak("op-error", f"{_describe(target)} raised {type(e).__name__}: {e}",
                          "the same call fails eagerly; it runs in Python so the error is raised there")
-    if any(isinstance(s, torch.SymInt) for r in pytree.tree_leaves(result) if isinstance(r, torch.Tensor)
-           for s in r.shape):
+    if tx.output.shape_env is not None and free_unbacked_symbols(result):
         raise GraphBreak("data-dependent-op", f"{_describe(target)} has an output shape that depends on data")
     node = tx.output.create_node(op, fn if op == "call_function" else target, node_args, node_kwargs, result)
     return wrap_result(tx, node, result, args)
@@ -211,7 +266,7 @@ def wrap_result(tx, node: torch.fx.Node, result: Any, args: list[Value]) -> Valu
             if isinstance(a, TensorValue) and a.example is result:
                 return TensorValue(node, result, a.source)
         return TensorValue(node, result)
-    if isinstance(result, (tuple, list)) and any(isinstance(r, torch.Tensor) for r in result):
+    if isinstance(result, (tuple, list)) and any(isinstance(r, (torch.Tensor, torch.SymInt)) for r in result):
         items = []
         for i, r in enumerate(result):
             item_node = tx.output.create_node("call_function", operator.getitem, (node, i), {}, r)
@@ -220,6 +275,10 @@ def wrap_result(tx, node: torch.fx.Node, result: Any, args: list[Value]) -> Valu
         if isinstance(result, list):
             return ListValue(items)
         return TupleValue(items, cls if cls is not tuple else tuple)
+    if isinstance(result, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        if result.node.is_constant() if hasattr(result.node, "is_constant") else False:
+            return ConstantValue(result.node.pytype(result.node.expr))
+        return SymbolicIntValue(node, result)
     if isinstance(result, (int, float, bool, type(None), torch.Size, torch.dtype, torch.device, str)):
         return ConstantValue(result)  # the node stays if it mutates; dead-code elimination drops the rest
     if isinstance(result, (tuple, list)):

