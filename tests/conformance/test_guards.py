@@ -590,3 +590,63 @@ def test_global_grad_mode_set_globally():
     finally:
         torch.set_grad_enabled(True)
     assert run(x).requires_grad
+
+
+def test_module_namespace_attribute_guard():
+    import types
+
+    settings = types.ModuleType("conformance_settings")
+    settings.ACTIVATION = "relu"
+
+    def fn(x):
+        return x.relu() if settings.ACTIVATION == "relu" else x.tanh()
+
+    run = Compiled(fn)
+    run(torch.randn(3))
+    settings.ACTIVATION = "tanh"
+    out = run(torch.tensor([-1.0, 0.5]))
+    torch.testing.assert_close(out, torch.tanh(torch.tensor([-1.0, 0.5])))
+
+
+def test_object_tensor_attribute_replaced_with_new_shape():
+    class Holder:
+        def __init__(self):
+            self.table = torch.ones(3)
+
+    def fn(x, holder):
+        return x.sum() * holder.table
+
+    run = Compiled(fn)
+    holder = Holder()
+    run(torch.randn(2), holder)
+    holder.table = torch.arange(5.0)
+    run(torch.randn(2), holder)
+
+
+def test_module_in_closure_swapped():
+    layer = {"current": torch.nn.ReLU()}
+
+    def fn(x):
+        return layer["current"](x)
+
+    run = Compiled(fn)
+    run(torch.randn(3))
+    layer["current"] = torch.nn.Sigmoid()
+    run(torch.randn(3))
+    assert run.graphs == 2
+
+
+def test_guard_in_resume_function():
+    import zlib
+
+    def fn(x, mode):
+        y = x * 2
+        zlib.crc32(b"break")
+        if mode == "add":
+            return y + 1
+        return y - 1
+
+    run = Compiled(fn)
+    run(torch.randn(2), "add")
+    run(torch.randn(2), "sub")
+    run(torch.randn(2), "add")
