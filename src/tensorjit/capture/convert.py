@@ -173,6 +173,10 @@ def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool)
 def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -> CacheEntry:
     fn = owner.fn
     code = fn.__code__
+    if code.co_cellvars:
+        # Closures made before the break would keep cells the resumed code no longer
+        # writes; running this call pattern in Python keeps them shared.
+        raise GraphBreak("reconstruct", "a graph break in a function whose variables are captured by closures")
     index = frame.ip
     inst = frame.instructions[index]
     stack = list(frame.stack)

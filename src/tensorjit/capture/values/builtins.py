@@ -384,6 +384,39 @@ def _signature(tx, fn: Value, **kwargs: Value) -> Value:
     raise GraphBreak("unsupported-call", f"inspect.signature of {fn!r}")
 
 
+@builtin(operator.itemgetter, operator.attrgetter)
+def _getter(tx, *keys: Value) -> Value:
+    return GetterValue(tx.current_builtin, [k.constant() for k in keys])
+
+
+class GetterValue(Value):
+    """operator.itemgetter(...) / attrgetter(...) made while capturing."""
+
+    def __init__(self, kind, keys: list) -> None:
+        self.kind = kind
+        self.keys = keys
+
+    def python_type(self) -> type:
+        return self.kind
+
+    def call(self, tx, args, kwargs) -> Value:
+        from ..opcodes import getitem
+        obj = args[0]
+        if self.kind is operator.itemgetter:
+            found = [getitem(tx, obj, tx.wrap_constant_object(k)) for k in self.keys]
+        else:
+            found = []
+            for path in self.keys:
+                value = obj
+                for part in path.split("."):
+                    value = tx.getattr(value, part)
+                found.append(value)
+        return found[0] if len(found) == 1 else TupleValue(found)
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.constant(self.kind)}({', '.join(cg.constant(k) for k in self.keys)})"
+
+
 @builtin(typing.cast)
 def _cast(tx, typ: Value, value: Value) -> Value:
     return value

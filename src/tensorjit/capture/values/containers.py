@@ -70,8 +70,9 @@ class TupleValue(SequenceValue):
         return TupleValue(items, tuple if _is_namedtuple(self.cls) else self.cls)
 
     def getattr(self, tx, name: str) -> Value:
-        if _is_namedtuple(self.cls) and name in self.cls._fields:
-            return self.items[self.cls._fields.index(name)]
+        fields = _field_names(self.cls)
+        if name in fields:
+            return self.items[fields.index(name)]
         if name in ("count", "index"):
             return ContainerMethodValue(self, name)
         if name == "_asdict" or name == "_replace":
@@ -91,6 +92,13 @@ class TupleValue(SequenceValue):
 
     def __repr__(self) -> str:
         return f"TupleValue({self.items!r})"
+
+
+def _field_names(cls: type) -> tuple:
+    """Field names of a namedtuple or a struct sequence (torch.return_types.max, os.stat_result)."""
+    if _is_namedtuple(cls):
+        return cls._fields
+    return getattr(cls, "__match_args__", ()) if cls is not tuple else ()
 
 
 def _is_namedtuple(cls: type) -> bool:
