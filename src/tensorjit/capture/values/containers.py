@@ -18,6 +18,13 @@ from ..sources import ItemSource
 from .base import ConstantValue, Value
 
 
+def _record_mutation(container, tx) -> None:
+    """A list or dict from outside the function changed: write its contents back after the graph."""
+    if container.source is not None and not container.mutated:
+        container.mutated = True
+        tx.output.record_mutation(container)
+
+
 def _constants(values: list[Value]) -> list[Any]:
     return [v.constant() for v in values]
 
@@ -126,9 +133,7 @@ class ListValue(SequenceValue):
         raise GraphBreak("getattr", f"list attribute {name!r}")
 
     def mutate(self, tx) -> None:
-        if self.source is not None and not self.mutated:
-            self.mutated = True
-            tx.output.record_mutation(self)
+        _record_mutation(self, tx)
 
     def reconstruct(self, cg) -> str:
         if self.source is not None:
@@ -179,9 +184,7 @@ class DictValue(Value):
         raise GraphBreak("getattr", f"dict attribute {name!r}")
 
     def mutate(self, tx) -> None:
-        if self.source is not None and not self.mutated:
-            self.mutated = True
-            tx.output.record_mutation(self)
+        _record_mutation(self, tx)
 
     def reconstruct(self, cg) -> str:
         if self.source is not None:
