@@ -87,7 +87,8 @@ class CompiledFunction:
             self._note_changed_shapes(L)
             failure = self.entries[-1].guards.failure(L)
             self.failures.append(failure or "unknown")
-            logs.recompile(self.fn.__qualname__, failure)
+            code = self.fn.__code__
+            logs.recompile(f"{self.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})", failure)
             if len(self.entries) >= self.config.cache_size_limit:
                 self.eager_fallback = True
                 warnings.warn(
