@@ -50,12 +50,16 @@ class CompiledFunction:
         self.failures: list[str] = []
         self.eager_fallback = False
         self.binder = _make_binder(fn)
+        self.fast = _always_miss
+        self.origin: tuple | None = None  # for a resume function: (original's CompiledFunction, prologue length)
         self._resume: dict[tuple, CompiledFunction] = {}
         functools.update_wrapper(self, fn)
         _all_compiled.add(self)
 
     def __call__(self, *args, **kwargs):
-        result = self.dispatch(args, kwargs)
+        result = self.fast(*args, **kwargs)
+        if result is _MISS:
+            result = self.dispatch(args, kwargs)
         while type(result) is TailCall:
             resume = result.resume
             result = resume.dispatch(result.stack + result.local_values, {})
@@ -83,7 +87,8 @@ class CompiledFunction:
             self._note_changed_shapes(L)
             failure = self.entries[-1].guards.failure(L)
             self.failures.append(failure or "unknown")
-            logs.recompile(self.fn.__qualname__, failure)
+            code = self.fn.__code__
+            logs.recompile(f"{self.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})", failure)
             if len(self.entries) >= self.config.cache_size_limit:
                 self.eager_fallback = True
                 warnings.warn(
@@ -101,7 +106,16 @@ class CompiledFunction:
                 return self.fn(*args, **kwargs)
             raise
         self.entries.append(entry)
+        if len(self.entries) == 1:
+            self.fast = _fast_path(self.fn, entry) or _always_miss
         return entry.run(args, kwargs, L)
+
+    def settings(self) -> tuple:
+        return (self.backend, self.config, self.fullgraph, self.backend_name, self.dynamic)
+
+    def wrap_callee(self, obj):
+        """A callee of the Python that runs at one of this function's graph breaks: compile it alike."""
+        return _wrap_callee(obj, self.settings())
 
     def _note_changed_shapes(self, L: tuple) -> None:
         """Automatic dynamic: sizes that changed since the last capture become symbolic."""
@@ -118,7 +132,13 @@ class CompiledFunction:
                 record_changed_dims(self.dynamic_dims, expression, shape, tuple(value.shape))
 
     def resume_function(self, index: int, depth: int, local_names: list[str]) -> "CompiledFunction":
-        """The compiled resume function continuing this code at instruction `index`."""
+        """The compiled resume function continuing this code at instruction `index`.
+
+        Resume functions are always copies of the original function's code, and are
+        shared: a break in a loop resumes in the same function on every iteration."""
+        if self.origin is not None:  # a resume function: translate to the original's numbering
+            root, shift = self.origin
+            return root.resume_function(index - shift, depth, local_names)
         key = (index, depth, tuple(local_names))
         resume = self._resume.get(key)
         if resume is None:
@@ -126,6 +146,7 @@ class CompiledFunction:
             fn = types.FunctionType(code, self.fn.__globals__, code.co_name, None, self.fn.__closure__)
             resume = self._resume[key] = CompiledFunction(fn, self.backend, self.config, self.fullgraph,
                                                           self.backend_name, self.dynamic)
+            resume.origin = (self, depth + 1)  # its prologue: a load per stack item and a jump
         return resume
 
     def all_entries(self):
@@ -136,14 +157,51 @@ class CompiledFunction:
             yield from resume.all_entries()
 
     def reset(self) -> None:
+        self.fast = _always_miss
         self.entries.clear()
         self._resume.clear()
         self.failures.clear()
         self.eager_fallback = False
 
 
+_MISS = object()
+
+
+def _always_miss(*args, **kwargs):
+    return _MISS
+
+
+def _fast_path(fn: types.FunctionType, entry: CacheEntry) -> Callable | None:
+    """One generated function for the common case: bind, check the first entry's guards, run it.
+
+    It has fn's signature (so CPython binds the arguments) and the guard statements
+    inline, saving the calls of the general path; on a miss it returns _MISS."""
+    run = getattr(entry, "run_bound", None)
+    check = entry.guards.check
+    if run is None:
+        return None
+    binder_text, binder_env = _binder_source(fn)
+    names = check.__code__.co_varnames[1:check.__code__.co_argcount]
+    env = dict(zip(names, check.__defaults__))
+    body = entry.guards.source_text.split("\n")[1:]
+    body = [line.replace("return False", "return _MISS") for line in body if line.strip() != "return True"]
+    header, returned = binder_text.split("\n")[0], binder_text.split("\n")[1].replace("return", "L =", 1)
+    text = "\n".join([header, returned, *[b for b in body if b.strip()], "    return _run(L)"]) + "\n"
+    env.update(binder_env, _MISS=_MISS, _run=run)
+    namespace: dict = {}
+    exec(builtins.compile(text, f"<tensorjit fast path of {fn.__qualname__}>", "exec"), env, namespace)
+    return namespace["bind"]
+
+
 def _make_binder(fn: types.FunctionType) -> Callable:
-    """A function with fn's signature that returns its arguments in co_varnames order."""
+    text, env = _binder_source(fn)
+    namespace: dict = {}
+    exec(text, env, namespace)
+    return namespace["bind"]
+
+
+def _binder_source(fn: types.FunctionType) -> tuple[str, dict]:
+    """Text of a function with fn's signature that returns its arguments in co_varnames order."""
     code = fn.__code__
     names = code.co_varnames
     npos, nkw = code.co_argcount, code.co_kwonlyargcount
@@ -176,25 +234,31 @@ def _make_binder(fn: types.FunctionType) -> Callable:
         index += 1
     returned = ", ".join(names[:index])
     text = f"def bind({', '.join(params)}):\n    return ({returned}{',' if index else ''})\n"
-    namespace: dict = {}
-    exec(text, env, namespace)
-    return namespace["bind"]
+    return text, env
 
 
-def _wrap_callee(obj):
+def _wrap_callee(obj, settings: tuple | None = None):
     """At a graph break, calls from the eager step into Python functions are captured too."""
-    if isinstance(obj, CompiledFunction) or _current_backend is None:
+    settings = settings or _current_backend
+    if isinstance(obj, CompiledFunction) or settings is None:
         return obj
     if isinstance(obj, types.FunctionType) and obj.__code__ not in _disabled_codes \
             and not (obj.__code__.co_flags & 0x3a0) and not _is_library(obj):
         # Kept on the function itself: a cycle the collector can free, unlike a weak-key
         # dictionary whose value refers back to its key.
         cached = obj.__dict__.get("_tensorjit_compiled")
-        if cached is None or cached[0] is not _current_backend:
-            cached = obj.__dict__["_tensorjit_compiled"] = (_current_backend, CompiledFunction(obj, *_current_backend))
+        if cached is None or cached[0] != settings:
+            cached = obj.__dict__["_tensorjit_compiled"] = (settings, CompiledFunction(obj, *settings))
         return cached[1]
+    if isinstance(obj, torch.nn.Module) and not isinstance(obj, OptimizedModule):
+        forward = type(obj).forward
+        if isinstance(forward, types.FunctionType) and not (obj._forward_hooks or obj._forward_pre_hooks
+                                                             or obj._backward_hooks):
+            compiled = _wrap_callee(forward, settings)
+            return obj if compiled is forward else functools.partial(compiled, obj)
+        return obj
     if isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
-        inner = _wrap_callee(obj.__func__)
+        inner = _wrap_callee(obj.__func__, settings)
         return obj if inner is obj.__func__ else types.MethodType(inner, obj.__self__)
     return obj
 
@@ -206,7 +270,6 @@ def _is_library(fn) -> bool:
 
 _current_backend: tuple | None = None
 _disabled_codes: set = set()
-capture_codegen.HELPERS["wrap_callee"] = _wrap_callee
 
 
 class OptimizedModule(torch.nn.Module):
@@ -305,6 +368,9 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`."""
     config = _resolve_config(mode, options, dynamic)
     backend_fn, backend_name = _resolve_backend(backend)
+    if backend_name == "inductor":  # the mode and options reach the code generator
+        backend_fn = functools.partial(backend_fn, config=config)
+        backend_fn.__name__ = "inductor"
 
     def wrap(target: Callable):
         if disable:

@@ -8,9 +8,12 @@ numbers and strings, the metadata of tensors, the length of containers.
 
 from __future__ import annotations
 
+import collections
 import enum
+import os
 import functools
 import types
+import typing
 from typing import Any
 
 import torch
@@ -18,10 +21,10 @@ import torch
 from .guards import Guard
 from .sources import ItemSource, Source
 from .values.base import ConstantValue, Value
-from .values.builtins import BuiltinValue
+from .values.builtins import BuiltinValue, has_handler
 from .values.containers import DictValue, ListValue, SetValue, TupleValue
 from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
-from .values.objects import NNModuleValue, ObjectValue
+from .values.objects import EnvironValue, NNModuleValue, ObjectValue
 from .values.tensors import TensorValue
 
 _CONSTANT_TYPES = (int, float, bool, str, type(None), bytes, complex, torch.dtype, torch.device,
@@ -35,8 +38,17 @@ def wrap(tx, obj: Any, source: Source | None) -> Value:
     known = tx.output.wrapped.get(source)
     if known is not None and known[0] is obj:
         return known[1]
+    if type(obj) in (list, dict, collections.OrderedDict):
+        # One value per mutable container, whichever path reached it: its mutations must
+        # accumulate in one place. The guard keeps the two paths pointing at one object.
+        seen = tx.output.wrapped_by_id.get(id(obj))
+        if seen is not None:
+            tx.output.guard(Guard(source, "same", other=seen[2]))
+            return seen[1]
     value = _wrap_new(tx, obj, source)
     tx.output.wrapped[source] = (obj, value)
+    if type(obj) in (list, dict, collections.OrderedDict):
+        tx.output.wrapped_by_id[id(obj)] = (obj, value, source)
     return value
 
 
@@ -55,7 +67,7 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         if isinstance(obj, list):
             return ListValue(items, source)
         return TupleValue(items, type(obj), source)
-    if type(obj) is dict or type(obj).__name__ == "OrderedDict" and isinstance(obj, dict):
+    if type(obj) in (dict, collections.OrderedDict):
         guard(Guard(source, "type", type(obj)))
         guard(Guard(source, "keys", tuple(obj.keys())))
         items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
@@ -63,12 +75,43 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     if isinstance(obj, torch.nn.Module):
         guard(Guard(source, "id", obj))
         return NNModuleValue(obj, source)
+    if obj is os.environ:
+        return EnvironValue(source)
+    if type(obj) in _SEQUENCE_ITERATORS:
+        return _wrap_iterator(tx, obj, source)
     if isinstance(obj, types.MethodType):
         from .sources import AttrSource
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
         return MethodValue(owner, wrap(tx, obj.__func__, AttrSource(source, "__func__")), source)
+    if isinstance(obj, types.BuiltinMethodType) and type(getattr(obj, "__self__", None)) in (list, dict):
+        # `xs.append` loaded before a graph break: a method of the (guarded) container
+        from .sources import AttrSource
+        owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
+        return owner.getattr(tx, obj.__name__)
     guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
     return _wrap_callable_or_object(tx, obj, source)
+
+
+_SEQUENCE_ITERATORS = {type(iter([])), type(iter(())), type(iter(range(0)))}
+
+
+def _wrap_iterator(tx, obj: Any, source: Source) -> Value:
+    """An iterator over a list, tuple or range, read without advancing it (through __reduce__).
+
+    Capture then advances its own copy; generated code rebuilds the iterator from what is left."""
+    from .sources import ReduceSource
+    from .values.containers import IteratorValue
+    function, arguments, *state = obj.__reduce__()
+    position = state[0] if state else 0
+    reduced = ReduceSource(source)
+    tx.output.guard(Guard(source, "type", type(obj)))
+    tx.output.guard(Guard(ItemSource(reduced, 2) if state else reduced, "constant", position) if state
+                    else Guard(ItemSource(ItemSource(reduced, 1), 0), "type", type(arguments[0])))
+    sequence = wrap(tx, arguments[0], ItemSource(ItemSource(reduced, 1), 0))
+    items = sequence.unpack(tx) if not sequence.is_constant() else [ConstantValue(v) for v in arguments[0]]
+    iterator = IteratorValue(items)
+    iterator.position = position if isinstance(position, int) else 0
+    return iterator
 
 
 def _identity_guarded(obj: Any) -> bool:
@@ -78,6 +121,11 @@ def _identity_guarded(obj: Any) -> bool:
 
 
 def _wrap_callable_or_object(tx, obj: Any, source: Source | None) -> Value:
+    from .opcodes import CALL_ADAPTER
+    if obj is CALL_ADAPTER:  # a NULL stack slot that a resume function received
+        return ObjectValue(obj, source)
+    if has_handler(obj):  # builtins and library callables with a symbolic meaning (len, itertools.chain, ...)
+        return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType) and not is_torch_operation(obj):
         return FunctionValue(obj, source)
     if is_torch_operation(obj):
@@ -107,12 +155,14 @@ def wrap_constant_object(tx, obj: Any) -> Value:
     if type(obj) in (list, tuple) or _is_namedtuple(obj):
         items = [wrap_constant_object(tx, v) for v in obj]
         return ListValue(items) if isinstance(obj, list) else TupleValue(items, type(obj))
-    if type(obj) is dict:
-        return DictValue({k: wrap_constant_object(tx, v) for k, v in obj.items()})
+    if type(obj) in (dict, collections.OrderedDict):
+        return DictValue({k: wrap_constant_object(tx, v) for k, v in obj.items()}, type(obj))
     if type(obj) in (set, frozenset):
         return SetValue([wrap_constant_object(tx, v) for v in obj])
     if isinstance(obj, torch.nn.Module):
         return NNModuleValue(obj, None)
+    if obj is os.environ:
+        return EnvironValue(None)
     if isinstance(obj, types.MethodType):
         return MethodValue(wrap_constant_object(tx, obj.__self__), wrap_constant_object(tx, obj.__func__))
     return _wrap_callable_or_object(tx, obj, None)

@@ -8,6 +8,8 @@ one entry point for arithmetic and comparisons, whatever the operand kinds.
 
 from __future__ import annotations
 
+import abc
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -18,11 +20,14 @@ from typing import Callable
 import torch
 
 from .breaks import GraphBreak
+from .codegen import GradExit
 from .values.base import ConstantValue, NULL, Value
 from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, SetValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, ObjectValue, PartialValue,
+from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
+                             ObjectValue, PartialValue,
                              UserObjectValue, lookup_static)
+from .values.records import RecordValue, is_record_class
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
 CO_VARARGS, CO_VARKEYWORDS, CO_GENERATOR = 0x04, 0x08, 0x20
@@ -95,7 +100,14 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
 def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
     obj = value.obj
     if obj in _GRAD_MODES:
+        tx.current_builtin = obj
         return _GRAD_MODES[obj](tx, args, kwargs)
+    if isinstance(obj, GradExit):  # the exit of a grad-mode block entered at a graph break
+        from .guards import Guard
+        from .sources import AttrSource
+        if value.source is not None:
+            tx.output.guard(Guard(AttrSource(value.source, "previous"), "constant", obj.previous))
+        return tx.set_grad_enabled(obj.previous)
     if isinstance(obj, functools.partial):
         fn = tx.getattr(value, "func")
         stored = [tx.wrap_constant_object(a) for a in obj.args]
@@ -151,6 +163,10 @@ def _cuda_autocast(tx, args, kwargs):
     return _autocast(tx, [ConstantValue("cuda"), *args], kwargs)
 
 
+def _null_context(tx, args, kwargs):
+    return NullContextValue(args[0] if args and tx.current_builtin is contextlib.nullcontext else None)
+
+
 def _partial(tx, args, kwargs):
     return PartialValue(args[0], list(args[1:]), dict(kwargs))
 
@@ -158,7 +174,8 @@ def _partial(tx, args, kwargs):
 _GRAD_MODES = {torch.no_grad: _no_grad, torch.enable_grad: _enable_grad,
                torch.set_grad_enabled: _set_grad_enabled, torch.inference_mode: _inference_mode,
                torch.autocast: _autocast, torch.amp.autocast: _autocast, torch.cpu.amp.autocast: _cpu_autocast,
-               torch.cuda.amp.autocast: _cuda_autocast, functools.partial: _partial}
+               torch.cuda.amp.autocast: _cuda_autocast, functools.partial: _partial,
+               torch.autograd.profiler.record_function: _null_context, contextlib.nullcontext: _null_context}
 
 
 def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
@@ -173,6 +190,8 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
             else:
                 raise GraphBreak("bad-call", f"{cls.__name__}() missing argument {name!r}")
         return TupleValue(items, cls)
+    if is_record_class(cls):
+        return RecordValue.create(tx, cls, list(args), dict(kwargs))
     if cls in (torch.Size,):
         return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
     if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
@@ -182,7 +201,7 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
                 and cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return tx.wrap_constant_object(cls(*[a.constant() for a in args]))
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} inside a compiled function")
-    if cls.__new__ is not object.__new__ or type(cls) is not type:
+    if cls.__new__ is not object.__new__ or type(cls) not in (type, abc.ABCMeta):
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} (custom __new__ or metaclass)")
     instance = UserObjectValue(cls)
     init = lookup_static(cls, "__init__")[0]
@@ -246,8 +265,8 @@ def _tensor_binary(tx, op, a: Value, b: Value) -> Value:
         return _identity(tx, op, a, b)
     if op is operator.contains:
         raise GraphBreak("data-dependent-op", "`in` on a tensor depends on its values")
-    if isinstance(a, (ListValue, TupleValue)) or isinstance(b, (ListValue, TupleValue)):
-        pass
+    if op in _INPLACE and not isinstance(a, TensorValue):
+        op = _INPLACE[op]  # `n += t` with a Python number n: no in-place update exists, as in Python
     return record_call(tx, op, [a, b], {})
 
 

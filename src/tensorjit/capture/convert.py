@@ -27,7 +27,7 @@ from .guards import CompiledGuards, global_state_guards
 from .interpreter import Capture, Frame, StopCapture
 from .opcodes import CALL_ADAPTER
 from .output import OutputGraph
-from .resume import Successor, TailCall, resume_code, transformed_code
+from .resume import Successor, TailCall, hidden_parameters, resume_code, transformed_code
 from .dynamic import DynamicPolicy, shape_guards
 from .guards import Guard
 from .sources import LocalSource
@@ -164,13 +164,19 @@ def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool)
     fn = owner.fn
     restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)
     guards = _build_guards(owner, output)
-    return CacheEntry(guards, lambda args, kwargs, L: restore_fn(L), graphs)
+    entry = CacheEntry(guards, lambda args, kwargs, L: restore_fn(L), graphs)
+    entry.run_bound = restore_fn  # takes L alone: what the fast path calls
+    return entry
 
 
 # -- graph breaks ---------------------------------------------------------------------------
 def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -> CacheEntry:
     fn = owner.fn
     code = fn.__code__
+    if code.co_cellvars:
+        # Closures made before the break would keep cells the resumed code no longer
+        # writes; running this call pattern in Python keeps them shared.
+        raise GraphBreak("reconstruct", "a graph break in a function whose variables are captured by closures")
     index = frame.ip
     inst = frame.instructions[index]
     stack = list(frame.stack)
@@ -190,16 +196,19 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
         values.append(frame.locals[name] if name in frame.locals else frame.cells[name].contents)
     grad_now = torch.is_grad_enabled()
     restore = RestoreFunction(output, values, grad_mode_after=grad_now if grad_now != grad_before else None,
-                              single=False, call_graph=output.op_count() > 0, wrap_indices=wrapped)
+                              single=False, call_graph=output.op_count() > 0, wrap_indices=wrapped,
+                              wrap_callee=owner.wrap_callee)
     compiled, graphs = _compile_graph(owner, output, restore.graph_outputs)
     restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)
     successors = [(s, owner.resume_function(s.index, s.depth, local_names)) for s in _successors(frame, index, len(stack))]
     entry_index = index
     while entry_index > 0 and frame.instructions[entry_index - 1].opname in ("KW_NAMES", "PRECALL"):
         entry_index -= 1
-    tcode = transformed_code(code, index, len(stack), local_names, restore_fn, successors, TailCall, entry_index)
+    tcode = transformed_code(code, index, len(stack), local_names, [s for s, _ in successors], entry_index)
     transformed = types.FunctionType(tcode, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
-    transformed.__kwdefaults__ = fn.__kwdefaults__
+    hidden = dict(zip(hidden_parameters(len(successors)),
+                      [restore_fn, TailCall, *[resume for _, resume in successors]]))
+    transformed.__kwdefaults__ = {**(fn.__kwdefaults__ or {}), **hidden}
     guards = _build_guards(owner, output)
     entry = CacheEntry(guards, lambda args, kwargs, L: transformed(*args, **kwargs), graphs)
     entry.transformed_code = tcode

@@ -53,6 +53,8 @@ class Guard:
             return f"{self.payload[0]} == {self.payload[1]!r}"
         if self.kind == "expression":
             return f"shape guard {self.payload}"
+        if self.kind == "no_hooks":
+            return f"{where} has no hooks"
         if self.kind == "tensor_dynamic":
             return f"{where}: tensor with dynamic sizes, {tensor_signature_text(self.payload)}"
         return f"{self.kind} guard on {where}"
@@ -83,6 +85,8 @@ GLOBAL_STATE = (
     ("torch.is_grad_enabled()", "_grad_enabled()", torch.is_grad_enabled),
     ("torch.is_inference_mode_enabled()", "_inference_mode()", torch.is_inference_mode_enabled),
     ("torch.get_default_dtype()", "_default_dtype()", torch.get_default_dtype),
+    # Autocast changes the dtypes ops produce: an entry captured outside autocast is not valid inside.
+    ("autocast enabled", "_autocast()", torch._C._is_any_autocast_enabled),
 )
 
 
@@ -167,6 +171,9 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
         em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
                  f"{grad} and {v}.dim() == {len(sig.shape)} and {device}")
+    elif kind == "no_hooks":  # an inlined module: a hook added later must recompile
+        em.check(f"not ({v}._forward_hooks or {v}._forward_pre_hooks or {v}._backward_hooks "
+                 f"or {v}._backward_pre_hooks)")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
     elif kind == "keys":
@@ -177,7 +184,7 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         raise AssertionError(f"unknown guard kind {kind}")
 
 
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "tensor": 3,
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "no_hooks": 2, "tensor": 3,
           "tensor_dynamic": 3, "same": 4, "expression": 5}
 
 
@@ -218,7 +225,7 @@ def _compile_checks(guards: list[Guard], fn_globals: dict, closure):
     env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
                _grad_enabled=torch.is_grad_enabled,
                _inference_mode=torch.is_inference_mode_enabled,
-               _default_dtype=torch.get_default_dtype)
+               _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled)
     params = ", ".join(f"{k}={k}" for k in env)
     body = "\n".join(em.lines) or "    pass"
     text = f"def check(L, {params}):\n{body}\n    return True\n"

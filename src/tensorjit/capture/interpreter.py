@@ -34,6 +34,7 @@ from .values.containers import DictValue, IteratorValue, ListValue, SequenceValu
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue, TorchFunctionValue
 from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue,
                              SuperValue, UserObjectValue, lookup_static)
+from .values.records import RecordValue
 from .values.tensors import TensorValue, record_call
 
 PY = sys.version_info[:2]
@@ -63,8 +64,14 @@ class Instruction:
 def instructions_of(code: types.CodeType) -> tuple[list[Instruction], dict[int, int]]:
     result: list[Instruction] = []
     lineno = code.co_firstlineno
-    raw = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
+    everything = list(dis.get_instructions(code))
+    raw = [i for i in everything if i.opname not in ("EXTENDED_ARG", "CACHE")]
     index_of = {i.offset: n for n, i in enumerate(raw)}
+    # A jump may target the EXTENDED_ARG prefix of an instruction: map it to that instruction.
+    for i in reversed(everything):
+        if i.opname == "EXTENDED_ARG":
+            following = next(j for j in everything if j.offset > i.offset and j.opname != "EXTENDED_ARG")
+            index_of[i.offset] = index_of[following.offset]
     for i in raw:
         if i.positions is not None and i.positions.lineno is not None:
             lineno = i.positions.lineno
@@ -239,8 +246,10 @@ class Frame:
         """A global of an inlined function from another module, read through that module."""
         module_name = self.globals.get("__name__", "")
         module = sys.modules.get(module_name)
-        if module_name.startswith("torch.") or module_name == "torch":
-            return self.wrap_constant_object(self.globals[name])  # torch's own globals do not change
+        value = self.globals[name]
+        if (module_name.startswith("torch.") or module_name == "torch") and \
+                not isinstance(value, (dict, list, set)):
+            return self.wrap_constant_object(value)  # torch's functions and classes do not change
         if module is not None and getattr(module, "__dict__", None) is self.globals:
             return self.wrap(self.globals[name], ModuleGlobalSource(module_name, name))
         return self.wrap_constant_object(self.globals[name])
@@ -279,7 +288,7 @@ class Frame:
         return IteratorValue(obj.unpack(self))
 
     def store_attribute(self, obj: Value, name: str, value: Value) -> Value:
-        if isinstance(obj, UserObjectValue):
+        if isinstance(obj, (UserObjectValue, RecordValue)):
             obj.setattr(self, name, value)
         elif isinstance(obj, ObjectValue) and obj.source is not None:
             self.output.record_attribute_write(obj, name, value)
@@ -304,9 +313,12 @@ class Frame:
             obj = self.cells[first].load(self)
         return SuperValue(cls, obj)
 
-    def read_attribute_of_source(self, source, name):
-        from .sources import AttrSource
-        return eval(source.expression(), {}, {})  # pragma: no cover - only for .grad on inputs
+    def read_attribute_of_source(self, source, name: str):
+        """An attribute (such as `.grad`) of the real tensor behind a graph input."""
+        for graph_input in self.output.inputs:
+            if graph_input.source == source:
+                return getattr(graph_input.example, name)
+        raise GraphBreak("tensor-attribute", f".{name} of {source}")
 
     # -- inlining ------------------------------------------------------------------------
     def inline_function(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:

@@ -22,7 +22,8 @@ from .values.builtins import BuiltinValue
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
                                 SetValue, SliceValue, TupleValue)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import CellValue, GradModeValue, ObjectValue, RealCellValue, UserObjectValue
+from .values.objects import CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue
+from .values.records import RecordValue
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
 PY = sys.version_info[:2]
@@ -304,8 +305,13 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
         return record_call(f, operator.getitem, [obj, index], {})
     if isinstance(index, TensorValue):
         raise GraphBreak("data-dependent-op", "indexing a Python container with a tensor")
-    if isinstance(obj, (SequenceValue, DictValue)):
+    if isinstance(obj, (SequenceValue, DictValue, RecordValue)):
         return obj.getitem(f, index)
+    if isinstance(obj, NNModuleValue) and isinstance(obj.obj, torch.nn.ModuleList) and isinstance(index, SliceValue):
+        # A slice of a ModuleList is a new ModuleList; iterating or indexing it is all the
+        # code can do with it, which a list of the same submodules answers alike.
+        children = f.iterate(f.getattr(f.getattr(obj, "_modules"), "values").call(f, [], {})).unpack(f)
+        return ListValue(children[index.constant()])
     if obj.is_constant() and index.is_constant():
         try:
             return f.wrap_constant_object(obj.constant()[index.constant()])

@@ -55,6 +55,7 @@ class OutputGraph:
         self._names: dict[str, int] = {}
         self.constants: dict[str, torch.Tensor] = {}
         self.wrapped: dict[Source, tuple] = {}
+        self.wrapped_by_id: dict[int, tuple] = {}
 
     # -- nodes -----------------------------------------------------------------
     def unique_name(self, hint: str) -> str:
@@ -133,6 +134,38 @@ class OutputGraph:
     def guard(self, guard: Guard) -> None:
         self.guards.add(guard)
 
+    # -- Python-visible writes, replayed after the graph ------------------------------
+
+    def record_mutation(self, container) -> None:
+        self.side_effects.append(SideEffect("container", container, None, None))
+
+    def record_attribute_write(self, obj, name: str, value, target_source=None) -> None:
+        key = (id(obj.obj) if hasattr(obj, "obj") else id(obj), name)
+        self.attribute_overlay[key] = value
+        self.side_effects.append(SideEffect("attr", obj, name, value))
+        if target_source is not None:
+            self.side_effects[-1] = SideEffect("cell", target_source, name, value)
+
+    def record_global_write(self, globals_dict, name: str, value, is_root: bool) -> None:
+        if not is_root:
+            raise GraphBreak("global-write", f"write to global {name!r} of another module")
+        self.attribute_overlay[(id(globals_dict), name)] = value
+        self.side_effects.append(SideEffect("global", None, name, value))
+
+    def constant_tensor(self, tensor: torch.Tensor):
+        from .values.tensors import TensorValue
+        existing = self.inputs_by_id.get(id(tensor))
+        if existing is not None:
+            return TensorValue(existing[0], existing[1])
+        name = self.unique_name("constant")
+        self.constants[name] = tensor
+        node = self.graph.get_attr(name)
+        fake = self.fake_mode.from_tensor(tensor, static_shapes=True)
+        node.meta["example_value"] = fake
+        self.inputs_by_id[id(tensor)] = (node, fake, None)
+        self.keep_alive.append(tensor)
+        return TensorValue(node, fake)
+
     # -- finishing ---------------------------------------------------------------
     def build_module(self, outputs: list[torch.fx.Node]) -> torch.fx.GraphModule:
         self.graph.output(tuple(outputs))
@@ -179,44 +212,3 @@ def _is_impure(node: torch.fx.Node) -> bool:
             return True
     return False
 
-
-def _record_methods():
-    """Recording of Python-visible writes; kept beside OutputGraph's other state."""
-
-    def record_mutation(self, container) -> None:
-        self.side_effects.append(SideEffect("container", container, None, None))
-
-    def record_attribute_write(self, obj, name: str, value, target_source=None) -> None:
-        key = (id(obj.obj) if hasattr(obj, "obj") else id(obj), name)
-        self.attribute_overlay[key] = value
-        self.side_effects.append(SideEffect("attr", obj, name, value))
-        if target_source is not None:
-            self.side_effects[-1] = SideEffect("cell", target_source, name, value)
-
-    def record_global_write(self, globals_dict, name: str, value, is_root: bool) -> None:
-        if not is_root:
-            raise GraphBreak("global-write", f"write to global {name!r} of another module")
-        self.attribute_overlay[(id(globals_dict), name)] = value
-        self.side_effects.append(SideEffect("global", None, name, value))
-
-    def constant_tensor(self, tensor: torch.Tensor):
-        from .values.tensors import TensorValue
-        existing = self.inputs_by_id.get(id(tensor))
-        if existing is not None:
-            return TensorValue(existing[0], existing[1])
-        name = self.unique_name("constant")
-        self.constants[name] = tensor
-        node = self.graph.get_attr(name)
-        fake = self.fake_mode.from_tensor(tensor, static_shapes=True)
-        node.meta["example_value"] = fake
-        self.inputs_by_id[id(tensor)] = (node, fake, None)
-        self.keep_alive.append(tensor)
-        return TensorValue(node, fake)
-
-    OutputGraph.record_mutation = record_mutation
-    OutputGraph.record_attribute_write = record_attribute_write
-    OutputGraph.record_global_write = record_global_write
-    OutputGraph.constant_tensor = constant_tensor
-
-
-_record_methods()

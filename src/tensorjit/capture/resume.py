@@ -57,9 +57,9 @@ def _store(name: str, cellvars: set[str]) -> Instr:
     return Instr("STORE_DEREF", CellVar(name)) if name in cellvars else Instr("STORE_FAST", name)
 
 
-def _call_constant(fn, args: list[Instr], n: int, lineno: int) -> list[Instr]:
-    """Call the constant `fn` with the `n` values that the instructions `args` push."""
-    body = [Instr("PUSH_NULL", lineno=lineno), Instr("LOAD_CONST", fn, lineno=lineno), *args]
+def _call_constant(fn: str, args: list[Instr], n: int, lineno: int) -> list[Instr]:
+    """Call the hidden parameter `fn` with the `n` values that the instructions `args` push."""
+    body = [Instr("PUSH_NULL", lineno=lineno), Instr("LOAD_FAST", fn, lineno=lineno), *args]
     if PY == (3, 11):
         body.append(Instr("PRECALL", n, lineno=lineno))
     body.append(Instr("CALL", n, lineno=lineno))
@@ -81,10 +81,13 @@ class Successor:
 
 
 def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, local_names: list[str],
-                     restore, successors: list[tuple[Successor, object]], make_tail,
-                     entry_index: int | None = None) -> types.CodeType:
-    """`entry_index` is where the prologue jumps: the break instruction, or the KW_NAMES
-    and PRECALL that must run before a CALL."""
+                     successors: list[Successor], entry_index: int | None = None) -> types.CodeType:
+    """The entry's code for a break before instruction `break_index`.
+
+    `entry_index` is where the prologue jumps: the break instruction, or the KW_NAMES
+    and PRECALL that must run before a CALL. The code calls `restore`, the `TailCall`
+    class and one resume function per successor through hidden keyword-only parameters
+    (`hidden_parameters`), which the caller fills in as defaults."""
     bc = Bytecode.from_code(code)
     real = _real_instructions(bc)
     instr = real[break_index]
@@ -93,7 +96,8 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     cellvars = set(code.co_cellvars)
     args = list(code.co_varnames[:_total_args(code)])
     arg_loads = [_load(a, cellvars) for a in args] + [Instr("BUILD_TUPLE", len(args), lineno=lineno)]
-    prologue = _call_constant(restore, arg_loads, 1, lineno) + [Instr("STORE_FAST", "__tj_state", lineno=lineno)]
+    prologue = _call_constant("__tj_restore", arg_loads, 1, lineno) + \
+        [Instr("STORE_FAST", "__tj_state", lineno=lineno)]
     for j in range(stack_depth):
         prologue += _item("__tj_state", j, lineno)
     for k, name in enumerate(local_names):
@@ -102,7 +106,7 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     prologue.append(Instr("JUMP_FORWARD", at_break, lineno=lineno))
 
     exits = []
-    for successor, resume in successors:
+    for n, successor in enumerate(successors):
         label = Label()
         block = [label]
         if successor.is_jump and instr.name == "FOR_ITER" and PY >= (3, 12):
@@ -110,7 +114,7 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
         block += [Instr("BUILD_TUPLE", successor.depth, lineno=lineno),
                  Instr("STORE_FAST", "__tj_stack", lineno=lineno)]
         local_loads = [_load(n, cellvars) for n in local_names] + [Instr("BUILD_TUPLE", len(local_names), lineno=lineno)]
-        block += _call_constant(make_tail, [Instr("LOAD_CONST", resume, lineno=lineno),
+        block += _call_constant("__tj_tail", [Instr("LOAD_FAST", f"__tj_resume{n}", lineno=lineno),
                                             Instr("LOAD_FAST", "__tj_stack", lineno=lineno),
                                             *local_loads], 3, lineno)
         block.append(Instr("RETURN_VALUE", lineno=lineno))
@@ -130,7 +134,18 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     bc[start:start] = prologue
     for _, _, block in exits:
         bc.extend(block)
+    # The objects the code calls arrive as keyword-only parameters with defaults, not as
+    # constants: code objects are invisible to the garbage collector, so a constant that
+    # refers back to the function would never be freed.
+    hidden = hidden_parameters(len(successors))
+    at = code.co_argcount + code.co_kwonlyargcount
+    bc.argnames[at:at] = hidden
+    bc.kwonlyargcount += len(hidden)
     return bc.to_code()
+
+
+def hidden_parameters(successors: int) -> list[str]:
+    return ["__tj_restore", "__tj_tail", *[f"__tj_resume{n}" for n in range(successors)]]
 
 
 def resume_code(code: types.CodeType, resume_index: int, stack_depth: int,

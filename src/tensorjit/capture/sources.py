@@ -165,3 +165,29 @@ class ModuleGlobalSource(Source):
 
     def __str__(self) -> str:
         return f"{self.module}.{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironSource(Source):
+    """`os.environ.get(key)`: one environment variable, read and guarded by itself."""
+
+    key: str
+
+    def expression(self) -> str:
+        return f"S['os'].environ.get({self.key!r})"
+
+    def __str__(self) -> str:
+        return f"os.environ[{self.key!r}]"
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceSource(Source):
+    """`of.__reduce__()`: how an iterator exposes its sequence and position without advancing."""
+
+    of: Source
+
+    def expression(self) -> str:
+        return f"{self.of.expression()}.__reduce__()"
+
+    def base(self) -> Source:
+        return self.of

@@ -13,13 +13,15 @@ import functools
 import itertools
 import math
 import operator
+import inspect
 import types
+import typing
 from typing import Any, Callable
 
 import torch
 
 from ..breaks import GraphBreak
-from .base import ConstantValue, NULL, Value
+from .base import CallableConstant, ConstantValue, NULL, Value
 from .containers import DictValue, IteratorValue, ListValue, SetValue, SliceValue, TupleValue
 from .tensors import TensorValue, record_call
 
@@ -45,6 +47,13 @@ _PURE |= {getattr(operator, n) for n in dir(operator) if not n.startswith("_")} 
     operator.itemgetter, operator.methodcaller}
 
 
+def has_handler(fn: Any) -> bool:
+    try:
+        return fn in _HANDLERS
+    except TypeError:
+        return False
+
+
 def builtin(*fns):
     def register(handler):
         for fn in fns:
@@ -55,19 +64,8 @@ def builtin(*fns):
     return register
 
 
-class BuiltinValue(Value):
-    def __init__(self, fn: Any, source=None) -> None:
-        self.fn = fn
-        self.source = source
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
-    def is_constant(self) -> bool:
-        return True
-
-    def constant(self) -> Any:
-        return self.fn
+class BuiltinValue(CallableConstant):
+    """A builtin or library callable: a registered handler gives it meaning, else it is folded or breaks."""
 
     def call(self, tx, args, kwargs) -> Value:
         handler = _HANDLERS.get(self.fn)
@@ -78,12 +76,6 @@ class BuiltinValue(Value):
 
     def getattr(self, tx, name):
         return tx.wrap_constant_object(getattr(self.fn, name))
-
-    def reconstruct(self, cg) -> str:
-        return cg.constant(self.fn)
-
-    def __repr__(self) -> str:
-        return f"BuiltinValue({getattr(self.fn, '__qualname__', self.fn)})"
 
 
 def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -121,7 +113,8 @@ def _builtin_on_tensor(tx, fn, args, kwargs) -> Value:
 def wrap_attribute_of_constant(tx, value: ConstantValue, name: str) -> Value:
     obj = value.value
     if isinstance(obj, torch.dtype) or isinstance(obj, torch.device) or isinstance(
-            obj, (int, float, str, bool, complex, type(None), tuple, range, slice, frozenset, bytes)):
+            obj, (int, float, str, bool, complex, type(None), tuple, range, slice, frozenset, bytes,
+                  inspect.Signature, inspect.Parameter, types.MappingProxyType)):
         try:
             attr = getattr(obj, name)
         except AttributeError:
@@ -143,6 +136,10 @@ def _len(tx, obj: Value) -> Value:
         return ConstantValue(obj.example.shape[0])
     if obj.is_constant():
         return ConstantValue(len(obj.constant()))
+    from .objects import ObjectValue
+    if isinstance(obj, ObjectValue) and isinstance(obj.obj, (types.MappingProxyType, tuple, str, frozenset)) \
+            and obj.source is None:
+        return ConstantValue(len(obj.obj))  # an immutable value made at capture time (a signature's parameters)
     return tx.call_dunder(obj, "__len__", [])
 
 
@@ -351,6 +348,61 @@ def _id(tx, obj: Value) -> Value:
     if isinstance(obj, ObjectValue):
         return ConstantValue(id(obj.obj))
     raise GraphBreak("unsupported-call", "id() of a value made during capture")
+
+
+@builtin(inspect.signature)
+def _signature(tx, fn: Value, **kwargs: Value) -> Value:
+    """A signature is a property of the code, known at capture time."""
+    from .functions import FunctionValue, MethodValue
+    from .objects import ObjectValue
+    target = fn
+    if isinstance(fn, MethodValue) and isinstance(fn.function, FunctionValue):
+        target = fn.function
+        real = getattr(fn.owner, "obj", None)
+        if real is None:
+            raise GraphBreak("unsupported-call", "inspect.signature of a method of an object made in capture")
+        return ConstantValue(inspect.signature(types.MethodType(target.fn, real)))
+    if isinstance(target, FunctionValue):
+        return ConstantValue(inspect.signature(target.fn))
+    raise GraphBreak("unsupported-call", f"inspect.signature of {fn!r}")
+
+
+@builtin(operator.itemgetter, operator.attrgetter)
+def _getter(tx, *keys: Value) -> Value:
+    return GetterValue(tx.current_builtin, [k.constant() for k in keys])
+
+
+class GetterValue(Value):
+    """operator.itemgetter(...) / attrgetter(...) made while capturing."""
+
+    def __init__(self, kind, keys: list) -> None:
+        self.kind = kind
+        self.keys = keys
+
+    def python_type(self) -> type:
+        return self.kind
+
+    def call(self, tx, args, kwargs) -> Value:
+        from ..opcodes import getitem
+        obj = args[0]
+        if self.kind is operator.itemgetter:
+            found = [getitem(tx, obj, tx.wrap_constant_object(k)) for k in self.keys]
+        else:
+            found = []
+            for path in self.keys:
+                value = obj
+                for part in path.split("."):
+                    value = tx.getattr(value, part)
+                found.append(value)
+        return found[0] if len(found) == 1 else TupleValue(found)
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.constant(self.kind)}({', '.join(cg.constant(k) for k in self.keys)})"
+
+
+@builtin(typing.cast)
+def _cast(tx, typ: Value, value: Value) -> Value:
+    return value
 
 
 @builtin(py.object.__setattr__)

@@ -16,7 +16,7 @@ import torch
 
 from ..breaks import GraphBreak
 from ..sources import AttrSource, DefaultSource
-from .base import ConstantValue, Value
+from .base import CallableConstant, ConstantValue, Value
 
 _TORCH_PYTHON_NAMESPACES = (
     "torch.nn.functional", "torch.functional", "torch._tensor", "torch.random",
@@ -28,6 +28,8 @@ _TORCH_EFFECTFUL = {
     torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_default_device,
     torch.set_num_threads, torch.save, torch.load, torch.use_deterministic_algorithms,
     torch.set_printoptions, torch.cuda.synchronize, torch.set_rng_state,
+    torch._C._push_on_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack,
+    torch._C._push_on_torch_function_stack, torch._C._pop_torch_function_stack,
 }
 # Torch functions that only read state or metadata: evaluated at capture time.
 _TORCH_QUERIES = {
@@ -39,13 +41,22 @@ _TORCH_QUERIES = {
     torch._C._get_tracing_state, torch.overrides.has_torch_function,
     torch.overrides.has_torch_function_unary, torch.overrides.has_torch_function_variadic,
     torch.are_deterministic_algorithms_enabled,
+    # Mode-stack queries answer for the user's program, not for capture's own fake-tensor mode.
+    torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at, torch._C._get_dispatch_mode,
+    torch._C._is_torch_function_mode_enabled, torch._C._len_torch_function_stack,
 }
+
+
+# Libraries ask these to take compiler-friendly paths; inside capture the answer is True.
+COMPILING_QUERIES = {torch.compiler.is_compiling, torch.compiler.is_dynamo_compiling}
 
 
 def is_torch_operation(fn: Any) -> bool:
     try:
         if fn in _TORCH_EFFECTFUL:
             return False
+        if fn in COMPILING_QUERIES:
+            return True
     except TypeError:  # unhashable objects are not torch functions
         return False
     module = getattr(fn, "__module__", None) or ""
@@ -100,6 +111,12 @@ class FunctionValue(Value):
     def getattr(self, tx, name: str) -> Value:
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
             return ConstantValue(getattr(self.fn, name))
+        if name in ("__code__", "__defaults__", "__kwdefaults__", "__globals__", "__closure__", "__wrapped__",
+                    "__annotations__", "__dict__"):
+            if not hasattr(self.fn, name):
+                raise GraphBreak("attribute-error", f"function has no attribute {name!r}",
+                                 exception=AttributeError(name))
+            return tx.wrap(getattr(self.fn, name), AttrSource(self.source, name) if self.source else None)
         if name in self.fn.__dict__:
             return tx.wrap(self.fn.__dict__[name], AttrSource(self.source, name) if self.source else None)
         raise GraphBreak("getattr", f"function attribute {name!r}")
@@ -183,21 +200,8 @@ class MethodValue(Value):
         return f"MethodValue({self.function!r} of {self.owner!r})"
 
 
-class TorchFunctionValue(Value):
+class TorchFunctionValue(CallableConstant):
     """A torch operation: calls with symbolic tensors become graph nodes."""
-
-    def __init__(self, fn: Any, source=None) -> None:
-        self.fn = fn
-        self.source = source
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
-    def is_constant(self) -> bool:
-        return True
-
-    def constant(self) -> Any:
-        return self.fn
 
     def call(self, tx, args, kwargs) -> Value:
         from .torch_calls import call_torch_function
@@ -205,9 +209,3 @@ class TorchFunctionValue(Value):
 
     def getattr(self, tx, name: str) -> Value:
         return tx.wrap(getattr(self.fn, name), AttrSource(self.source, name) if self.source else None)
-
-    def reconstruct(self, cg) -> str:
-        return cg.constant(self.fn)
-
-    def __repr__(self) -> str:
-        return f"TorchFunctionValue({getattr(self.fn, '__qualname__', self.fn)!r})"

@@ -125,6 +125,9 @@ class NNModuleValue(ObjectValue):
                 or torch.nn.modules.module._global_forward_hooks
                 or torch.nn.modules.module._global_forward_pre_hooks):
             raise GraphBreak("module-hooks", f"{type(module).__name__} has forward hooks")
+        if self.source is not None:
+            from ..guards import Guard
+            tx.output.guard(Guard(self.source, "no_hooks"))
         forward = type(module).forward
         if not isinstance(forward, types.FunctionType):
             raise GraphBreak("module-forward", f"{type(module).__name__}.forward is not a Python function")
@@ -258,11 +261,83 @@ class SuperValue(Value):
                     return FunctionValue(attr.__func__, None)
                 if callable(attr) and klass is object:
                     return BuiltinMethodOfObject(self.obj, attr, name)
+                if klass is dict and name in _DICT_READS and isinstance(self.obj, ObjectValue) \
+                        and self.obj.source is not None:
+                    return DictReadValue(self.obj, name)
+                if hasattr(attr, "__get__") and not isinstance(attr, type):
+                    if isinstance(self.obj, ObjectValue):  # a C method of a builtin base, bound to the object
+                        return tx.wrap_constant_object(attr.__get__(self.obj.obj, type(self.obj.obj)))
+                    raise GraphBreak("super", f"super().{name} of a {klass.__name__} base")
                 return tx.wrap_constant_object(attr)
         raise GraphBreak("attribute-error", f"'super' object has no attribute {name!r}")
 
     def reconstruct(self, cg) -> str:
         return f"super({cg.constant(self.cls)}, {self.obj.reconstruct(cg)})"
+
+
+_DICT_READS = {"get", "__getitem__", "__contains__"}
+
+
+class DictReadValue(Value):
+    """`super().get(key)` and friends on a dict subclass read through a source: guarded reads."""
+
+    def __init__(self, owner: "ObjectValue", name: str) -> None:
+        self.owner = owner
+        self.name = name
+
+    def call(self, tx, args, kwargs) -> Value:
+        from ..guards import Guard
+        real: dict = self.owner.obj
+        tx.output.guard(Guard(self.owner.source, "keys", tuple(real.keys())))
+        key = args[0].constant()
+        if self.name == "__contains__":
+            return ConstantValue(key in real)
+        if key in real:
+            return tx.wrap(dict.__getitem__(real, key), ItemSource(self.owner.source, key))
+        if self.name == "get":
+            return args[1] if len(args) > 1 else ConstantValue(None)
+        raise GraphBreak("op-error", f"KeyError: {key!r}", exception=KeyError(key))
+
+
+class EnvironValue(Value):
+    """os.environ: each variable read is guarded on its own, not the whole environment."""
+
+    def __init__(self, source) -> None:
+        self.source = source
+
+    def python_type(self) -> type:
+        import os
+        return type(os.environ)
+
+    def read(self, tx, key: str) -> Value:
+        import os
+        from ..guards import Guard
+        from ..sources import EnvironSource
+        value = os.environ.get(key)
+        tx.output.guard(Guard(EnvironSource(key), "constant", value))
+        return ConstantValue(value)
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("get", "__getitem__", "__contains__"):
+            return EnvironMethodValue(self, name)
+        raise GraphBreak("environ", f"os.environ.{name}")
+
+
+class EnvironMethodValue(Value):
+    def __init__(self, environ: EnvironValue, name: str) -> None:
+        self.environ = environ
+        self.name = name
+
+    def call(self, tx, args, kwargs) -> Value:
+        key = args[0].constant()
+        value = self.environ.read(tx, key)
+        if self.name == "__contains__":
+            return ConstantValue(value.constant() is not None)
+        if value.constant() is None:
+            if self.name == "get":
+                return args[1] if len(args) > 1 else ConstantValue(None)
+            raise GraphBreak("op-error", f"KeyError: {key!r}", exception=KeyError(key))
+        return value
 
 
 class BuiltinMethodOfObject(Value):
@@ -384,6 +459,29 @@ class GlobalContextValue(Value):
 
     def reconstruct_entered_exit(self, cg) -> str:
         raise GraphBreak("reconstruct", "a graph break inside an autocast or inference_mode block")
+
+
+class NullContextValue(Value):
+    """A context manager with no effect on the graph (profiler ranges, contextlib.nullcontext)."""
+
+    def __init__(self, result: Value | None = None) -> None:
+        self.result = result or ConstantValue(None)
+
+    def enter(self, tx) -> Value:
+        return self.result
+
+    def exit(self, tx) -> Value:
+        return ConstantValue(None)
+
+    getattr = GradModeValue.getattr
+
+    def reconstruct(self, cg) -> str:
+        import contextlib
+        return f"{cg.constant(contextlib.nullcontext)}({self.result.reconstruct(cg)})"
+
+    def reconstruct_entered_exit(self, cg) -> str:
+        import contextlib
+        return f"{cg.constant(contextlib.nullcontext)}().__exit__"
 
 
 class PartialValue(Value):

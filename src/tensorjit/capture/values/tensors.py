@@ -88,7 +88,7 @@ class TensorValue(Value):
         if name in ("__class__",):
             return tx.wrap_constant_object(type(example))
         if not hasattr(torch.Tensor, name):
-            raise GraphBreak("tensor-attribute", f"Tensor has no attribute {name!r} that tensorjit can read")
+            raise GraphBreak("attribute-error", f"Tensor has no attribute {name!r}", exception=AttributeError(name))
         return TensorMethodValue(self, name)
 
     def reconstruct(self, cg) -> str:

@@ -7,11 +7,13 @@ from torch.utils import _pytree as pytree
 
 from ..breaks import GraphBreak
 from .base import ConstantValue, Value
-from .functions import _TORCH_EFFECTFUL, _TORCH_QUERIES
+from .functions import _TORCH_EFFECTFUL, _TORCH_QUERIES, COMPILING_QUERIES
 from .tensors import _DATA_DEPENDENT_FUNCTIONS, TensorValue, _example_of, record_call, to_node_argument
 
 
 def call_torch_function(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if fn in COMPILING_QUERIES:
+        return ConstantValue(True)
     if fn in _TORCH_EFFECTFUL:
         raise GraphBreak("effectful-call", f"{fn.__qualname__} changes global state",
                          "call it outside the compiled function")

@@ -1,0 +1,297 @@
+"""Lowering an ATen graph straight to Triton kernels plus a generated wrapper.
+
+`compile_graph(gm, example_inputs, config=None)` takes an ATen-level FX graph
+(what make_fx produces with a decomposition table; every node carries
+`meta["val"]`) whose tensors live on one CUDA device, and returns a callable
+with the graph's signature.
+
+This is the Triton backend's own lowering, for the ops it fuses best:
+pointwise operators, reductions over the last dimension (sum, mean, amax,
+amin, var) and views that keep the element order. Consecutive such nodes are
+fused greedily into one kernel per group; a group holding a reduction runs
+over (rows, row) and everything else over a flat range. Every other node
+(matrix products, convolutions, attention, indexing, ...) is an extern: the
+wrapper calls its ATen kernel directly, which is always correct.
+
+A call whose tensor inputs do not have the strides, dtypes and devices the
+graph was compiled for runs the graph eagerly instead (the kernels bake
+strides in).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from tensorjit.codegen.triton import heuristics
+from tensorjit.codegen.triton.expressions import interpreted
+from tensorjit.codegen.triton.group_emitter import GroupEmitter
+from tensorjit.codegen.triton.layout import prefer_channels_last
+from tensorjit.codegen.triton.launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
+from tensorjit.codegen.triton.parallel import CompileJob, compile_in_parallel
+from tensorjit.codegen.triton.partition import (  # noqa: F401  (re-exported for tests)
+    CONSTANTS, FOLDABLE_VIEWS, HOISTABLE, VIEWS, Group, partition, remove_dead_pure_nodes, value_of,
+)
+from tensorjit.codegen.triton.wrapper import WrapperBuilder
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def decompositions() -> dict:
+    """The decomposition table this lowering expects (see decompositions.py)."""
+    from tensorjit.codegen.triton.decompositions import decompositions as table
+
+    return table()
+
+
+@dataclasses.dataclass
+class CompiledGraph:
+    """The result of compile_graph: the wrapper, and what it was built from (for tests and debugging)."""
+
+    call: Callable[..., Any]
+    wrapper_source: str
+    kernel_sources: list[str]
+    fallback: Callable[..., Any]
+    expected: list[tuple[int, tuple, torch.dtype, torch.device]]
+    """(input index, strides, dtype, device) the kernels were specialised for."""
+    eager_calls: int = 0
+
+    def __post_init__(self) -> None:
+        self.matches = _layout_check(self.expected)
+
+    def __call__(self, *inputs: Any) -> Any:
+        if self.matches(inputs):
+            return self.call(*inputs)
+        self.eager_calls += 1
+        return self.fallback(*inputs)
+
+
+def _layout_check(expected: list[tuple[int, tuple, torch.dtype, torch.device]]) -> Callable[[tuple], bool]:
+    """A generated `inputs -> bool`: one inlined comparison per input, no loop (~0.1 us each)."""
+    constants: dict[str, Any] = {}
+    terms = []
+    for index, strides, dtype, device in expected:
+        constants[f"dtype{index}"] = dtype
+        device_index = -1 if device.type == "cpu" else (device.index or 0)
+        terms.append(f"inputs[{index}].stride() == {strides!r} and inputs[{index}].dtype is dtype{index} "
+                     f"and inputs[{index}].get_device() == {device_index}")
+    source = f"def matches(inputs):\n    return {' and '.join(terms) or 'True'}\n"
+    exec(compile(source, "<tensorjit layout check>", "exec"), constants)
+    return constants["matches"]
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None) -> CompiledGraph:
+    """ATen graph -> Triton kernels + wrapper; see the module docstring."""
+    _ensure_meta(gm, example_inputs)
+    remove_dead_pure_nodes(gm)
+    prefer_channels_last(gm, example_inputs)
+    names = {node: _python_name(node.name) for node in gm.graph.nodes}
+    steps = partition(gm)
+    users_outside = _users_outside(steps)
+    cache_dir = getattr(config, "cache_dir", None)
+    kernels = {id(step): _kernels_of(step, users_outside[id(step)][0], names, cache_dir)
+               for step in steps if isinstance(step, Group)}
+    needed = _needed_nodes(steps, kernels, users_outside)
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    builder = WrapperBuilder([names[node] for node in placeholders])
+    for step in steps:
+        if isinstance(step, Group):
+            stored, views = users_outside[id(step)]
+            if not stored:
+                continue  # nothing reads what it computes (a dead output of a decomposition)
+            _launch_group(builder, stored, kernels[id(step)], names)
+            for view in views:
+                if view in needed:
+                    _emit_node(builder, view, names)
+        elif step in needed or not _removable(step):
+            _emit_node(builder, step, names)
+    source, call = builder.build()
+    if not interpreted():
+        jobs = [job for group_kernels in kernels.values() for job in group_kernels.jobs]
+        compile_in_parallel(jobs, getattr(config, "compile_threads", 0))
+    expected = [
+        (index, tuple(value.stride()), value.dtype, value.device)
+        for index, value in enumerate(example_inputs)
+        if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
+    ]
+    sources = [group_kernels.sources[0] for group_kernels in kernels.values()]
+    return CompiledGraph(call, source, sources, gm.forward, expected)
+
+
+@dataclasses.dataclass
+class GroupKernels:
+    """A group's launcher (one, or an autotuned choice), what it reads, and how to precompile it."""
+
+    launcher: Any
+    arguments: list[str]
+    loaded: set
+    sources: list[str]
+    jobs: list[CompileJob]
+
+
+def _kernels_of(group: Group, stored: list[torch.fx.Node], names, cache_dir) -> GroupKernels:
+    launchers, sources, jobs = [], [], []
+    buffers = {name: node for node, name in names.items()}
+    for shape in launch_shapes(group):
+        emitter = GroupEmitter(group, stored, names, shape)
+        kernel = emitter.emit()
+        sources.append(kernel.source())
+        path = source_path(sources[-1], cache_dir)
+        launchers.append(KernelLauncher(load_kernel_file(path, kernel.name), shape))
+        jobs.append(CompileJob(path, kernel.name, tuple(value_of(buffers[name]).dtype for name in kernel.arguments),
+                               tuple(shape.constants().items()), shape.num_warps, shape.num_stages))
+    launcher = launchers[0] if len(launchers) == 1 else AutotunedLauncher(launchers)
+    return GroupKernels(launcher, list(kernel.arguments), emitter.loaded, sources, jobs)
+
+
+HEAVY_GROUP = 24
+"""Members from which a pointwise group counts as arithmetic-heavy (see heuristics.pointwise_shape)."""
+
+
+def launch_shapes(group: Group) -> list[heuristics.LaunchShape]:
+    """One shape where the sizes decide it; the autotune candidates for rows too long for registers."""
+    if group.row_length is None:
+        return [heuristics.pointwise_shape(group.rows, heavy=len(group.members) >= HEAVY_GROUP)]
+    if heuristics.is_persistent(group.row_length):
+        return [heuristics.persistent_reduction_shape(group.rows, group.row_length)]
+    return heuristics.looped_reduction_configs(group.rows, group.row_length)
+
+
+def _launch_group(builder: WrapperBuilder, stored: list[torch.fx.Node], kernels: GroupKernels, names) -> None:
+    for member in stored:
+        value = value_of(member)
+        builder.allocate(names[member], tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
+    builder.launch("kernel", kernels.launcher, kernels.arguments)
+
+
+def _removable(node: torch.fx.Node) -> bool:
+    """Pure nodes the wrapper may skip when nothing reads them."""
+    return node.op == "call_function" and (
+        node.target in FOLDABLE_VIEWS or node.target in CONSTANTS or node.target in HOISTABLE
+    )
+
+
+def _needed_nodes(steps, kernels: dict[int, GroupKernels], users_outside) -> set:
+    """Nodes whose values the wrapper must make: read by kept externs, kernels or the output."""
+    needed: set = set()
+    for step in reversed(steps):
+        if isinstance(step, Group):
+            if not users_outside[id(step)][0]:
+                continue
+            needed |= kernels[id(step)].loaded
+            for view in users_outside[id(step)][1]:
+                if view in needed:
+                    needed |= set(view.all_input_nodes)
+        elif step.op == "output" or step in needed or not _removable(step):
+            needed |= set(step.all_input_nodes)
+    return needed
+
+
+def _emit_node(builder: WrapperBuilder, node: torch.fx.Node, names) -> None:
+    if node.op == "placeholder":
+        return
+    if node.op == "output":
+        builder.returns_expression(_expression(builder, node.args[0], names))
+        return
+    if node.op == "get_attr":
+        builder.alias(names[node], f"{builder._global('attribute', getattr(node.graph.owning_module, node.target))}")
+        return
+    if node.target is operator.getitem:
+        builder.alias(names[node], f"{names[node.args[0]]}[{node.args[1]!r}]")
+        return
+    if node.target in TENSOR_METHODS and not node.kwargs and isinstance(node.args[0], torch.fx.Node):
+        # x.view(...) costs about 1 us less than aten.view.default(x, ...): it skips the op-overload layer.
+        rest = ", ".join(_expression(builder, a, names) for a in node.args[1:])
+        builder.alias(names[node], f"{names[node.args[0]]}.{TENSOR_METHODS[node.target]}({rest})")
+        return
+    arguments = ", ".join(_expression(builder, a, names) for a in node.args)
+    keywords = ", ".join(f"{k}={_expression(builder, v, names)}" for k, v in node.kwargs.items())
+    function = builder._global("extern", node.target)
+    builder.alias(names[node], f"{function}({', '.join(p for p in (arguments, keywords) if p)})")
+
+
+TENSOR_METHODS = {
+    aten.view.default: "view", aten._unsafe_view.default: "view", aten.permute.default: "permute",
+    aten.unsqueeze.default: "unsqueeze", aten.squeeze.dim: "squeeze", aten.squeeze.dims: "squeeze",
+    aten.expand.default: "expand", aten.t.default: "t", aten.transpose.int: "transpose", aten.select.int: "select",
+}
+
+
+def _expression(builder: WrapperBuilder, value: Any, names) -> str:
+    if isinstance(value, torch.fx.Node):
+        return names[value]
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_expression(builder, v, names) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    return builder._global("constant", value)
+
+
+def _users_outside(steps) -> dict[int, tuple[list[torch.fx.Node], list[torch.fx.Node]]]:
+    """For each group: the members a later step (or the output) reads, and the views among them.
+
+    A view read outside is not stored: its source is, and the wrapper applies
+    the view to it after the launch, so the result has exactly eager's strides
+    (later kernels bake strides in, and views of views must line up)."""
+    result = {}
+    for step in steps:
+        if not isinstance(step, Group):
+            continue
+        members = set(step.members)
+        read_outside = {m for m in step.members if any(user not in members for user in m.users)}
+        views = [m for m in step.members if m in read_outside and m.target in VIEWS]
+        stored = set(read_outside) - set(views)
+        for view in views:
+            source = view.args[0]
+            while source.target in VIEWS and source in members:
+                source = source.args[0]
+            stored.add(source)
+        result[id(step)] = ([m for m in step.members if m in stored], _with_view_sources(views, members))
+    return result
+
+
+def _with_view_sources(views: list[torch.fx.Node], members: set) -> list[torch.fx.Node]:
+    """`views` plus the member views they are built on, in graph order."""
+    chain: list[torch.fx.Node] = []
+    for view in views:
+        pending = []
+        source = view
+        while source in members and source.target in VIEWS:
+            pending.append(source)
+            source = source.args[0]
+        chain.extend(reversed(pending))
+    return list(dict.fromkeys(chain))
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _python_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return cleaned if cleaned.isidentifier() and not cleaned[0].isdigit() else f"v_{cleaned}"
+
+
+def _ensure_meta(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
+    if all("val" in node.meta for node in gm.graph.nodes if node.op not in ("output",)):
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*example_inputs)

@@ -1,0 +1,176 @@
+"""Loading generated Triton source and launching its kernels cheaply.
+
+`load_kernel(source, name, cache_dir)` takes the text of a module holding one
+@triton.jit function and returns that function (the text is written to a file
+named by its hash, because Triton reads a kernel's source through `inspect`).
+`KernelLauncher(kernel, shape)` takes the function and a `LaunchShape` and
+returns a callable `launcher(*arguments)`: positional pointer/integer arguments
+in the kernel's declared order, block sizes supplied from the shape.
+
+Why not just `kernel[grid](...)` every call: Triton's generic path binds the
+arguments, recomputes the specialisation key and looks the compiled kernel up
+on every launch (tens of microseconds of Python). After the first launch we
+hold the `CompiledKernel` and call its C launcher (`run`) directly with a
+precomputed grid, keeping only the checks that make reuse safe: no launch hook
+is installed (profilers), and every pointer that was 16-byte aligned when the
+kernel was specialised still is (Triton vectorises on that promise). When a
+check fails, or under the interpreter (TRITON_INTERPRET=1, no CompiledKernel),
+the generic path runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from typing import Any
+
+import torch
+
+from tensorjit.codegen.triton.heuristics import LaunchShape
+
+
+def load_kernel(source: str, name: str, cache_dir: str | None = None) -> Any:
+    """The @triton.jit function `name` defined by `source`."""
+    return load_kernel_file(source_path(source, cache_dir), name)
+
+
+def source_path(source: str, cache_dir: str | None = None) -> str:
+    """The file holding `source`, written if it is not there yet."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    return _write_source(source, f"tensorjit_triton_{digest}.py", cache_dir)
+
+
+def load_kernel_file(path: str, name: str) -> Any:
+    """The @triton.jit function `name` in the module at `path` (imported once per process)."""
+    module_name = os.path.splitext(os.path.basename(path))[0]
+    if module_name in sys.modules:
+        return getattr(sys.modules[module_name], name)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def _write_source(source: str, file_name: str, cache_dir: str | None) -> str:
+    directory = os.path.join(cache_dir or _default_cache_dir(), "triton_source")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, file_name)
+    if os.path.exists(path):
+        with open(path) as handle:
+            if handle.read() == source:
+                return path
+    # temp file + rename: a reader never sees half a kernel, even across processes.
+    descriptor, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(source)
+    os.replace(temporary, path)
+    return path
+
+
+def _default_cache_dir() -> str:
+    from tensorjit.config import config
+
+    return config.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "tensorjit")
+
+
+class KernelLauncher:
+    """Launches one kernel with one precomputed launch shape; see the module docstring."""
+
+    def __init__(self, kernel: Any, shape: LaunchShape):
+        self.kernel = kernel
+        self.shape = shape
+        self.constants = shape.constants()
+        self.options = {"num_warps": shape.num_warps, "num_stages": shape.num_stages}
+        self.compiled: Any = None
+        self.aligned: list[int] = []
+        self.fast_launches = 0
+        self.slow_launches = 0
+
+    def __call__(self, *arguments: Any) -> None:
+        if self.compiled is not None and self._can_launch_fast(arguments):
+            self._launch_fast(arguments)
+            return
+        self.slow_launches += 1
+        compiled = self.kernel[self.shape.grid](*arguments, **self.constants, **self.options)
+        if self.compiled is None and _is_compiled_kernel(compiled):
+            getattr(compiled, "_init_handles", lambda: None)()  # loads the binary: `function` is set after
+            self.compiled = compiled
+            self.aligned = [
+                index for index, value in enumerate(arguments)
+                if isinstance(value, torch.Tensor) and value.data_ptr() % 16 == 0
+            ]
+            self.device = arguments[self.aligned[0]].device.index if self.aligned else torch.cuda.current_device()
+
+    def _can_launch_fast(self, arguments: tuple) -> bool:
+        if _launch_hooks_installed():
+            return False
+        return all(arguments[index].data_ptr() % 16 == 0 for index in self.aligned)
+
+    def _launch_fast(self, arguments: tuple) -> None:
+        compiled = self.compiled
+        grid = self.shape.grid
+        stream = torch._C._cuda_getCurrentRawStream(self.device)
+        compiled.run(
+            grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
+            None, None, None, *arguments, *self.constants.values(),
+        )
+        self.fast_launches += 1
+
+
+def _launch_hooks_installed() -> bool:
+    """Whether a profiler asked to hear of launches (then the generic path serves it).
+
+    Triton 3.2-3.3 keep a hook or None; 3.4 and later a HookChain that is
+    empty when nobody listens."""
+    from triton import knobs
+
+    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
+
+
+def _is_compiled_kernel(value: Any) -> bool:
+    return value is not None and hasattr(value, "run") and hasattr(value, "packed_metadata")
+
+
+class AutotunedLauncher:
+    """Times each candidate launcher on the first call's real arguments and keeps the fastest.
+
+    For kernels whose best block shape is not predictable from sizes alone
+    (reductions over rows too long for registers). Safe only for kernels that
+    write nothing they read: every candidate runs several times on the same
+    arguments. The code generator's kernels are functional, so that holds.
+    Under the interpreter (no GPU timing) the first candidate is kept.
+    """
+
+    REPEATS = 5
+
+    def __init__(self, candidates: list[KernelLauncher]):
+        self.candidates = candidates
+        self.chosen: KernelLauncher | None = None
+        self.timings_ms: list[float] = []
+
+    def __call__(self, *arguments: Any) -> None:
+        if self.chosen is None:
+            self.chosen = self._choose(arguments)
+        self.chosen(*arguments)
+
+    def _choose(self, arguments: tuple) -> KernelLauncher:
+        if len(self.candidates) == 1 or not torch.cuda.is_available():
+            return self.candidates[0]
+        for candidate in self.candidates:
+            candidate(*arguments)  # compile and warm up outside the timing
+        for candidate in self.candidates:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(self.REPEATS):
+                candidate(*arguments)
+            end.record()
+            end.synchronize()
+            self.timings_ms.append(start.elapsed_time(end) / self.REPEATS)
+        return self.candidates[self.timings_ms.index(min(self.timings_ms))]

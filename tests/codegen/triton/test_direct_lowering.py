@@ -1,0 +1,154 @@
+"""ATen graphs through the Triton code generator, against eager (interpreted without a GPU)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tensorjit.codegen.triton import compile_aten_graph, decompositions, direct
+
+sys.path.insert(0, str(Path(__file__).parents[3] / "bench"))
+from gpu_models import GPT2, GPT2Settings, TinyBlock  # noqa: E402
+
+
+def trace(function, arguments):
+    with torch.no_grad():
+        return make_fx(function, decomposition_table=decompositions(), tracing_mode="fake")(*arguments)
+
+
+def relative_error(actual, expected) -> float:
+    return ((actual.double() - expected.double()).norm() / expected.double().norm()).item()
+
+
+def kernel_count(graph) -> int:
+    return sum(isinstance(step, direct.Group) for step in direct.partition(graph))
+
+
+def test_softmax_layer_norm_gelu_fuse_into_one_kernel(device):
+    def function(x, weight, bias):
+        return F.gelu(F.layer_norm(x, (32,), weight, bias)) * 2 + x.softmax(-1)
+
+    arguments = [torch.randn(6, 32, device=device), torch.randn(32, device=device), torch.randn(32, device=device)]
+    graph = trace(function, arguments)
+    assert kernel_count(graph) == 1
+    compiled = compile_aten_graph(graph, arguments)
+    assert relative_error(compiled(*arguments), function(*arguments)) < 1e-6
+
+
+def test_bfloat16_rounds_where_eager_rounds(device):
+    def function(x):
+        return torch.softmax(x, -1) * 3
+
+    x = torch.randn(8, 64, device=device, dtype=torch.bfloat16)
+    compiled = compile_aten_graph(trace(function, [x]), [x])
+    result = compiled(x)
+    assert result.dtype == torch.bfloat16
+    assert relative_error(result, function(x)) < 1e-2
+
+
+def test_long_rows_loop_over_the_row(device):
+    def function(x):
+        return x.softmax(-1) + x.var(-1, keepdim=True)
+
+    x = torch.randn(3, 20000, device=device)
+    compiled = compile_aten_graph(trace(function, [x]), [x])
+    assert relative_error(compiled(x), function(x)) < 1e-6
+
+
+def test_broadcasts_and_non_contiguous_inputs(device):
+    def function(x, row, column):
+        return (x * row + column).relu().sum(-1)
+
+    x = torch.randn(16, 8, device=device).t()  # non-contiguous
+    row, column = torch.randn(1, 16, device=device), torch.randn(8, 1, device=device)
+    compiled = compile_aten_graph(trace(function, [x, row, column]), [x, row, column])
+    assert relative_error(compiled(x, row, column), function(x, row, column)) < 1e-6
+
+
+def test_other_strides_at_call_time_run_eagerly(device):
+    x = torch.randn(8, 8, device=device)
+    compiled = compile_aten_graph(trace(lambda v: v.exp() + 1, [x]), [x])
+    transposed = torch.randn(8, 8, device=device).t()
+    torch.testing.assert_close(compiled(transposed), transposed.exp() + 1)
+    assert compiled.eager_calls == 1
+
+
+def test_tiny_block_and_gpt2_match_eager(device):
+    torch.manual_seed(0)
+    for model, inputs in (
+        (TinyBlock(64, 256), [torch.randn(2, 8, 64)]),
+        (GPT2(GPT2Settings(vocab_size=100, context=32, layers=1, heads=2, width=32)), [torch.randint(0, 100, (2, 16))]),
+    ):
+        model = model.to(device).eval()
+        inputs = [value.to(device) for value in inputs]
+        parameters = dict(model.named_parameters())
+
+        def function(*arguments):
+            return torch.func.functional_call(model, dict(zip(parameters, arguments[1:])), (arguments[0],))
+
+        arguments = [*inputs, *parameters.values()]
+        graph = trace(function, arguments)
+        compiled = compile_aten_graph(graph, arguments)
+        with torch.no_grad():
+            assert relative_error(compiled(*arguments), model(*inputs)) < 1e-5
+
+
+def test_lowering_failure_runs_eagerly(monkeypatch, device):
+    x = torch.randn(4, device=device)
+    graph = trace(lambda v: v * 2, [x])
+
+    def refuse(*arguments, **keywords):
+        raise NotImplementedError("planted")
+
+    monkeypatch.setattr(direct, "compile_graph", refuse)
+    torch.testing.assert_close(compile_aten_graph(graph, [x])(x), x * 2)
+
+
+def test_convolutions_read_channels_last_and_activations_stay_so():
+    from tensorjit.codegen.triton.layout import prefer_channels_last
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.norm = torch.nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            y = torch.relu(self.norm(self.first(x)))
+            return self.second(y) + y
+
+    model = Net().eval()
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    arguments = [torch.randn(2, 3, 8, 8), *state.values()]
+
+    def function(x, *values):
+        return torch.func.functional_call(model, dict(zip(state, values)), (x,))
+
+    graph = trace(function, arguments)
+    assert prefer_channels_last(graph, arguments, require_cuda=False)
+    copies = [n.args[0].name for n in graph.graph.nodes if n.target is torch.ops.aten.clone.default]
+    assert len(copies) == 3  # the image and both weights; the activation arrives channels-last already
+    compiled = compile_aten_graph(graph, arguments)
+    with torch.no_grad():
+        assert relative_error(compiled(*arguments), model(arguments[0])) < 1e-6
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_reduce_overhead_replays_the_compiled_graph():
+    from tensorjit.config import Config
+    from tensorjit.runtime.cudagraphs import CudaGraphRunner
+
+    def function(x, weight):
+        return (F.layer_norm(x, (64,), weight) @ weight.new_ones(64, 16)).softmax(-1)
+
+    arguments = [torch.randn(32, 64, device="cuda"), torch.randn(64, device="cuda")]
+    compiled = compile_aten_graph(trace(function, arguments), arguments, config=Config(triton_cudagraphs=True))
+    assert isinstance(compiled, CudaGraphRunner)
+    for _ in range(3):
+        arguments = [torch.randn(32, 64, device="cuda"), torch.randn(64, device="cuda")]
+        assert relative_error(compiled(*arguments), function(*arguments)) < 1e-5
+    assert compiled.replays == 3
