@@ -650,3 +650,24 @@ def test_guard_in_resume_function():
     run(torch.randn(2), "add")
     run(torch.randn(2), "sub")
     run(torch.randn(2), "add")
+
+
+def test_no_recompile_for_module_list_slice_in_forward():
+    class Sliced(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
+
+        def forward(self, x):
+            for layer in self.layers[:-1]:
+                x = torch.relu(layer(x))
+            return self.layers[-1](x)
+
+    torch.manual_seed(0)
+    model = Sliced()
+    counter = CountingBackend()
+    compiled = compile(model, backend=counter)
+    x = torch.randn(2, 4)
+    for _ in range(4):
+        assert_same(model(x), compiled(x))
+    assert counter.graph_count == 1
