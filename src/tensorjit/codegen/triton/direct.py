@@ -46,8 +46,8 @@ prims = torch.ops.prims
 
 
 def decompositions() -> dict:
-    """The decomposition table this lowering expects (see decompositions.py)."""
-    from tensorjit.codegen.triton.decompositions import decompositions as table
+    """The decomposition table this lowering expects (see decomposition_table.py)."""
+    from tensorjit.codegen.triton.decomposition_table import decompositions as table
 
     return table()
 
