@@ -152,3 +152,15 @@ def test_reduce_overhead_replays_the_compiled_graph():
         arguments = [torch.randn(32, 64, device="cuda"), torch.randn(64, device="cuda")]
         assert relative_error(compiled(*arguments), function(*arguments)) < 1e-5
     assert compiled.replays == 3
+
+
+def test_decompositions_stays_a_function_after_every_submodule_is_imported():
+    import importlib
+    import pkgutil
+
+    import tensorjit.codegen.triton as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+    assert callable(package.decompositions) and callable(package.compile_aten_graph)
+    assert isinstance(package.decompositions(), dict)

@@ -14,7 +14,7 @@ reason logged: never a wrong answer.
 Modules: expressions (scalar op -> Triton text), emitter (the scalar-op
 protocol), kernel (one kernel's text), heuristics (block sizes), launcher
 (loading and fast launches), parallel (compiling in worker processes),
-pointwise_ops (ATen pointwise ops on the emitter), decompositions (the table
+pointwise_ops (ATen pointwise ops on the emitter), decomposition_table (the table
 the lowering expects), partition (which nodes share a kernel), group_emitter
 (one group -> one kernel), layout (channels-last convolutions), direct (the
 whole graph: kernels + wrapper), wrapper (the per-call function), indexing.

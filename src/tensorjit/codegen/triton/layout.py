@@ -9,6 +9,9 @@ stores in eager's strides), so after the first conversion the activations stay
 channels-last through batch norm, ReLU and residual additions, and only the
 weights are copied on each call.
 
+Not called by default (direct.CHANNELS_LAST is False): until kernels iterate
+in memory order it made resnet50 2.5x slower, see docs/performance.md.
+
 Why: cuDNN's tensor-core convolutions run NHWC natively; an NCHW convolution
 pays for transposes inside. Measured on an H100 for resnet50 fp16 batch 64:
 eager (NCHW) 7.7 ms, torch.compile (which makes the same choice) 3.1 ms.
