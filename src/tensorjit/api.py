@@ -51,6 +51,7 @@ class CompiledFunction:
         self.eager_fallback = False
         self.binder = _make_binder(fn)
         self.fast = _always_miss
+        self.origin: tuple | None = None  # for a resume function: (original's CompiledFunction, prologue length)
         self._resume: dict[tuple, CompiledFunction] = {}
         functools.update_wrapper(self, fn)
         _all_compiled.add(self)
@@ -86,7 +87,8 @@ class CompiledFunction:
             self._note_changed_shapes(L)
             failure = self.entries[-1].guards.failure(L)
             self.failures.append(failure or "unknown")
-            logs.recompile(self.fn.__qualname__, failure)
+            code = self.fn.__code__
+            logs.recompile(f"{self.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})", failure)
             if len(self.entries) >= self.config.cache_size_limit:
                 self.eager_fallback = True
                 warnings.warn(
@@ -130,7 +132,13 @@ class CompiledFunction:
                 record_changed_dims(self.dynamic_dims, expression, shape, tuple(value.shape))
 
     def resume_function(self, index: int, depth: int, local_names: list[str]) -> "CompiledFunction":
-        """The compiled resume function continuing this code at instruction `index`."""
+        """The compiled resume function continuing this code at instruction `index`.
+
+        Resume functions are always copies of the original function's code, and are
+        shared: a break in a loop resumes in the same function on every iteration."""
+        if self.origin is not None:  # a resume function: translate to the original's numbering
+            root, shift = self.origin
+            return root.resume_function(index - shift, depth, local_names)
         key = (index, depth, tuple(local_names))
         resume = self._resume.get(key)
         if resume is None:
@@ -138,6 +146,7 @@ class CompiledFunction:
             fn = types.FunctionType(code, self.fn.__globals__, code.co_name, None, self.fn.__closure__)
             resume = self._resume[key] = CompiledFunction(fn, self.backend, self.config, self.fullgraph,
                                                           self.backend_name, self.dynamic)
+            resume.origin = (self, depth + 1)  # its prologue: a load per stack item and a jump
         return resume
 
     def all_entries(self):
@@ -359,6 +368,9 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`."""
     config = _resolve_config(mode, options, dynamic)
     backend_fn, backend_name = _resolve_backend(backend)
+    if backend_name == "inductor":  # the mode and options reach the code generator
+        backend_fn = functools.partial(backend_fn, config=config)
+        backend_fn.__name__ = "inductor"
 
     def wrap(target: Callable):
         if disable:

@@ -45,7 +45,7 @@ def test_transformed_code_runs_the_break_instruction_then_tail_calls():
 
     resume = object()
     successor = Successor(index + 1, 1, False)
-    code = transformed_code(sample.__code__, index, 2, ["a", "b"], restore, [(successor, resume)], TailCall)
+    code = transformed_code(sample.__code__, index, 2, ["a", "b"], [successor])
     fn = types.FunctionType(code, sample.__globals__)
     fn.__kwdefaults__ = {"__tj_restore": restore, "__tj_tail": TailCall, "__tj_resume0": resume}
     result = fn(0, 0)

@@ -529,3 +529,331 @@ def test_nonzero_and_unique():
         return torch.nonzero(x), torch.unique(x)
 
     check(fn, torch.tensor([0, 1, 0, 3, 3]))
+
+
+# ---------------------------------------------------------------- breaks with live stack values
+
+
+def keyword_untraceable(n, *, offset=0, scale=1):
+    return (zlib.adler32(str(n).encode()) % 7 + offset) * scale
+
+
+def test_break_at_call_with_keyword_arguments():
+    def fn(x):
+        y = x.sin()
+        k = keyword_untraceable(3, offset=2, scale=3)
+        return y * k
+
+    check(fn, torch.randn(3), graphs=2)
+
+
+def test_break_at_torch_call_with_keyword_arguments():
+    def fn(x):
+        y = x * 2
+        values = torch.sort(y.detach(), descending=True, stable=True).values.tolist()
+        return y + values[0]
+
+    check(fn, torch.tensor([3.0, 1.0, 2.0]))
+
+
+def test_break_in_the_middle_of_an_expression():
+    def fn(x, y):
+        return x.sin() + untraceable(4) * y.cos() - (x * y).sum()
+
+    check(fn, torch.randn(3), torch.randn(3), graphs=2)
+
+
+def test_break_while_building_a_list_argument():
+    def fn(x):
+        return torch.cat([x, x * 2, x + untraceable(5), x - 1])
+
+    check(fn, torch.randn(2))
+
+
+def test_break_while_building_a_dict_and_call_args():
+    def fn(x, y):
+        d = {"a": x, "b": untraceable(6), "c": y * 2}
+        return torch.add(x * d["b"], d["c"], alpha=untraceable(7))
+
+    check(fn, torch.randn(2), torch.randn(2))
+
+
+def test_break_inside_method_on_self():
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.seen = []
+
+        def log(self, value):
+            self.seen.append(untraceable(value))
+
+        def forward(self, x, *extra, scale=1.0, **options):
+            h = self.lin(x)
+            self.log(h.shape[0])
+            for e in extra:
+                h = h + e
+            return h * scale + options.get("shift", 0)
+
+    torch.manual_seed(0)
+    check(Model(), torch.randn(2, 3), torch.ones(3), scale=2.0, shift=1.0, grad=True)
+
+
+def test_break_with_cell_variables_alive():
+    def fn(x):
+        factor = x.shape[0]
+
+        def scaled(t):
+            return t * factor
+
+        before = scaled(x)
+        k = untraceable(8)
+        factor = factor + k
+        return before, scaled(x)
+
+    check(fn, torch.randn(3))
+
+
+def test_break_inside_lambda():
+    def fn(xs):
+        transform = lambda t: t * untraceable(9) + 1  # noqa: E731
+        return [transform(x) for x in xs]
+
+    check(fn, [torch.randn(2), torch.randn(2)])
+
+
+def test_break_three_levels_deep_with_side_effects():
+    def level3(x):
+        EVENTS.append("3a")
+        k = untraceable(10)
+        EVENTS.append("3b")
+        return x * k
+
+    def level2(x):
+        EVENTS.append("2a")
+        y = level3(x + 1)
+        EVENTS.append("2b")
+        return y - 1
+
+    def level1(x):
+        EVENTS.append("1a")
+        y = level2(x * 2)
+        EVENTS.append("1b")
+        return y / 2
+
+    check(level1, torch.randn(3), side_effects=EVENTS_SEEN)
+
+
+def test_break_with_keyword_only_and_star_arguments_in_frame():
+    def fn(x, *rest, key, **options):
+        y = x + sum(rest)
+        EVENTS.append(untraceable(11))
+        return y * key + options["extra"]
+
+    check(fn, torch.randn(2), torch.ones(2), torch.ones(2), key=3.0, extra=torch.ones(2),
+          side_effects=EVENTS_SEEN)
+
+
+def test_break_in_for_loop_with_else_clause():
+    def fn(x, limit):
+        for i in range(4):
+            x = x + untraceable(i)
+            if i == limit:
+                break
+        else:
+            x = x * 100
+        return x
+
+    check(fn, torch.zeros(2), 2)
+    check(fn, torch.zeros(2), 9)
+
+
+def test_break_inside_with_inside_for():
+    def fn(x):
+        outs = []
+        for i in range(3):
+            with torch.no_grad():
+                y = x * i
+                EVENTS.append(untraceable(i))
+                outs.append(y + 1)
+            outs.append(x * i)
+        return outs
+
+    check(fn, torch.randn(2, requires_grad=True), side_effects=EVENTS_SEEN, grad=True)
+
+
+def test_break_with_live_module_list_and_dict_locals():
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(2)])
+
+    def fn(x):
+        cache = {"inputs": [x]}
+        for layer in layers:
+            x = layer(x)
+            cache["inputs"].append(x)
+            EVENTS.append(untraceable(len(cache["inputs"])))
+        return x, cache
+
+    check(fn, torch.randn(1, 2), side_effects=EVENTS_SEEN)
+
+
+def test_break_returns_python_objects():
+    def fn(x):
+        y = x.sum()
+        k = untraceable(12)
+        return {"k": k, "y": y, "shape": tuple(x.shape), "name": f"n{k}"}, [k] * 2
+
+    check(fn, torch.randn(2, 3), graphs=1)
+
+
+def test_break_then_tensor_branch_then_break():
+    def fn(x):
+        EVENTS.append(untraceable(13))
+        if x.mean() > 0:
+            x = x * 2
+            EVENTS.append(untraceable(14))
+        else:
+            x = x / 2
+        EVENTS.append(untraceable(15))
+        return x + 1
+
+    check(fn, torch.ones(3), side_effects=EVENTS_SEEN, calls=3)
+    check(fn, -torch.ones(3), side_effects=EVENTS_SEEN, calls=3)
+
+
+def test_break_inside_user_context_manager():
+    class Recording:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            EVENTS.append(("enter", self.name))
+            return self
+
+        def __exit__(self, *exc):
+            EVENTS.append(("exit", self.name))
+            return False
+
+    def fn(x):
+        with Recording("outer") as outer:
+            y = x * 2
+            EVENTS.append(untraceable(16))
+            y = y + len(outer.name)
+        return y
+
+    check(fn, torch.randn(2), side_effects=EVENTS_SEEN)
+
+
+def test_exception_inside_compiled_code_runs_finally_once():
+    def fn(x, fail):
+        try:
+            EVENTS.append("try")
+            if fail:
+                raise RuntimeError("requested")
+            return x + 1
+        finally:
+            EVENTS.append("finally")
+
+    compiled = compile(fn, backend="eager")
+    EVENTS.clear()
+    with pytest.raises(RuntimeError, match="requested"):
+        compiled(torch.ones(2), True)
+    assert EVENTS == ["try", "finally"]
+    EVENTS.clear()
+    torch.testing.assert_close(compiled(torch.ones(2), False), torch.full((2,), 2.0))
+    assert EVENTS == ["try", "finally"]
+
+
+def test_recursive_compiled_function():
+    def fn(x, depth):
+        if depth == 0:
+            return x
+        return compiled_recursive(x * 2, depth - 1) + 1
+
+    compiled_recursive = compile(fn, backend="eager")
+    torch.testing.assert_close(compiled_recursive(torch.ones(2), 3), fn(torch.ones(2), 3))
+
+
+class Untraceable:
+    """An object whose method no capture engine can look into."""
+
+    def compute(self, n, *, offset=0):
+        return zlib.crc32(str(n).encode()) % 5 + offset
+
+
+def test_break_at_method_call_with_keyword_arguments():
+    helper = Untraceable()
+
+    def fn(x):
+        y = x.cos()
+        return y * helper.compute(3, offset=1)
+
+    check(fn, torch.randn(3))
+
+
+def test_break_at_call_with_star_star_kwargs():
+    def fn(x, options):
+        y = x.sin()
+        return y * keyword_untraceable(4, **options)
+
+    check(fn, torch.randn(3), {"offset": 1, "scale": 2})
+
+
+def test_break_at_call_with_star_args():
+    def fn(x, args):
+        y = x.sin()
+        return y * untraceable(*args)
+
+    check(fn, torch.randn(3), (5,))
+
+
+def test_print_with_keyword_arguments():
+    def fn(x):
+        y = x + 1
+        print("value", 1, sep="-", end="|")
+        return y * 2
+
+    x = torch.randn(2)
+    expected, expected_text = _printed(fn, x)
+    actual, text = _printed(compile(fn, backend="eager"), x)
+    torch.testing.assert_close(actual, expected)
+    assert text == expected_text
+
+
+COUNT_AFTER_BREAK = 0
+
+
+def test_global_write_after_break():
+    def fn(x):
+        global COUNT_AFTER_BREAK
+        y = x * 2
+        EVENTS.append(untraceable(17))
+        COUNT_AFTER_BREAK += 1
+        return y + COUNT_AFTER_BREAK
+
+    def reset():
+        global COUNT_AFTER_BREAK
+        COUNT_AFTER_BREAK = 0
+        EVENTS.clear()
+
+    check(fn, torch.zeros(2), side_effects=SideEffects(reset, lambda: (COUNT_AFTER_BREAK, list(EVENTS))))
+
+
+def test_tensor_while_condition_with_nested_for():
+    def fn(x):
+        rounds = 0
+        while x.sum() < 20:
+            for i in range(2):
+                x = x + i + 1
+            rounds += 1
+        return x, rounds
+
+    check(fn, torch.zeros(3))
+
+
+def test_inplace_mask_assignment_on_input():
+    def fn(x):
+        x[x > 0] = 0.0
+        return x.sum()
+
+    check(fn, torch.tensor([1.0, -2.0, 3.0, -4.0]))

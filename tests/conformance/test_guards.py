@@ -13,7 +13,9 @@ import warnings
 import pytest
 import torch
 
-from .harness import REFERENCE, CountingBackend, assert_same, compile, set_cache_size_limit
+from .harness import (
+    REFERENCE, CountingBackend, assert_same, compile, set_cache_size_limit, xfail_on_reference,
+)
 
 
 class Compiled:
@@ -457,3 +459,215 @@ def test_recompile_limit_is_configurable():
         for n in range(5):
             run(torch.zeros(2), n)
     assert run.graphs == 2
+
+
+def test_default_dtype_guard():
+    def fn(x):
+        return x + torch.ones(x.shape[0])
+
+    run = Compiled(fn)
+    run(torch.randn(3))
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        out = run(torch.randn(3, dtype=torch.float64))
+        assert out.dtype == torch.float64
+    finally:
+        torch.set_default_dtype(old)
+
+
+def test_global_function_rebound():
+    namespace = {"torch": torch}
+    exec("def helper(x):\n    return x + 1\ndef fn(x):\n    return helper(x) * 2\n", namespace)
+    run = Compiled(namespace["fn"])
+    run(torch.zeros(2))
+    exec("def helper(x):\n    return x - 1\n", namespace)
+    out = run(torch.zeros(2))
+    torch.testing.assert_close(out, torch.full((2,), -2.0))
+
+
+def test_string_argument_guard():
+    def fn(x, mode):
+        return x.relu() if mode == "relu" else x.sigmoid()
+
+    run = Compiled(fn)
+    run(torch.randn(3), "relu")
+    run(torch.randn(3), "sigmoid")
+    assert run.graphs == 2
+
+
+def test_list_of_ints_value_guard():
+    def fn(x, dims):
+        return x.permute(*dims)
+
+    run = Compiled(fn)
+    run(torch.randn(2, 3, 4), [0, 1, 2])
+    run(torch.randn(2, 3, 4), [2, 0, 1])
+    assert run.graphs == 2
+
+
+def test_tensor_inside_list_shape_guard():
+    def fn(items):
+        return items[0] * 2 + items[1].sum()
+
+    run = Compiled(fn, dynamic=False)
+    run([torch.randn(3), torch.randn(3)])
+    run([torch.randn(3), torch.randn(5)])
+    assert run.graphs == 2
+
+
+def test_tensor_argument_replaced_by_none():
+    def fn(x, mask):
+        return x + 1 if mask is None else x * mask
+
+    run = Compiled(fn)
+    run(torch.randn(3), torch.ones(3))
+    run(torch.randn(3), None)
+    assert run.graphs == 2
+
+
+def test_input_aliasing_guard():
+    def fn(a, b):
+        a.add_(1)
+        return b * 2
+
+    counter = CountingBackend()
+    compiled = compile(fn, backend=counter)
+    x, y = torch.zeros(3), torch.zeros(3)
+    compiled(x, y)
+    eager_z = torch.zeros(3)
+    expected = fn(eager_z, eager_z)
+    z = torch.zeros(3)
+    actual = compiled(z, z)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(z, eager_z)
+
+
+def test_parameters_frozen_after_compile():
+    eager, twin, compiled, counter = module_pair()
+    x = torch.randn(3, 4)
+    assert compiled(x).requires_grad
+    for p in list(eager.parameters()) + list(twin.parameters()):
+        p.requires_grad_(False)
+    expected, actual = eager(x), compiled(x)
+    assert not expected.requires_grad
+    assert_same(expected, actual)
+
+
+def test_different_module_instance_same_class():
+    def fn(x, module):
+        return module(x)
+
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+    run = Compiled(fn)
+    x = torch.randn(2, 3)
+    run(x, first)
+    run(x, second)
+    run(x, first)
+
+
+@xfail_on_reference("hook guards are skipped by default (skip_nnmodule_hook_guards)")
+def test_forward_hook_added_after_compile_runs():
+    eager, twin, compiled, counter = module_pair()
+    x = torch.randn(3, 4)
+    assert_same(eager(x), compiled(x))
+    eager.bn.register_forward_hook(lambda module, args, out: out * 3 + 100)
+    twin.bn.register_forward_hook(lambda module, args, out: out * 3 + 100)
+    assert_same(eager(x), compiled(x))
+
+
+def test_global_grad_mode_set_globally():
+    def fn(x):
+        return x * 2
+
+    run = Compiled(fn)
+    x = torch.randn(2, requires_grad=True)
+    run(x)
+    torch.set_grad_enabled(False)
+    try:
+        assert not run(x).requires_grad
+    finally:
+        torch.set_grad_enabled(True)
+    assert run(x).requires_grad
+
+
+def test_module_namespace_attribute_guard():
+    import types
+
+    settings = types.ModuleType("conformance_settings")
+    settings.ACTIVATION = "relu"
+
+    def fn(x):
+        return x.relu() if settings.ACTIVATION == "relu" else x.tanh()
+
+    run = Compiled(fn)
+    run(torch.randn(3))
+    settings.ACTIVATION = "tanh"
+    out = run(torch.tensor([-1.0, 0.5]))
+    torch.testing.assert_close(out, torch.tanh(torch.tensor([-1.0, 0.5])))
+
+
+def test_object_tensor_attribute_replaced_with_new_shape():
+    class Holder:
+        def __init__(self):
+            self.table = torch.ones(3)
+
+    def fn(x, holder):
+        return x.sum() * holder.table
+
+    run = Compiled(fn)
+    holder = Holder()
+    run(torch.randn(2), holder)
+    holder.table = torch.arange(5.0)
+    run(torch.randn(2), holder)
+
+
+def test_module_in_closure_swapped():
+    layer = {"current": torch.nn.ReLU()}
+
+    def fn(x):
+        return layer["current"](x)
+
+    run = Compiled(fn)
+    run(torch.randn(3))
+    layer["current"] = torch.nn.Sigmoid()
+    run(torch.randn(3))
+    assert run.graphs == 2
+
+
+def test_guard_in_resume_function():
+    import zlib
+
+    def fn(x, mode):
+        y = x * 2
+        zlib.crc32(b"break")
+        if mode == "add":
+            return y + 1
+        return y - 1
+
+    run = Compiled(fn)
+    run(torch.randn(2), "add")
+    run(torch.randn(2), "sub")
+    run(torch.randn(2), "add")
+
+
+def test_no_recompile_for_module_list_slice_in_forward():
+    class Sliced(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
+
+        def forward(self, x):
+            for layer in self.layers[:-1]:
+                x = torch.relu(layer(x))
+            return self.layers[-1](x)
+
+    torch.manual_seed(0)
+    model = Sliced()
+    counter = CountingBackend()
+    compiled = compile(model, backend=counter)
+    x = torch.randn(2, 4)
+    for _ in range(4):
+        assert_same(model(x), compiled(x))
+    assert counter.graph_count == 1

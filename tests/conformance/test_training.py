@@ -224,3 +224,20 @@ def test_training_step_inductor():
     compiled_losses = train(compiled_model, 2, mlp_batch, compiled_backend="inductor")
     torch.testing.assert_close(compiled_losses, eager_losses, rtol=1e-3, atol=1e-4)
     assert_same(eager_model, compiled_model, "model after training", rtol=1e-3, atol=1e-4)
+
+
+def test_tensor_hook_registered_inside():
+    def fn(x):
+        y = x * 2
+        y.register_hook(lambda grad: grad * 10)
+        return y.sin()
+
+    check(fn, torch.randn(3, requires_grad=True), grad=True)
+
+
+def test_requires_grad_set_inside():
+    def fn(x):
+        w = torch.ones(3).requires_grad_()
+        return x * w, w.requires_grad
+
+    check(fn, torch.randn(3), grad=True)

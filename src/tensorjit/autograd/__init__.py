@@ -1,0 +1,56 @@
+"""Ahead-of-time autograd: the AOTAutograd role.
+
+    aot_compile(gm, example_inputs, *, fw_compiler, bw_compiler=None, inference_compiler=None,
+                decompositions=None, partitioner="min_cut") -> callable
+
+takes a captured FX graph and returns a callable with the same inputs and outputs.
+When some input requires grad (and grad mode is on), the graph is traced into a joint
+forward/backward ATen graph (`joint.py`), split by the partitioner (`partition.py`),
+the two halves are compiled separately by `fw_compiler` and `bw_compiler` (how a code
+generator receives them), and a `torch.autograd.Function` runs them (`runtime.py`).
+Otherwise only the functionalized forward is traced and compiled by
+`inference_compiler`, with no autograd overhead.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .joint import trace_forward, trace_joint
+from .partition import partition as split_joint
+from .runtime import make_inference_function, make_training_function
+
+__all__ = ["aot_compile"]
+
+
+def _example_of(node: torch.fx.Node):
+    return node.meta.get("val")
+
+
+def _examples(gm: torch.fx.GraphModule) -> list:
+    return [_example_of(n) for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: Callable,
+                bw_compiler: Callable | None = None, inference_compiler: Callable | None = None,
+                decompositions: dict | None = None, partitioner: str = "min_cut") -> Callable:
+    bw_compiler = bw_compiler or fw_compiler
+    inference_compiler = inference_compiler or fw_compiler
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+    if not needs_grad:
+        traced = trace_forward(gm, example_inputs, decompositions)
+        compiled = inference_compiler(traced.graph_module, _examples(traced.graph_module))
+        return make_inference_function(compiled, traced.num_outputs, traced.mutated_inputs)
+    traced = trace_joint(gm, example_inputs, decompositions)
+    parts = split_joint(traced, partitioner)
+    forward = fw_compiler(parts.forward, _examples(parts.forward))
+    backward = bw_compiler(parts.backward, _examples(parts.backward))
+    training = make_training_function(
+        forward, backward, num_inputs=len(example_inputs), num_outputs=traced.num_outputs,
+        mutated=traced.mutated_inputs, num_saved=parts.num_saved,
+        differentiable_outputs=traced.differentiable_outputs, grad_inputs=traced.grad_inputs)
+    training.partition = parts
+    return training

@@ -51,16 +51,16 @@ def specialize_sizes(backend: Backend) -> Backend:
 
     Capture happens once; the backend compiles the same graph once per distinct set
     of concrete sizes, when a call first brings them."""
-    def compile_graph(gm, example_inputs):
+    def compile_graph(gm, example_inputs, **options):
         if not is_dynamic(gm):
-            return backend(gm, example_inputs)
+            return backend(gm, example_inputs, **options)
         compiled: dict[tuple, Callable] = {}
 
         def run(*args):
             key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
             fn = compiled.get(key)
             if fn is None:
-                fn = compiled[key] = backend(gm, list(args))
+                fn = compiled[key] = backend(gm, list(args), **options)
             return fn(*args)
         return run
     compile_graph.__name__ = getattr(backend, "__name__", "backend")

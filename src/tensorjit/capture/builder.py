@@ -38,8 +38,17 @@ def wrap(tx, obj: Any, source: Source | None) -> Value:
     known = tx.output.wrapped.get(source)
     if known is not None and known[0] is obj:
         return known[1]
+    if type(obj) in (list, dict, collections.OrderedDict):
+        # One value per mutable container, whichever path reached it: its mutations must
+        # accumulate in one place. The guard keeps the two paths pointing at one object.
+        seen = tx.output.wrapped_by_id.get(id(obj))
+        if seen is not None:
+            tx.output.guard(Guard(source, "same", other=seen[2]))
+            return seen[1]
     value = _wrap_new(tx, obj, source)
     tx.output.wrapped[source] = (obj, value)
+    if type(obj) in (list, dict, collections.OrderedDict):
+        tx.output.wrapped_by_id[id(obj)] = (obj, value, source)
     return value
 
 
@@ -74,6 +83,11 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         from .sources import AttrSource
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
         return MethodValue(owner, wrap(tx, obj.__func__, AttrSource(source, "__func__")), source)
+    if isinstance(obj, types.BuiltinMethodType) and type(getattr(obj, "__self__", None)) in (list, dict):
+        # `xs.append` loaded before a graph break: a method of the (guarded) container
+        from .sources import AttrSource
+        owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
+        return owner.getattr(tx, obj.__name__)
     guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
     return _wrap_callable_or_object(tx, obj, source)
 

@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 from .breaks import GraphBreak
+from .codegen import GradExit
 from .values.base import ConstantValue, NULL, Value
 from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, SetValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
@@ -101,6 +102,12 @@ def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Val
     if obj in _GRAD_MODES:
         tx.current_builtin = obj
         return _GRAD_MODES[obj](tx, args, kwargs)
+    if isinstance(obj, GradExit):  # the exit of a grad-mode block entered at a graph break
+        from .guards import Guard
+        from .sources import AttrSource
+        if value.source is not None:
+            tx.output.guard(Guard(AttrSource(value.source, "previous"), "constant", obj.previous))
+        return tx.set_grad_enabled(obj.previous)
     if isinstance(obj, functools.partial):
         fn = tx.getattr(value, "func")
         stored = [tx.wrap_constant_object(a) for a in obj.args]

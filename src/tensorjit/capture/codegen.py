@@ -115,24 +115,30 @@ class RuntimeCodegen:
         return value.reconstruct(self)
 
     # -- the function ------------------------------------------------------------------------
-    def side_effect_lines(self) -> list[str]:
-        lines = []
-        for effect in self.output.side_effects:
-            if effect.kind == "attr":
-                lines.append(f"setattr({self.value(effect.target)}, {effect.key!r}, {self.value(effect.value)})")
-            elif effect.kind == "cell":
-                lines.append(f"{effect.target.expression()} = {self.value(effect.value)}")
-            elif effect.kind == "global":
-                lines.append(f"G[{effect.key!r}] = {self.value(effect.value)}")
-            elif effect.kind == "container":
+    def side_effect_lines(self) -> tuple[list[str], list[str]]:
+        """Lines that read every written value (run first, while sources still see the old
+        state), and lines that then perform the writes, in the order capture saw them."""
+        reads, writes = [], []
+        for n, effect in enumerate(self.output.side_effects):
+            if effect.kind == "container":
                 container = effect.target
                 if isinstance(container, ListValue):
                     new = "[" + ", ".join(self.value(v) for v in container.items) + "]"
                 else:
                     new = "{" + ", ".join(f"{self.constant(k)}: {self.value(v)}"
                                           for k, v in container.items.items()) + "}"
-                lines.append(f"{self.helper('replace_contents')}({container.source.expression()}, {new})")
-        return lines
+                reads.append(f"__w{n} = {new}")
+                writes.append(f"{self.helper('replace_contents')}({container.source.expression()}, __w{n})")
+                continue
+            reads.append(f"__w{n} = {self.value(effect.value)}")
+            if effect.kind == "attr":
+                reads.append(f"__t{n} = {self.value(effect.target)}")
+                writes.append(f"setattr(__t{n}, {effect.key!r}, __w{n})")
+            elif effect.kind == "cell":
+                writes.append(f"{effect.target.expression()} = __w{n}")
+            elif effect.kind == "global":
+                writes.append(f"G[{effect.key!r}] = __w{n}")
+        return reads, writes
 
 
 class RestoreFunction:
@@ -144,7 +150,7 @@ class RestoreFunction:
                  wrap_callee=None) -> None:
         self.output = output
         cg = self.codegen = RuntimeCodegen(output)
-        effects = cg.side_effect_lines()
+        reads, writes = cg.side_effect_lines()
         results = [cg.value(v) for v in result_values]
         if wrap_indices:
             cg.env["_wrap_callee"] = wrap_callee
@@ -156,11 +162,11 @@ class RestoreFunction:
             lines.append(f"    __outs = __graph({inputs})")
         if grad_mode_after is not None:
             lines.append(f"    _set_grad({grad_mode_after!r})")
-        lines += [f"    {line}" for line in effects]
-        if single:
-            lines.append(f"    return {results[0]}")
-        else:
-            lines.append(f"    return ({''.join(r + ', ' for r in results)})")
+        lines += [f"    {line}" for line in reads]
+        lines.append(f"    __result = {results[0]}" if single else
+                     f"    __result = ({''.join(r + ', ' for r in results)})")
+        lines += [f"    {line}" for line in writes]
+        lines.append("    return __result")
         self.text = "\n".join(lines) + "\n"
 
     def finish(self, compiled_graph, fn_globals: dict, closure):

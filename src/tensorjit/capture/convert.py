@@ -173,6 +173,10 @@ def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool)
 def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -> CacheEntry:
     fn = owner.fn
     code = fn.__code__
+    if code.co_cellvars:
+        # Closures made before the break would keep cells the resumed code no longer
+        # writes; running this call pattern in Python keeps them shared.
+        raise GraphBreak("reconstruct", "a graph break in a function whose variables are captured by closures")
     index = frame.ip
     inst = frame.instructions[index]
     stack = list(frame.stack)
@@ -200,7 +204,7 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
     entry_index = index
     while entry_index > 0 and frame.instructions[entry_index - 1].opname in ("KW_NAMES", "PRECALL"):
         entry_index -= 1
-    tcode = transformed_code(code, index, len(stack), local_names, restore_fn, successors, TailCall, entry_index)
+    tcode = transformed_code(code, index, len(stack), local_names, [s for s, _ in successors], entry_index)
     transformed = types.FunctionType(tcode, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
     hidden = dict(zip(hidden_parameters(len(successors)),
                       [restore_fn, TailCall, *[resume for _, resume in successors]]))

@@ -86,7 +86,10 @@ def shape_guards(shape_env: ShapeEnv, fakes: list, sources: list[Source]) -> lis
     """Guard expressions (Python text over L, G, ...) that keep the symbolic graph valid."""
     if not fakes:
         return []
-    return list(shape_env.produce_guards(fakes, [ExpressionSource(s.expression()) for s in sources]))
+    # ignore_static=False: sizes that were specialized (range(n), a branch on n) and the
+    # static sizes of tensors with some dynamic ones need their guards too.
+    return list(shape_env.produce_guards(fakes, [ExpressionSource(s.expression()) for s in sources],
+                                         ignore_static=False))
 
 
 def record_changed_dims(history: dict[str, set[int]], source: str, before: tuple, after: tuple) -> None:

@@ -53,6 +53,8 @@ class Guard:
             return f"{self.payload[0]} == {self.payload[1]!r}"
         if self.kind == "expression":
             return f"shape guard {self.payload}"
+        if self.kind == "no_hooks":
+            return f"{where} has no hooks"
         if self.kind == "tensor_dynamic":
             return f"{where}: tensor with dynamic sizes, {tensor_signature_text(self.payload)}"
         return f"{self.kind} guard on {where}"
@@ -169,6 +171,9 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
         em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
                  f"{grad} and {v}.dim() == {len(sig.shape)} and {device}")
+    elif kind == "no_hooks":  # an inlined module: a hook added later must recompile
+        em.check(f"not ({v}._forward_hooks or {v}._forward_pre_hooks or {v}._backward_hooks "
+                 f"or {v}._backward_pre_hooks)")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
     elif kind == "keys":
@@ -179,7 +184,7 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         raise AssertionError(f"unknown guard kind {kind}")
 
 
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "tensor": 3,
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "no_hooks": 2, "tensor": 3,
           "tensor_dynamic": 3, "same": 4, "expression": 5}
 
 

@@ -313,9 +313,12 @@ class Frame:
             obj = self.cells[first].load(self)
         return SuperValue(cls, obj)
 
-    def read_attribute_of_source(self, source, name):
-        from .sources import AttrSource
-        return eval(source.expression(), {}, {})  # pragma: no cover - only for .grad on inputs
+    def read_attribute_of_source(self, source, name: str):
+        """An attribute (such as `.grad`) of the real tensor behind a graph input."""
+        for graph_input in self.output.inputs:
+            if graph_input.source == source:
+                return getattr(graph_input.example, name)
+        raise GraphBreak("tensor-attribute", f".{name} of {source}")
 
     # -- inlining ------------------------------------------------------------------------
     def inline_function(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:

@@ -55,6 +55,7 @@ class OutputGraph:
         self._names: dict[str, int] = {}
         self.constants: dict[str, torch.Tensor] = {}
         self.wrapped: dict[Source, tuple] = {}
+        self.wrapped_by_id: dict[int, tuple] = {}
 
     # -- nodes -----------------------------------------------------------------
     def unique_name(self, hint: str) -> str:

@@ -81,10 +81,13 @@ class Successor:
 
 
 def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, local_names: list[str],
-                     restore, successors: list[tuple[Successor, object]], make_tail,
-                     entry_index: int | None = None) -> types.CodeType:
-    """`entry_index` is where the prologue jumps: the break instruction, or the KW_NAMES
-    and PRECALL that must run before a CALL."""
+                     successors: list[Successor], entry_index: int | None = None) -> types.CodeType:
+    """The entry's code for a break before instruction `break_index`.
+
+    `entry_index` is where the prologue jumps: the break instruction, or the KW_NAMES
+    and PRECALL that must run before a CALL. The code calls `restore`, the `TailCall`
+    class and one resume function per successor through hidden keyword-only parameters
+    (`hidden_parameters`), which the caller fills in as defaults."""
     bc = Bytecode.from_code(code)
     real = _real_instructions(bc)
     instr = real[break_index]
@@ -103,7 +106,7 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     prologue.append(Instr("JUMP_FORWARD", at_break, lineno=lineno))
 
     exits = []
-    for n, (successor, resume) in enumerate(successors):
+    for n, successor in enumerate(successors):
         label = Label()
         block = [label]
         if successor.is_jump and instr.name == "FOR_ITER" and PY >= (3, 12):

@@ -89,6 +89,31 @@ class ConstantValue(Value):
         return f"ConstantValue({self.value!r})"
 
 
+class CallableConstant(Value):
+    """A callable known at capture time (a builtin, a torch function): a constant that can be called."""
+
+    __slots__ = ("fn", "source")
+
+    def __init__(self, fn: Any, source: Source | None = None) -> None:
+        self.fn = fn
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def constant(self) -> Any:
+        return self.fn
+
+    def reconstruct(self, cg) -> str:
+        return cg.constant(self.fn)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({getattr(self.fn, '__qualname__', self.fn)!r})"
+
+
 class NullValue(Value):
     """The NULL that CPython 3.11+ pushes below a callable."""
 

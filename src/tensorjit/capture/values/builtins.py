@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 
 from ..breaks import GraphBreak
-from .base import ConstantValue, NULL, Value
+from .base import CallableConstant, ConstantValue, NULL, Value
 from .containers import DictValue, IteratorValue, ListValue, SetValue, SliceValue, TupleValue
 from .tensors import TensorValue, record_call
 
@@ -64,19 +64,8 @@ def builtin(*fns):
     return register
 
 
-class BuiltinValue(Value):
-    def __init__(self, fn: Any, source=None) -> None:
-        self.fn = fn
-        self.source = source
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
-    def is_constant(self) -> bool:
-        return True
-
-    def constant(self) -> Any:
-        return self.fn
+class BuiltinValue(CallableConstant):
+    """A builtin or library callable: a registered handler gives it meaning, else it is folded or breaks."""
 
     def call(self, tx, args, kwargs) -> Value:
         handler = _HANDLERS.get(self.fn)
@@ -87,12 +76,6 @@ class BuiltinValue(Value):
 
     def getattr(self, tx, name):
         return tx.wrap_constant_object(getattr(self.fn, name))
-
-    def reconstruct(self, cg) -> str:
-        return cg.constant(self.fn)
-
-    def __repr__(self) -> str:
-        return f"BuiltinValue({getattr(self.fn, '__qualname__', self.fn)})"
 
 
 def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -382,6 +365,39 @@ def _signature(tx, fn: Value, **kwargs: Value) -> Value:
     if isinstance(target, FunctionValue):
         return ConstantValue(inspect.signature(target.fn))
     raise GraphBreak("unsupported-call", f"inspect.signature of {fn!r}")
+
+
+@builtin(operator.itemgetter, operator.attrgetter)
+def _getter(tx, *keys: Value) -> Value:
+    return GetterValue(tx.current_builtin, [k.constant() for k in keys])
+
+
+class GetterValue(Value):
+    """operator.itemgetter(...) / attrgetter(...) made while capturing."""
+
+    def __init__(self, kind, keys: list) -> None:
+        self.kind = kind
+        self.keys = keys
+
+    def python_type(self) -> type:
+        return self.kind
+
+    def call(self, tx, args, kwargs) -> Value:
+        from ..opcodes import getitem
+        obj = args[0]
+        if self.kind is operator.itemgetter:
+            found = [getitem(tx, obj, tx.wrap_constant_object(k)) for k in self.keys]
+        else:
+            found = []
+            for path in self.keys:
+                value = obj
+                for part in path.split("."):
+                    value = tx.getattr(value, part)
+                found.append(value)
+        return found[0] if len(found) == 1 else TupleValue(found)
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.constant(self.kind)}({', '.join(cg.constant(k) for k in self.keys)})"
 
 
 @builtin(typing.cast)

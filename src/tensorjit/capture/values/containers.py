@@ -18,6 +18,13 @@ from ..sources import ItemSource
 from .base import ConstantValue, Value
 
 
+def _record_mutation(container, tx) -> None:
+    """A list or dict from outside the function changed: write its contents back after the graph."""
+    if container.source is not None and not container.mutated:
+        container.mutated = True
+        tx.output.record_mutation(container)
+
+
 def _constants(values: list[Value]) -> list[Any]:
     return [v.constant() for v in values]
 
@@ -70,8 +77,9 @@ class TupleValue(SequenceValue):
         return TupleValue(items, tuple if _is_namedtuple(self.cls) else self.cls)
 
     def getattr(self, tx, name: str) -> Value:
-        if _is_namedtuple(self.cls) and name in self.cls._fields:
-            return self.items[self.cls._fields.index(name)]
+        fields = _field_names(self.cls)
+        if name in fields:
+            return self.items[fields.index(name)]
         if name in ("count", "index"):
             return ContainerMethodValue(self, name)
         if name == "_asdict" or name == "_replace":
@@ -91,6 +99,13 @@ class TupleValue(SequenceValue):
 
     def __repr__(self) -> str:
         return f"TupleValue({self.items!r})"
+
+
+def _field_names(cls: type) -> tuple:
+    """Field names of a namedtuple or a struct sequence (torch.return_types.max, os.stat_result)."""
+    if _is_namedtuple(cls):
+        return cls._fields
+    return getattr(cls, "__match_args__", ()) if cls is not tuple else ()
 
 
 def _is_namedtuple(cls: type) -> bool:
@@ -118,9 +133,7 @@ class ListValue(SequenceValue):
         raise GraphBreak("getattr", f"list attribute {name!r}")
 
     def mutate(self, tx) -> None:
-        if self.source is not None and not self.mutated:
-            self.mutated = True
-            tx.output.record_mutation(self)
+        _record_mutation(self, tx)
 
     def reconstruct(self, cg) -> str:
         if self.source is not None:
@@ -171,9 +184,7 @@ class DictValue(Value):
         raise GraphBreak("getattr", f"dict attribute {name!r}")
 
     def mutate(self, tx) -> None:
-        if self.source is not None and not self.mutated:
-            self.mutated = True
-            tx.output.record_mutation(self)
+        _record_mutation(self, tx)
 
     def reconstruct(self, cg) -> str:
         if self.source is not None:

@@ -16,7 +16,7 @@ import torch
 
 from ..breaks import GraphBreak
 from ..sources import AttrSource, DefaultSource
-from .base import ConstantValue, Value
+from .base import CallableConstant, ConstantValue, Value
 
 _TORCH_PYTHON_NAMESPACES = (
     "torch.nn.functional", "torch.functional", "torch._tensor", "torch.random",
@@ -200,21 +200,8 @@ class MethodValue(Value):
         return f"MethodValue({self.function!r} of {self.owner!r})"
 
 
-class TorchFunctionValue(Value):
+class TorchFunctionValue(CallableConstant):
     """A torch operation: calls with symbolic tensors become graph nodes."""
-
-    def __init__(self, fn: Any, source=None) -> None:
-        self.fn = fn
-        self.source = source
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
-    def is_constant(self) -> bool:
-        return True
-
-    def constant(self) -> Any:
-        return self.fn
 
     def call(self, tx, args, kwargs) -> Value:
         from .torch_calls import call_torch_function
@@ -222,9 +209,3 @@ class TorchFunctionValue(Value):
 
     def getattr(self, tx, name: str) -> Value:
         return tx.wrap(getattr(self.fn, name), AttrSource(self.source, name) if self.source else None)
-
-    def reconstruct(self, cg) -> str:
-        return cg.constant(self.fn)
-
-    def __repr__(self) -> str:
-        return f"TorchFunctionValue({getattr(self.fn, '__qualname__', self.fn)!r})"

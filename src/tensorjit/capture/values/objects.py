@@ -125,6 +125,9 @@ class NNModuleValue(ObjectValue):
                 or torch.nn.modules.module._global_forward_hooks
                 or torch.nn.modules.module._global_forward_pre_hooks):
             raise GraphBreak("module-hooks", f"{type(module).__name__} has forward hooks")
+        if self.source is not None:
+            from ..guards import Guard
+            tx.output.guard(Guard(self.source, "no_hooks"))
         forward = type(module).forward
         if not isinstance(forward, types.FunctionType):
             raise GraphBreak("module-forward", f"{type(module).__name__}.forward is not a Python function")

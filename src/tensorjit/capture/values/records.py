@@ -4,8 +4,9 @@ Hugging Face's `ModelOutput` (and classes built the same way) is a dataclass der
 from OrderedDict whose items are the fields that are not None, and whose integer
 index reads `to_tuple()`. Following its `__init__`/`__post_init__` symbolically would
 reach pytree registration and dataclass introspection; `RecordValue` gives the same
-behaviour directly. A class qualifies when it is a dataclass, a dict, and has
-`to_tuple` — the protocol this value implements.
+behaviour directly. A class qualifies when it is a dataclass and a dict deriving from a
+class named `ModelOutput` with `to_tuple`: the protocol this value implements (string keys
+read items, integer keys read `to_tuple()`). Other dict dataclasses are followed as code.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .tensors import TensorValue
 
 def is_record_class(cls: type) -> bool:
     return isinstance(cls, type) and issubclass(cls, dict) and dataclasses.is_dataclass(cls) \
-        and callable(getattr(cls, "to_tuple", None))
+        and callable(getattr(cls, "to_tuple", None)) and any(k.__name__ == "ModelOutput" for k in cls.__mro__)
 
 
 class RecordValue(Value):

@@ -1,0 +1,134 @@
+"""Splitting a joint graph into a forward graph and a backward graph.
+
+The forward graph computes the outputs (and the new values of mutated inputs) plus the
+values the backward needs; the backward graph takes those saved values and the tangents
+and returns the gradients. Which values to save is the decision:
+
+- `save_all`: every forward value the backward reads is saved (the reference);
+- `min_cut` (default): a minimum cut over the forward values, weighted by their size in
+  bytes, decides what to save; cheap values (pointwise ops, views) behind the cut are
+  recomputed in the backward from what was saved. Matrix products, convolutions, random
+  ops and reductions are never recomputed: they are either saved or not needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.fx
+
+from .joint import TracedGraph
+from .maxflow import INFINITY, FlowGraph
+
+aten = torch.ops.aten
+
+
+@dataclass
+class Partition:
+    forward: torch.fx.GraphModule   # primals -> (outputs..., mutated values..., saved...)
+    backward: torch.fx.GraphModule  # (saved..., tangents...) -> gradients of grad_inputs
+    num_saved: int
+    saved_names: list[str]
+
+
+def _backward_nodes(graph: torch.fx.Graph, tangents: set[torch.fx.Node]) -> set[torch.fx.Node]:
+    """Nodes that depend on a tangent."""
+    result = set(tangents)
+    for node in graph.nodes:
+        if node.op == "call_function" and any(a in result for a in node.all_input_nodes):
+            result.add(node)
+    return result
+
+
+def _recomputable(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return node.op == "call_function"  # getitem and Python operators on sizes
+    tags = node.target.tags
+    if torch.Tag.nondeterministic_seeded in tags:
+        return False  # random: recomputing would draw new numbers
+    if torch.Tag.pointwise in tags or torch.Tag.view_copy in tags:
+        return True
+    return node.target.is_view or node.target in _CHEAP
+
+
+_CHEAP = {aten.view.default, aten.expand.default, aten.t.default, aten.permute.default, aten.slice.Tensor,
+          aten.select.int, aten.unsqueeze.default, aten.squeeze.dim, aten.clone.default,
+          aten._to_copy.default, aten.full.default, aten.zeros.default, aten.ones.default,
+          aten.scalar_tensor.default, aten.arange.start, aten.arange.default, aten.detach.default}
+
+
+def _weight(node: torch.fx.Node) -> float:
+    value = node.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        return float(value.numel() * value.element_size()) + 1.0  # +1: prefer fewer values at equal size
+    return 1.0
+
+
+def choose_saved(traced: TracedGraph, mode: str) -> list[torch.fx.Node]:
+    graph = traced.graph_module.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    primals, tangents = placeholders[:traced.num_primals], set(placeholders[traced.num_primals:])
+    backward = _backward_nodes(graph, tangents)
+    forward = [n for n in graph.nodes if n.op != "output" and n not in backward]
+    needed = [n for n in forward if any(u in backward for u in n.users)]
+    if mode == "save_all":
+        return needed
+    if mode != "min_cut":
+        raise ValueError(f"tensorjit: unknown partitioner {mode!r}; valid partitioners are: min_cut, save_all")
+    return _min_cut(forward, backward, primals)
+
+
+def _min_cut(forward: list[torch.fx.Node], backward: set[torch.fx.Node],
+             primals: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    flow = FlowGraph()
+    source, sink = "source", "sink"
+    forward_set = set(forward)
+    for node in forward:
+        flow.add_edge((node, "in"), (node, "out"), _weight(node))
+        if node in primals or not _recomputable(node):
+            flow.add_edge(source, (node, "in"), INFINITY)  # available in the forward only
+        for user in node.users:
+            if user in forward_set:
+                flow.add_edge((node, "out"), (user, "in"), INFINITY)
+            elif user in backward:
+                flow.add_edge((node, "out"), sink, INFINITY)
+    source_side = flow.min_cut(source, sink)
+    return [n for n in forward if (n, "in") in source_side and (n, "out") not in source_side]
+
+
+def partition(traced: TracedGraph, mode: str = "min_cut") -> Partition:
+    saved = choose_saved(traced, mode)
+    graph = traced.graph_module.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    primals, tangents = placeholders[:traced.num_primals], placeholders[traced.num_primals:]
+    outputs = list(next(n for n in graph.nodes if n.op == "output").args[0])
+    num_forward_outputs = traced.num_outputs + len(traced.mutated_inputs)
+    forward_outputs, gradients = outputs[:num_forward_outputs], outputs[num_forward_outputs:]
+    forward = _extract(graph, primals, forward_outputs + saved)
+    backward = _extract(graph, saved + tangents, gradients)
+    return Partition(forward, backward, len(saved), [n.name for n in saved])
+
+
+def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list) -> torch.fx.GraphModule:
+    """A new graph computing `outputs` from `inputs`, copying the nodes in between."""
+    new = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in inputs:
+        env[node] = new.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    needed: set[torch.fx.Node] = set()
+    stack = [o for o in outputs if isinstance(o, torch.fx.Node)]
+    while stack:
+        node = stack.pop()
+        if node in needed or node in env:
+            continue
+        needed.add(node)
+        if node.op == "placeholder":
+            raise AssertionError(f"partition: {node.name} is needed but not an input of this graph")
+        stack.extend(node.all_input_nodes)
+    for node in graph.nodes:
+        if node in needed:
+            env[node] = new.node_copy(node, lambda n: env[n])
+    new.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs))
+    return torch.fx.GraphModule(torch.nn.Module(), new)

@@ -1,0 +1,74 @@
+"""Running compiled forward and backward graphs under autograd.
+
+`make_training_function` wraps a compiled forward and backward in a
+`torch.autograd.Function`: the forward returns the outputs, writes the new values of
+mutated inputs back into them, and saves exactly the values the partitioner chose;
+the backward runs the compiled backward on them. Double backward through it is an
+error (`once_differentiable`), never a silently wrong gradient. `make_inference_function`
+is the path without autograd, for calls under no_grad/inference_mode or with no input
+that requires grad.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.autograd.function import once_differentiable
+
+
+def _write_back(inputs, mutated: list[int], values) -> None:
+    with torch.no_grad():
+        for index, value in zip(mutated, values):
+            target = inputs[index]
+            if target is not value:
+                target.copy_(value)
+
+
+def make_inference_function(compiled: Callable, num_outputs: int, mutated: list[int]) -> Callable:
+    def run(*inputs):
+        results = compiled(*inputs)
+        if mutated:
+            _write_back(inputs, mutated, results[num_outputs:num_outputs + len(mutated)])
+        return tuple(results[:num_outputs])
+    return run
+
+
+def make_training_function(forward: Callable, backward: Callable, *, num_inputs: int, num_outputs: int,
+                           mutated: list[int], num_saved: int, differentiable_outputs: list[int],
+                           grad_inputs: list[int]) -> Callable:
+    num_mutated = len(mutated)
+    non_differentiable = [i for i in range(num_outputs) if i not in set(differentiable_outputs)]
+
+    class CompiledFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *inputs):
+            results = forward(*inputs)
+            outputs = results[:num_outputs]
+            if num_mutated:
+                _write_back(inputs, mutated, results[num_outputs:num_outputs + num_mutated])
+            saved = results[num_outputs + num_mutated:]
+            tensors = [s for s in saved if isinstance(s, torch.Tensor)]
+            ctx.save_for_backward(*tensors)
+            ctx.saved_layout = [isinstance(s, torch.Tensor) for s in saved]
+            ctx.saved_other = [s for s in saved if not isinstance(s, torch.Tensor)]
+            ctx.mark_non_differentiable(*[outputs[i] for i in non_differentiable
+                                          if isinstance(outputs[i], torch.Tensor)])
+            return tuple(outputs)
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, *grad_outputs):
+            tensors, others = iter(ctx.saved_tensors), iter(ctx.saved_other)
+            saved = [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]
+            tangents = [grad_outputs[i] for i in differentiable_outputs]  # materialized zeros if unused
+            grads = backward(*saved, *tangents)
+            result: list = [None] * num_inputs
+            for index, grad in zip(grad_inputs, grads):
+                result[index] = grad
+            return tuple(result)
+
+    def run(*inputs):
+        return CompiledFunction.apply(*inputs)
+
+    return run

@@ -1,0 +1,59 @@
+"""The `inductor` backend: ahead-of-time autograd, then generated kernels.
+
+The captured graph goes through `tensorjit.autograd.aot_compile`, which hands the
+forward and backward ATen graphs (or the inference graph) separately to the code
+generator for the graph's device:
+
+- CUDA: `tensorjit.codegen.triton` (fused Triton kernels, ATen for matmul/conv/attention,
+  CUDA graphs under mode="reduce-overhead");
+- CPU: `tensorjit.codegen.cpp` when it is present; until then the ATen graphs run as they
+  are (correct, and without the Python overhead of the original modules).
+
+Any failure while compiling falls back to running the captured graph eagerly, with the
+reason logged: the backend never gives a wrong answer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import torch
+
+from .. import logs
+from ..autograd import aot_compile
+from ..config import Config, config as default_config
+
+
+def _run_as_is(gm, example_inputs):
+    return gm.forward
+
+
+def _code_generator(device_type: str) -> tuple[Callable, dict | None]:
+    name = {"cuda": "tensorjit.codegen.triton", "cpu": "tensorjit.codegen.cpp"}.get(device_type)
+    if name is None:
+        return _run_as_is, None
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        return _run_as_is, None
+    return module.compile_aten_graph, module.decompositions()
+
+
+def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Config | None = None) -> Callable:
+    config = config or default_config
+    devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+    device = devices.pop() if len(devices) == 1 else "mixed"
+    compile_aten_graph, decompositions = _code_generator(device)
+
+    def compiler(aten_gm, aten_inputs):
+        if compile_aten_graph is _run_as_is:
+            return aten_gm.forward
+        return compile_aten_graph(aten_gm, aten_inputs, config=config)
+
+    try:
+        return aot_compile(gm, example_inputs, fw_compiler=compiler, decompositions=decompositions,
+                           partitioner=config.partitioner)
+    except Exception as error:  # noqa: BLE001 - a compiler gap must not become a wrong answer
+        logs.emit("graph_breaks", f"inductor: running the graph eagerly: {type(error).__name__}: {error}")
+        return gm.forward
