@@ -164,3 +164,28 @@ def test_decompositions_stays_a_function_after_every_submodule_is_imported():
         importlib.import_module(f"{package.__name__}.{module.name}")
     assert callable(package.decompositions) and callable(package.compile_aten_graph)
     assert isinstance(package.decompositions(), dict)
+
+
+def test_training_through_the_autograd_stage_matches_eager_gradients(device):
+    autograd = pytest.importorskip("tensorjit.autograd")
+    if not hasattr(autograd, "aot_compile"):
+        pytest.skip("tensorjit.autograd.aot_compile absent")
+    import copy
+
+    torch.manual_seed(0)
+    model = TinyBlock(64, 256).to(device)
+    reference = copy.deepcopy(model)
+    parameters = list(model.parameters())
+
+    def function(x, *weights):
+        names = [name for name, _ in model.named_parameters()]
+        return (torch.func.functional_call(model, dict(zip(names, weights)), (x,)),)
+
+    x = torch.randn(2, 8, 64, device=device)
+    graph = make_fx(function)(x, *parameters)
+    compiled = autograd.aot_compile(graph, [x, *parameters], fw_compiler=compile_aten_graph,
+                                    decompositions=decompositions())
+    compiled(x, *parameters)[0].float().mean().backward()
+    reference(x).float().mean().backward()
+    for mine, theirs in zip(parameters, reference.parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
