@@ -279,9 +279,12 @@ class OptimizedModule(torch.nn.Module):
         super().__init__()
         self._orig_mod = module
         self._compiled_forward = compiled_forward
+        # A plain reference beside the registered submodule: reading `_orig_mod` goes
+        # through nn.Module.__getattr__, which costs more than the rest of a cached call.
+        object.__setattr__(self, "_target", module)
 
     def __call__(self, *args, **kwargs):
-        module = self._orig_mod
+        module = self._target
         if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks:
             return module._call_impl(*args, **kwargs)  # hooks run eagerly around the original
         return self._compiled_forward(module, *args, **kwargs)
@@ -295,7 +298,8 @@ class OptimizedModule(torch.nn.Module):
         return getattr(self._orig_mod, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("_orig_mod", "_compiled_forward") or "_orig_mod" not in self.__dict__.get("_modules", {}):
+        if name in ("_orig_mod", "_compiled_forward", "_target") or \
+                "_orig_mod" not in self.__dict__.get("_modules", {}):
             super().__setattr__(name, value)
         else:
             setattr(self._orig_mod, name, value)
