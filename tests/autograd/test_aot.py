@@ -167,3 +167,28 @@ def test_aot_compile_hands_forward_and_backward_to_the_compilers():
     fn(x)[0].sum().backward()
     assert len(seen) == 2
     torch.testing.assert_close(x.grad, torch.sin(torch.cos(x.detach())) * torch.sin(x.detach()))
+
+
+def test_dropout_mask_is_saved_not_regenerated():
+    def fn(t):
+        return torch.nn.functional.dropout(t, 0.5, training=True) * 3
+
+    x = torch.ones(1000, requires_grad=True)
+    out = tensorjit.compile(fn, backend="aot_eager")(x)
+    out.sum().backward()
+    kept = (out != 0).float()
+    assert 0 < kept.sum() < 1000
+    torch.testing.assert_close(x.grad, kept * 6.0)
+
+
+def test_seeded_dropout_matches_eager_bit_for_bit():
+    def fn(t):
+        return torch.nn.functional.dropout(t.sin(), 0.3, training=True)
+
+    x = torch.randn(64, 64)
+    compiled = tensorjit.compile(fn, backend="aot_eager")
+    torch.manual_seed(7)
+    got = compiled(x)
+    torch.manual_seed(7)
+    want = fn(x)
+    assert torch.equal(got, want)
