@@ -217,9 +217,6 @@ class Frame:
     def wrap(self, obj: Any, source) -> Value:
         return builder.wrap(self, obj, source)
 
-    def wrap_source(self, obj: Any, source) -> Value:
-        return builder.wrap(self, obj, source)
-
     def wrap_constant_object(self, obj: Any) -> Value:
         return builder.wrap_constant_object(self, obj)
 

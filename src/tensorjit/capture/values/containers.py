@@ -298,7 +298,3 @@ class ContainerMethodValue(Value):
     def call(self, tx, args, kwargs) -> Value:
         from .container_methods import call_container_method
         return call_container_method(tx, self.owner, self.name, args, kwargs)
-
-
-def item_source(source, key):
-    return ItemSource(source, key) if source is not None else None

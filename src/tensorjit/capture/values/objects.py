@@ -504,11 +504,3 @@ class PartialValue(Value):
         parts = [self.func.reconstruct(cg)] + [a.reconstruct(cg) for a in self.args] + \
             [f"{k}={v.reconstruct(cg)}" for k, v in self.kwargs.items()]
         return f"{cg.constant(functools.partial)}({', '.join(parts)})"
-
-
-class ExitFromRuntime(Value):
-    """The __exit__ of a context manager entered in Python before this capture (a resume function's input)."""
-
-
-def is_null(value: Value) -> bool:
-    return value is NULL

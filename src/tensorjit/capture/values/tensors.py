@@ -81,7 +81,7 @@ class TensorValue(Value):
             return record_call(tx, "getattr", [self, ConstantValue(name)], {}, method=False)
         if name == "grad":
             if self.source is not None:
-                return tx.wrap_source(tx.read_attribute_of_source(self.source, "grad"), _attr(self.source, "grad"))
+                return tx.wrap(tx.read_attribute_of_source(self.source, "grad"), _attr(self.source, "grad"))
             raise GraphBreak("tensor-grad", ".grad of an intermediate tensor")
         if name in ("data",):
             return record_call(tx, "detach", [self], {}, method=True)

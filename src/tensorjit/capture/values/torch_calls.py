@@ -33,7 +33,3 @@ def _fold_query(tx, fn, args, kwargs) -> Value:
     node_kwargs = {k: to_node_argument(tx, v) for k, v in kwargs.items()}
     fake_args, fake_kwargs = pytree.tree_map(lambda a: _example_of(tx, a), (node_args, node_kwargs))
     return tx.wrap_constant_object(fn(*fake_args, **fake_kwargs))
-
-
-def has_tensor(values) -> bool:
-    return any(isinstance(v, TensorValue) for v in values)
