@@ -15,10 +15,10 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 aten = torch.ops.aten
 
 EXTRA = [
-    aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.var_mean, aten.var,
+    aten._softmax, aten._log_softmax, aten.native_layer_norm,
     aten.gelu, aten.silu, aten.hardtanh, aten.mse_loss, aten.addcmul, aten.addcdiv,
     aten.leaky_relu, aten.elu, aten.hardsigmoid, aten.hardswish, aten.softplus,
-    aten.native_batch_norm, aten._native_batch_norm_legit_no_training, aten.std, aten.logsumexp,
+    aten.native_batch_norm, aten._native_batch_norm_legit_no_training, aten.logsumexp,
     aten.rsub, aten.lerp, aten.clamp_min, aten.clamp_max,
 ]
 

@@ -26,6 +26,9 @@ VIEW_TARGETS = {getattr(torch.ops.aten, n).default for n in
     torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims, torch.ops.aten.squeeze.default}
 
 
+TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction}
+
+
 class ExternObject:
     """A non-tensor result of an Extern (a tuple of tensors...), referenced by slot name."""
 
@@ -63,6 +66,7 @@ class GraphLowering:
         self.steps: list = []
         self.env: dict = {}
         self.constants: dict[str, torch.Tensor] = {}
+        lowering_reductions.REALIZE[0] = self.realize
 
     def new_name(self, prefix: str) -> str:
         return f"{prefix}{len(self.buffers) + len(self.steps)}"
@@ -78,7 +82,7 @@ class GraphLowering:
     def realize(self, value):
         """A value that exists in memory (LazyValue with .buffer)."""
         if isinstance(value, ReductionValue):
-            return self.realize_reduction(value)
+            value = self.realize_reduction(value)
         if not isinstance(value, LazyValue) or value.buffer is not None:
             return value
         buffer = self.add_buffer(value.shape, value.dtype)
@@ -102,16 +106,11 @@ class GraphLowering:
         body = source.load(tuple(index))
         if value.reduction_type not in ("argmax", "argmin"):
             body = to_dtype(body, value.compute_dtype)
-        out_dtype = value.dtype if value.divisor == 1 else value.compute_dtype
-        buffer = self.add_buffer(value.shape, out_dtype)
+        buffer = self.add_buffer(value.shape, value.dtype)
         self.steps.append(ir.Reduction(f"kernel{len(self.steps)}", buffer.name, ranges, reduction_ranges,
-                                       value.reduction_type, body, variables, reduction_variables, out_dtype))
-        result = buffer_value(buffer)
-        if value.divisor == 1:
-            return result
-        divisor = ir.Constant(float(value.divisor), out_dtype)
-        return LazyValue(value.shape, out_dtype,
-                         lambda idx: ir.Op("truediv", (result.load(idx), divisor), out_dtype))
+                                       value.reduction_type, body, variables, reduction_variables,
+                                       value.dtype, value.divisor))
+        return buffer_value(buffer)
 
     # -- nodes -----------------------------------------------------------------
     def run(self) -> ir.Program:
@@ -158,7 +157,12 @@ class GraphLowering:
                 return self.lower_extern(node, meta, "aliasing view of a buffer in memory", count=False)
             try:
                 args = tuple(self.realize(a) if isinstance(a, ReductionValue) else a for a in args)
-                return LOWERINGS[target](meta, *args, **kwargs)
+                if isinstance(meta, (tuple, list)) and target not in TUPLE_LOWERINGS:
+                    raise NotLowerable("multiple results")
+                result = LOWERINGS[target](meta, *args, **kwargs)
+                if isinstance(result, ReductionValue) and target is operator.getitem:
+                    result = self.realize(result)
+                return result
             except NotLowerable as error:
                 return self.lower_extern(node, meta, str(error))
         return self.lower_extern(node, meta, "no lowering")

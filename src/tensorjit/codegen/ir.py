@@ -187,11 +187,13 @@ class Reduction:
     variables: tuple[IndexVar, ...]
     reduction_variables: tuple[IndexVar, ...]
     dtype: str
+    divisor: int = 1  # mean/var: the stored value is the reduced value / divisor
 
     def __str__(self) -> str:
         loops = ", ".join(f"{v} < {r}" for v, r in zip(self.variables, self.ranges))
         inner = ", ".join(f"{v} < {r}" for v, r in zip(self.reduction_variables, self.reduction_ranges))
-        return f"{self.name}: for {loops}: {self.output}[...] = {self.reduction_type}(for {inner}: {self.body})"
+        return f"{self.name}: for {loops}: {self.output}[...] = {self.reduction_type}(for {inner}: {self.body})" + \
+            (f" / {self.divisor}" if self.divisor != 1 else "")
 
 
 @dataclass(frozen=True, slots=True)

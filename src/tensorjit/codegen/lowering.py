@@ -23,8 +23,8 @@ LOWERINGS: dict = {}
 def lowering(*targets) -> Callable:
     def register(fn):
         for target in targets:
-            packets = [target] if isinstance(target, torch._ops.OpOverload) else \
-                [getattr(target, name) for name in target.overloads()]
+            packets = [getattr(target, name) for name in target.overloads()] \
+                if isinstance(target, torch._ops.OpOverloadPacket) else [target]
             for overload in packets:
                 LOWERINGS[overload] = fn
         return fn

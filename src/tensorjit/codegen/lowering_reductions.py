@@ -7,6 +7,7 @@ pointwise producers, which is how producers fuse into reductions).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -89,3 +90,68 @@ def make_arg_reduction(kind: str):
 
 lowering(aten.argmax.default)(make_arg_reduction("argmax"))
 lowering(aten.argmin.default)(make_arg_reduction("argmin"))
+
+
+# The graph lowering installs its `realize` here: variance needs the mean in memory.
+REALIZE: list = [None]
+
+
+def _variance(meta_shape, out_dtype, x: LazyValue, dims, correction, keepdim):
+    reduced = normalize_dims(x, dims)
+    count = 1
+    for d in reduced:
+        count *= x.shape[d]
+    kept_shape = tuple(1 if d in reduced else s for d, s in enumerate(x.shape))
+    mean = REALIZE[0](ReductionValue(kept_shape, out_dtype, "sum", x, reduced, True, out_dtype, count))
+
+    def centered(index):
+        mean_index = tuple(ir.IndexConst(0) if d in reduced else i for d, i in enumerate(index))
+        difference = ir.Op("sub", (to_dtype(x.load(index), out_dtype), mean.load(mean_index)), out_dtype)
+        return ir.Op("mul", (difference, difference), out_dtype)
+    squares = LazyValue(x.shape, out_dtype, centered)
+    variance = ReductionValue(meta_shape, out_dtype, "sum", squares, reduced, keepdim, out_dtype,
+                              max(count - correction, 0) or 0)
+    return variance, mean, reduced
+
+
+def _correction(correction, unbiased=True):
+    if correction is None:
+        return 1 if unbiased else 0
+    return int(correction)
+
+
+@lowering(aten.var.correction)
+def lower_var(meta, x, dims=None, *, correction=None, keepdim=False):
+    if not isinstance(x, LazyValue) or not x.dtype.startswith("float") or len(x.shape) == 0:
+        raise NotLowerable("var of a non-float tensor")
+    shape, dtype = result_info(meta)
+    variance, _, _ = _variance(shape, dtype, x, dims, _correction(correction), keepdim)
+    if variance.divisor == 0:
+        raise NotLowerable("var with no degrees of freedom")
+    return variance
+
+
+@lowering(aten.var_mean.correction)
+def lower_var_mean(meta, x, dims=None, *, correction=None, keepdim=False):
+    if not isinstance(x, LazyValue) or not x.dtype.startswith("float") or len(x.shape) == 0:
+        raise NotLowerable("var_mean of a non-float tensor")
+    shape, dtype = result_info(meta[0])
+    variance, mean, reduced = _variance(shape, dtype, x, dims, _correction(correction), keepdim)
+    if variance.divisor == 0:
+        raise NotLowerable("var with no degrees of freedom")
+    if keepdim:
+        return variance, mean
+    squeezed = LazyValue(shape, dtype, lambda index: mean.load(_unsqueeze_index(index, reduced, len(x.shape))))
+    return variance, squeezed
+
+
+def _unsqueeze_index(index, reduced, rank):
+    iterator = iter(index)
+    return tuple(ir.IndexConst(0) if d in reduced else next(iterator) for d in range(rank))
+
+
+@lowering(operator.getitem)
+def lower_getitem(meta, sequence, position):
+    if not isinstance(sequence, tuple):
+        raise NotLowerable("getitem of an extern result")
+    return sequence[position]
