@@ -24,9 +24,30 @@ VIEW_TARGETS = {getattr(torch.ops.aten, n).default for n in
                 ("view", "_unsafe_view", "permute", "expand", "unsqueeze", "t", "alias")} | {
     torch.ops.aten.transpose.int, torch.ops.aten.slice.Tensor, torch.ops.aten.select.int,
     torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims, torch.ops.aten.squeeze.default}
+# *_copy variants (functionalize's output) become aliasing views when their input is in memory.
+COPY_VIEWS = {torch.ops.aten.view_copy.default: torch.ops.aten.view.default,
+              torch.ops.aten.permute_copy.default: torch.ops.aten.permute.default,
+              torch.ops.aten.expand_copy.default: torch.ops.aten.expand.default,
+              torch.ops.aten.unsqueeze_copy.default: torch.ops.aten.unsqueeze.default,
+              torch.ops.aten.t_copy.default: torch.ops.aten.t.default,
+              torch.ops.aten.transpose_copy.int: torch.ops.aten.transpose.int,
+              torch.ops.aten.slice_copy.Tensor: torch.ops.aten.slice.Tensor,
+              torch.ops.aten.select_copy.int: torch.ops.aten.select.int}
+VIEW_TARGETS |= set(COPY_VIEWS)
 
 
 TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction}
+
+
+MAX_SHARED_OPS = 24
+
+
+def count_ops(expr, seen=None) -> int:
+    seen = set() if seen is None else seen
+    if expr in seen or not isinstance(expr, ir.Op):
+        return 0
+    seen.add(expr)
+    return 1 + sum(count_ops(a, seen) for a in expr.args)
 
 
 class ExternObject:
@@ -135,14 +156,29 @@ class GraphLowering:
                 outputs = self.lower_outputs(node.args[0])
             else:
                 self.env[node] = self.lower_node(node)
-                if len(node.users) > 1:
+                if len(node.users) > 1 and not self.cheap_to_share(node):
                     self.env[node] = self.realize(self.env[node])
         return ir.Program(tuple(self.buffers), tuple(self.steps), tuple(inputs), outputs)
+
+    def cheap_to_share(self, node) -> bool:
+        """A small pointwise value read only by pointwise lowerings stays inlined: users that
+        land in one kernel compute it once (the emitter shares equal subexpressions); users
+        in different kernels recompute at most MAX_SHARED_OPS ops instead of a memory round trip."""
+        value = self.env[node]
+        if not isinstance(value, LazyValue) or value.buffer is not None:
+            return False
+        for user in node.users:
+            lowering = LOWERINGS.get(user.target) if user.op == "call_function" else None
+            if lowering is None or lowering.__module__.endswith("lowering_reductions"):
+                return False
+        body = value.load(tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape))))
+        return count_ops(body) <= MAX_SHARED_OPS
 
     def lower_outputs(self, result):
         def convert(value):
             if isinstance(value, torch.fx.Node):
-                value = self.realize(self.env[value])
+                node, value = value, self.realize(self.env[value])
+                self.env[node] = value
                 return value.buffer.name if isinstance(value, LazyValue) else ir.BufferRef(value.name)
             return value
         return torch.fx.node.map_aggregate(result, convert)
@@ -172,13 +208,13 @@ class GraphLowering:
             record_fallback(node.target, reason)
 
         def reference(n):
-            value = self.realize(self.env[n])
+            value = self.env[n] = self.realize(self.env[n])
             if isinstance(value, LazyValue):
                 return ir.BufferRef(value.buffer.name)
             return ir.BufferRef(value.name)
         args = torch.fx.node.map_arg(node.args, reference)
         kwargs = torch.fx.node.map_arg(node.kwargs, reference)
-        target = node.target
+        target = COPY_VIEWS.get(node.target, node.target)
         if node.op == "call_method":
             target = getattr(torch.Tensor, node.target)
         elif node.op == "call_module":

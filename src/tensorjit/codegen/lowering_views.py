@@ -22,7 +22,7 @@ def _require(value):
     return value
 
 
-@lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+@lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
 def lower_view(meta, x, size):
     x = _require(x)
     shape, dtype = result_info(meta)
@@ -39,7 +39,7 @@ def lower_view(meta, x, size):
     return LazyValue(shape, dtype, loader)
 
 
-@lowering(aten.permute.default)
+@lowering(aten.permute.default, aten.permute_copy.default)
 def lower_permute(meta, x, dims):
     x = _require(x)
     dims = [d % len(x.shape) for d in dims]
@@ -53,19 +53,19 @@ def lower_permute(meta, x, dims):
     return LazyValue(shape, x.dtype, loader)
 
 
-@lowering(aten.t.default)
+@lowering(aten.t.default, aten.t_copy.default)
 def lower_t(meta, x):
     return lower_permute(meta, x, list(reversed(range(len(_require(x).shape)))))
 
 
-@lowering(aten.transpose.int)
+@lowering(aten.transpose.int, aten.transpose_copy.int)
 def lower_transpose(meta, x, dim0, dim1):
     dims = list(range(len(_require(x).shape)))
     dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
     return lower_permute(meta, x, dims)
 
 
-@lowering(aten.expand.default)
+@lowering(aten.expand.default, aten.expand_copy.default)
 def lower_expand(meta, x, size, **kwargs):
     x = _require(x)
     shape, _ = result_info(meta)
@@ -76,7 +76,7 @@ def lower_expand(meta, x, size, **kwargs):
     return LazyValue(shape, x.dtype, loader)
 
 
-@lowering(aten.unsqueeze.default)
+@lowering(aten.unsqueeze.default, aten.unsqueeze_copy.default)
 def lower_unsqueeze(meta, x, dim):
     x = _require(x)
     dim = dim % (len(x.shape) + 1)
@@ -91,7 +91,7 @@ def lower_squeeze(meta, x, dims=None):
     return lower_view(meta, x, shape)
 
 
-@lowering(aten.slice.Tensor)
+@lowering(aten.slice.Tensor, aten.slice_copy.Tensor)
 def lower_slice(meta, x, dim=0, start=None, end=None, step=1):
     x = _require(x)
     shape, _ = result_info(meta)
@@ -105,7 +105,7 @@ def lower_slice(meta, x, dim=0, start=None, end=None, step=1):
     return LazyValue(shape, x.dtype, loader)
 
 
-@lowering(aten.select.int)
+@lowering(aten.select.int, aten.select_copy.int)
 def lower_select(meta, x, dim, position):
     x = _require(x)
     dim = dim % len(x.shape)
