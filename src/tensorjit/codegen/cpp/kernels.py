@@ -81,6 +81,9 @@ def emit_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple
             else f"std::numeric_limits<{acc_type}>::{'max' if largest else 'lowest'}()"
     body = loops + [f"{indent}{acc_type} acc = {init};", f"{indent}int64_t acc_index = 0;"]
     inner = indent
+    if kernel.reduction_type in ("sum", "prod") and len(kernel.reduction_ranges) == 1:
+        # Lets the compiler vectorise the sum by reassociating it (as eager's vectorised sums do).
+        body.append(f"{indent}#pragma omp simd reduction({'+' if kernel.reduction_type == 'sum' else '*'}:acc)")
     for variable, size in zip(kernel.reduction_variables, kernel.reduction_ranges):
         body.append(f"{inner}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
         inner += "  "
