@@ -31,7 +31,9 @@ def run_one(op, sample):
             args[position] = tensor
         return op.op(tensors[0], *args, **sample.kwargs)
     try:
+        torch.manual_seed(0)
         expected = fn(*inputs)
+        torch.manual_seed(0)
         again = fn(*inputs)
         torch.testing.assert_close(again, expected, equal_nan=True)
     except Exception:
@@ -41,6 +43,7 @@ def run_one(op, sample):
     except Exception:
         return "not_applicable"
     compiled = compile_aten_graph(gm, inputs)
+    torch.manual_seed(0)  # random ops run as ATen externs: same seed, same numbers
     actual = compiled(*inputs)
     try:
         torch.testing.assert_close(actual, expected, equal_nan=True, atol=1e-4, rtol=1e-4,
