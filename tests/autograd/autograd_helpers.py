@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import torch
 import torch.fx as fx
+from torch._decomp import get_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
 class _InlineTracer(fx.Tracer):
+    # Buffers must be proxies, or `num_batches_tracked.add_(1)` runs while tracing.
+    proxy_buffer_attributes = True
+
     def is_leaf_module(self, module, qualified_name) -> bool:
         return False
 
@@ -59,4 +63,8 @@ def lift_make_fx(module: torch.nn.Module, *inputs) -> tuple[fx.GraphModule, list
         return (torch.func.functional_call(shadow, state, tuple(flat[len(names):])),)
 
     copies = [t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
-    return make_fx(run)(*copies, *inputs), tensors
+    # nn.LSTM would otherwise be traced into CPU mkldnn kernels; capture keeps
+    # torch.lstm, which the autograd stage decomposes itself.
+    table = get_decompositions([torch.ops.aten.lstm])
+    with torch.backends.mkldnn.flags(enabled=False):
+        return make_fx(run, decomposition_table=table)(*copies, *inputs), tensors

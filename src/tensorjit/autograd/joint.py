@@ -24,12 +24,18 @@ from .metadata import GraphMetadata
 
 aten = torch.ops.aten
 
-# Ops that mutate inputs inside one kernel (BatchNorm's running statistics)
-# without going through a separate in-place op; decomposing them lets
-# functionalization see the mutation and turn it into a returned new value.
-_MUTATION_DECOMPOSITIONS = get_decompositions([
+# Always decomposed while tracing the forward:
+#  - ops that mutate inputs inside one kernel (BatchNorm's running statistics)
+#    without a separate in-place op; decomposed, functionalization sees the
+#    mutation and turns it into a returned new value;
+#  - recurrent layers, whose CPU kernels (mkldnn) keep a workspace that fake
+#    tensors cannot represent; decomposed they are plain matmuls and pointwise ops
+#    (their decomposition picks the mkldnn kernel unless mkldnn is off while tracing,
+#    which changes no other recorded op).
+_FORWARD_DECOMPOSITIONS = get_decompositions([
     aten.native_batch_norm, aten._native_batch_norm_legit,
     aten._native_batch_norm_legit_no_training,
+    aten.lstm, aten.gru, aten.rnn_tanh, aten.rnn_relu,
 ])
 
 
@@ -79,6 +85,18 @@ def _move_copies_to_outputs(graph_module: torch.fx.GraphModule) -> dict[int, tor
     return new_values
 
 
+# CPU recurrent kernels whose saved workspace fake tracing loses: their
+# backward would fail at run time, so such graphs run eagerly instead.
+_UNSUPPORTED_OPS = {aten.mkldnn_rnn_layer.default}
+
+
+def _refuse_unsupported(graph_module: torch.fx.GraphModule) -> None:
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.target in _UNSUPPORTED_OPS:
+            raise AutogradUnsupported("operator", f"{node.target} cannot be traced with fake tensors",
+                                      "capture torch.lstm rather than its mkldnn kernel")
+
+
 def trace_functional_forward(gm, example_inputs, metadata: GraphMetadata):
     """Return (functional ATen forward GraphModule, ForwardSignature)."""
     kept = tuple(i for i, alias in enumerate(metadata.output_aliases) if alias is None)
@@ -88,13 +106,14 @@ def trace_functional_forward(gm, example_inputs, metadata: GraphMetadata):
         return tuple(outputs[i] for i in kept)
 
     functional = torch.func.functionalize(run, remove="mutations")
-    with torch.no_grad():
+    with torch.no_grad(), torch.backends.mkldnn.flags(enabled=False):
         traced = make_fx(functional, tracing_mode="fake",
-                         decomposition_table=_MUTATION_DECOMPOSITIONS)(*_detached(example_inputs))
+                         decomposition_table=_FORWARD_DECOMPOSITIONS)(*_detached(example_inputs))
     new_values = _move_copies_to_outputs(traced)
     # Functionalization is the authority on mutation: some kernels (BatchNorm)
     # update an input without bumping its version counter.
     mutated = tuple(sorted(new_values))
+    _refuse_unsupported(traced)
     output_node = next(n for n in traced.graph.nodes if n.op == "output")
     returned = _flat_outputs(output_node.args[0])
     output_node.args = (tuple(returned) + tuple(new_values[i] for i in mutated),)
@@ -140,7 +159,7 @@ def trace_joint(forward_gm, example_inputs, grad_inputs, differentiable_outputs,
     primals = [x.detach().requires_grad_(i in grad_inputs) if isinstance(x, torch.Tensor) else x
                for i, x in enumerate(example_inputs)]
     tangents = [_tangent_example(values[i]) for i in differentiable]
-    with torch.enable_grad():
+    with torch.enable_grad(), torch.backends.mkldnn.flags(enabled=False):
         traced = make_fx(joint, tracing_mode="fake", decomposition_table=decompositions or {})(
             *primals, *tangents)
     signature = JointSignature(primal_count, len(values), differentiable, tuple(grad_inputs))
@@ -151,6 +170,6 @@ def retrace(graph_module, example_inputs, decompositions):
     """Trace a functional ATen graph again through `decompositions` (inference graphs)."""
     if not decompositions:
         return graph_module
-    with torch.no_grad():
+    with torch.no_grad(), torch.backends.mkldnn.flags(enabled=False):
         return make_fx(graph_module, tracing_mode="fake", decomposition_table=decompositions)(
             *_detached(example_inputs))
