@@ -66,5 +66,9 @@ def lift_make_fx(module: torch.nn.Module, *inputs) -> tuple[fx.GraphModule, list
     # nn.LSTM would otherwise be traced into CPU mkldnn kernels; capture keeps
     # torch.lstm, which the autograd stage decomposes itself.
     table = get_decompositions([torch.ops.aten.lstm])
-    with torch.backends.mkldnn.flags(enabled=False):
+    previous = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
         return make_fx(run, decomposition_table=table)(*copies, *inputs), tensors
+    finally:
+        torch._C._set_mkldnn_enabled(previous)

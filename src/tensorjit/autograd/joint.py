@@ -13,6 +13,7 @@ Both trace with fake tensors, so no real data is computed or mutated.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +62,17 @@ class JointSignature:
     """Primal indices the backward returns a gradient for, in order."""
 
 
+@contextlib.contextmanager
+def _mkldnn_disabled():
+    """mkldnn off while tracing (see _FORWARD_DECOMPOSITIONS); flags() would also touch TF32."""
+    previous = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(previous)
+
+
 def _flat_outputs(result) -> list:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
@@ -106,7 +118,7 @@ def trace_functional_forward(gm, example_inputs, metadata: GraphMetadata):
         return tuple(outputs[i] for i in kept)
 
     functional = torch.func.functionalize(run, remove="mutations")
-    with torch.no_grad(), torch.backends.mkldnn.flags(enabled=False):
+    with torch.no_grad(), _mkldnn_disabled():
         traced = make_fx(functional, tracing_mode="fake",
                          decomposition_table=_FORWARD_DECOMPOSITIONS)(*_detached(example_inputs))
     new_values = _move_copies_to_outputs(traced)
@@ -159,7 +171,7 @@ def trace_joint(forward_gm, example_inputs, grad_inputs, differentiable_outputs,
     primals = [x.detach().requires_grad_(i in grad_inputs) if isinstance(x, torch.Tensor) else x
                for i, x in enumerate(example_inputs)]
     tangents = [_tangent_example(values[i]) for i in differentiable]
-    with torch.enable_grad(), torch.backends.mkldnn.flags(enabled=False):
+    with torch.enable_grad(), _mkldnn_disabled():
         traced = make_fx(joint, tracing_mode="fake", decomposition_table=decompositions or {})(
             *primals, *tangents)
     signature = JointSignature(primal_count, len(values), differentiable, tuple(grad_inputs))
@@ -170,6 +182,6 @@ def retrace(graph_module, example_inputs, decompositions):
     """Trace a functional ATen graph again through `decompositions` (inference graphs)."""
     if not decompositions:
         return graph_module
-    with torch.no_grad(), torch.backends.mkldnn.flags(enabled=False):
+    with torch.no_grad(), _mkldnn_disabled():
         return make_fx(graph_module, tracing_mode="fake", decomposition_table=decompositions)(
             *_detached(example_inputs))
