@@ -194,3 +194,39 @@ def test_decompositions_are_applied():
     targets = {n.target for n in compiled.partition.forward.graph.nodes}
     assert torch.ops.aten.gelu.default not in targets
     torch.testing.assert_close(compiled(x)[0], torch.nn.functional.gelu(x))
+
+
+def test_grad_mode_switch_in_graph_falls_back_and_gradient_is_right():
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    graph.call_function(torch._C._set_grad_enabled, (False,))
+    doubled = graph.call_function(torch.mul, (x, 2))
+    graph.call_function(torch._C._set_grad_enabled, (True,))
+    graph.output((graph.call_function(torch.add, (doubled, x)),))
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    inputs = [leaf(3)]
+    compiled = aot_eager(gm, inputs)
+    (grad,) = torch.autograd.grad(compiled(*inputs)[0].sum(), inputs[0])
+    torch.testing.assert_close(grad, torch.ones(3))
+
+
+def test_param_add_under_no_grad_matches_eager():
+    # What capture records for `with torch.no_grad(): w.add_(1)`; runs eagerly.
+    graph = fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    graph.call_function(torch._C._set_grad_enabled, (False,))
+    graph.call_method("add_", (w, 1))
+    graph.call_function(torch._C._set_grad_enabled, (True,))
+    graph.output((graph.call_function(torch.mul, (x, w)),))
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+
+    x, w = torch.randn(3), leaf(3)
+    eager_w = w.detach().clone().requires_grad_(True)
+    (out,) = aot_eager(gm, [x, w])(x, w)
+    with torch.no_grad():
+        eager_w.add_(1)
+    expected = x * eager_w
+    torch.testing.assert_close(w.detach(), eager_w.detach())
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(torch.autograd.grad(out.sum(), w)[0],
+                               torch.autograd.grad(expected.sum(), eager_w)[0])

@@ -48,6 +48,20 @@ def _base_plan(metadata: GraphMetadata, signature, input_count: int) -> dict:
                 aliases=aliases, mutated_inputs=signature.mutated_inputs)
 
 
+# Capture records `with torch.no_grad():` as calls that switch grad mode.
+# Tracing to ATen drops them, and differentiating through a region eager ran
+# without grad would give wrong gradients, so such training graphs run eagerly.
+_GRAD_MODE_SWITCHES = (torch._C._set_grad_enabled, torch.set_grad_enabled)
+
+
+def _refuse_grad_mode_switches(gm: fx.GraphModule) -> None:
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _GRAD_MODE_SWITCHES:
+            raise AutogradUnsupported(
+                "grad_mode", f"{node.name} switches grad mode inside a graph with inputs requiring grad",
+                "the graph runs eagerly")
+
+
 class _Compiled:
     """Holds the traced forward and compiles the training or inference path on first need."""
 
@@ -61,6 +75,8 @@ class _Compiled:
             gm, example_inputs, self.metadata)
         self.grad_inputs = tuple(i for i, x in enumerate(example_inputs)
                                  if isinstance(x, torch.Tensor) and x.requires_grad)
+        if self.grad_inputs:
+            _refuse_grad_mode_switches(gm)
         mutated_with_grad = set(self.grad_inputs) & set(self.signature.mutated_inputs)
         if mutated_with_grad:
             raise AutogradUnsupported(

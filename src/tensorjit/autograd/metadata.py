@@ -70,7 +70,8 @@ def analyze(gm: torch.fx.GraphModule, example_inputs: list) -> GraphMetadata:
     fake_inputs = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
                    for x in example_inputs]
     versions = [x._version if isinstance(x, torch.Tensor) else None for x in fake_inputs]
-    with mode:
+    # set_grad_enabled restores grad mode even if the graph switches it and fails.
+    with mode, torch.set_grad_enabled(torch.is_grad_enabled()):
         result = gm(*fake_inputs)
     returns_tuple = isinstance(result, (tuple, list))
     outputs = list(result) if returns_tuple else [result]
