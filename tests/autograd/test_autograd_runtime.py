@@ -230,3 +230,15 @@ def test_param_add_under_no_grad_matches_eager():
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(torch.autograd.grad(out.sum(), w)[0],
                                torch.autograd.grad(expected.sum(), eager_w)[0])
+
+
+def test_detached_alias_and_none_outputs():
+    def f(x):
+        return (x.detach(), None, x * 2)
+
+    x = leaf(3)
+    detached, nothing, doubled = compile_fn(f, [x])(x)
+    assert not detached.requires_grad and nothing is None and doubled.requires_grad
+    torch.testing.assert_close(detached, x.detach())
+    (grad,) = torch.autograd.grad(doubled.sum(), x)
+    torch.testing.assert_close(grad, torch.full((3,), 2.0))

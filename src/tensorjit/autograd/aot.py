@@ -103,10 +103,12 @@ class _Compiled:
         self.partition = partition(joint_gm, joint_signature, self.partitioner,
                                    self.signature.mutated_inputs)
         differentiable = joint_signature.differentiable_outputs
+        outputs = joint_tracing.output_values(self.forward_gm)
         plan = RuntimePlan(
             **_base_plan(self.metadata, self.signature, len(self.example_inputs)),
             differentiable_outputs=differentiable, grad_inputs=self.grad_inputs,
-            non_differentiable=tuple(p for p in range(kept) if p not in differentiable))
+            non_differentiable=tuple(p for p in range(kept) if p not in differentiable
+                                     and outputs[p] is not None))
         forward = forward_compiler(self.partition.forward, self.example_inputs)
         backward = backward_compiler(self.partition.backward,
                                      _placeholder_examples(self.partition.backward))

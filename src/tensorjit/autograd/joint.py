@@ -138,7 +138,7 @@ def _tangent_example(value) -> torch.Tensor:
     return torch.zeros(value.shape, dtype=value.dtype, device=value.device)
 
 
-def _output_values(graph_module) -> list:
+def output_values(graph_module) -> list:
     output_node = next(n for n in graph_module.graph.nodes if n.op == "output")
     return [n.meta.get("val") if isinstance(n, torch.fx.Node) else None
             for n in _flat_outputs(output_node.args[0])]
@@ -154,7 +154,7 @@ def trace_joint(forward_gm, example_inputs, grad_inputs, differentiable_outputs,
     `grad_inputs`: primal indices that require grad; `differentiable_outputs`:
     forward output indices whose tangents flow into the backward.
     """
-    values = _output_values(forward_gm)
+    values = output_values(forward_gm)
     differentiable = tuple(i for i in differentiable_outputs if _differentiable(values[i]))
     primal_count = len(example_inputs)
 

@@ -26,6 +26,8 @@ class OutputAlias:
     storage_offset: int
     is_whole: bool
     """The output is the source tensor itself (`return x`), not a view of it."""
+    requires_grad: bool
+    """False for `x.detach()`-like aliases of a tensor that requires grad."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +46,7 @@ def _storage(tensor: torch.Tensor) -> StorageWeakRef:
 def _alias(source: str, index: int, out: torch.Tensor, base: torch.Tensor) -> OutputAlias:
     whole = out is base
     return OutputAlias(source, index, tuple(out.size()), tuple(out.stride()),
-                       out.storage_offset(), whole)
+                       out.storage_offset(), whole, out.requires_grad)
 
 
 def _find_alias(out, fake_inputs, outputs, position) -> OutputAlias | None:

@@ -54,6 +54,8 @@ def _assemble(plan: RuntimePlan, args, computed) -> object:
         outputs[index] = computed[position]
     for index, alias in plan.aliases:
         base = args[alias.index] if alias.source == "input" else outputs[alias.index]
+        if not alias.requires_grad and base.requires_grad:
+            base = base.detach()
         if alias.is_whole:
             outputs[index] = base
         elif alias.source == "output" and base.storage_offset() != 0:
