@@ -113,3 +113,22 @@ def test_small_lstm():
             return self.head(self.lstm(x)[0])
 
     compare_training(Tagger(), torch.randn(2, 4, 6), lift_make_fx)
+
+
+def test_cnn_with_core_aten_decompositions():
+    # The table a code generator passes; BatchNorm and friends become core ops.
+    from torch._decomp import core_aten_decompositions
+
+    from tensorjit.autograd import aot_compile
+    from tensorjit.backends.aot_eager import run_graph_eagerly
+
+    torch.manual_seed(0)
+    model, x = SmallCNN(dropout=0.0), torch.randn(4, 3, 8, 8)
+    eager_model = copy.deepcopy(model)
+    gm, state = lift_symbolic(model)
+    compiled = aot_compile(gm, [*state, x], fw_compiler=run_graph_eagerly,
+                           decompositions=core_aten_decompositions())
+    assert isinstance(compiled, _Compiled)
+    losses = train(lambda: compiled(*state, x)[0].pow(2).mean(), list(model.parameters()))
+    expected = train(lambda: eager_model(x).pow(2).mean(), list(eager_model.parameters()))
+    torch.testing.assert_close(losses, expected, atol=1e-4, rtol=1e-4)
