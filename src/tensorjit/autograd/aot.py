@@ -115,10 +115,21 @@ class _Compiled:
         self.training = training_callable(plan, forward, backward)
         return self.training
 
+    def _release_examples(self) -> None:
+        # Both paths exist: the example tensors are no longer needed for tracing.
+        if self.training is not None and self.inference is not None:
+            self.example_inputs = None
+
     def __call__(self, *args):
         if torch.is_grad_enabled() and self.grad_inputs:
-            return (self.training or self.compile_training())(*args)
-        return (self.inference or self.compile_inference())(*args)
+            if self.training is None:
+                self.compile_training()
+                self._release_examples()
+            return self.training(*args)
+        if self.inference is None:
+            self.compile_inference()
+            self._release_examples()
+        return self.inference(*args)
 
 
 def aot_compile(gm: fx.GraphModule, example_inputs: list, *, fw_compiler: Compiler,
