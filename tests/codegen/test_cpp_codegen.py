@@ -134,3 +134,20 @@ def test_compiler_missing_falls_back(monkeypatch):
     with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
         compiled = compile_aten_graph(gm, [x], config=config)
     torch.testing.assert_close(as_list(compiled(x))[0], x.exp() + 1)
+
+
+def test_inductor_backend_inference_and_training():
+    from tensorjit.backends.inductor import inductor
+
+    def fn(x, w, b):
+        return torch.nn.functional.gelu(x @ w + b).softmax(-1)
+    x, w, b = torch.randn(4, 16), torch.randn(16, 8, requires_grad=True), torch.randn(8, requires_grad=True)
+    compiled = inductor(torch.fx.symbolic_trace(fn), [x, w, b])
+    out = as_list(compiled(x, w, b))[0]
+    torch.testing.assert_close(out, fn(x, w, b))
+    grad, = torch.autograd.grad(out.pow(2).sum(), w)
+    expected, = torch.autograd.grad(fn(x, w, b).pow(2).sum(), w)
+    torch.testing.assert_close(grad, expected)
+    with torch.no_grad():
+        compiled = inductor(torch.fx.symbolic_trace(fn), [x, w, b])
+        torch.testing.assert_close(as_list(compiled(x, w, b))[0], fn(x, w, b))

@@ -21,9 +21,9 @@ from ..codegen.decomp import decompositions
 log = logging.getLogger("tensorjit.backends.inductor")
 
 
-def _needs_grad(example_inputs) -> bool:
-    return torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+def _needs_grad(gm, example_inputs) -> bool:
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)] + list(gm.parameters())
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def trace_inference(gm, example_inputs):
@@ -39,7 +39,7 @@ def trace_inference(gm, example_inputs):
 
 
 def inductor(gm: torch.fx.GraphModule, example_inputs):
-    if _needs_grad(example_inputs):
+    if _needs_grad(gm, example_inputs):
         try:
             from ..autograd import aot_compile
         except ImportError:
