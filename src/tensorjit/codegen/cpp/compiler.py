@@ -1,0 +1,69 @@
+"""The C++ toolchain: find a compiler, build a shared library through the disk cache, load it.
+
+Takes C++ source and a Config; `load_library` returns a ctypes.CDLL, or raises
+CompilerMissing (the caller warns once and runs ATen instead).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import platform
+import shutil
+import subprocess
+
+from ...runtime.disk_cache import get_or_build
+
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-w")
+
+
+class CompilerMissing(RuntimeError):
+    pass
+
+
+def find_compiler(configured: str | None) -> str:
+    for candidate in ([configured] if configured else ["g++", "clang++", "c++"]):
+        path = shutil.which(candidate)
+        if path:
+            return path
+    raise CompilerMissing(f"no C++ compiler found (tried {configured or 'g++, clang++, c++'})")
+
+
+@functools.lru_cache(maxsize=8)
+def compiler_version(compiler: str) -> str:
+    result = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    return result.stdout.splitlines()[0] if result.stdout else compiler
+
+
+@functools.lru_cache(maxsize=1)
+def machine_identity() -> str:
+    """-march=native code is only valid on the same kind of CPU: part of the cache key."""
+    model = platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith(("model name", "flags")):
+                model += line
+                if line.startswith("flags"):
+                    break
+    except OSError:
+        pass
+    return model
+
+
+def build(source: str, compiler: str, output: str) -> None:
+    command = [compiler, *FLAGS, "-x", "c++", "-", "-o", output]
+    result = subprocess.run(command, input=source, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"C++ compile failed:\n{result.stderr[-4000:]}")
+
+
+def load_library(source: str, config) -> ctypes.CDLL:
+    compiler = find_compiler(getattr(config, "cpp_compiler", None))
+    key = (source, compiler_version(compiler), FLAGS, machine_identity())
+    cache_dir = getattr(config, "cache_dir", None)
+    path = get_or_build(key, lambda out: build(source, compiler, out), cache_dir=cache_dir)
+    try:
+        return ctypes.CDLL(path)
+    except OSError:
+        path = get_or_build(key, lambda out: build(source, compiler, out), cache_dir=cache_dir, rebuild=True)
+        return ctypes.CDLL(path)

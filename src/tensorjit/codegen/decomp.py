@@ -1,0 +1,35 @@
+"""The decomposition table tracing applies before code generation.
+
+Takes nothing; `decompositions()` returns {OpOverload: python decomposition}:
+torch's core ATen decompositions plus softmax/log_softmax/layer norm/var_mean
+pieces so they reach the code generator as pointwise ops and reductions.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+aten = torch.ops.aten
+
+EXTRA = [
+    aten._softmax, aten._log_softmax, aten.native_layer_norm,
+    aten.gelu, aten.silu, aten.hardtanh, aten.mse_loss, aten.addcmul, aten.addcdiv,
+    aten.leaky_relu, aten.elu, aten.hardsigmoid, aten.hardswish, aten.softplus,
+    aten.native_batch_norm, aten._native_batch_norm_legit_no_training, aten.logsumexp,
+    aten.rsub, aten.lerp, aten.clamp_min, aten.clamp_max,
+]
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict:
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions(EXTRA))
+    return table
+
+
+def decompositions() -> dict:
+    """A fresh copy (callers may edit it)."""
+    return dict(_table())

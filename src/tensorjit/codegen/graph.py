@@ -1,0 +1,230 @@
+"""Graph lowering: an ATen-level FX graph -> `ir.Program`.
+
+Takes a GraphModule (make_fx output; nodes may carry meta["val"]) and example
+inputs; returns a Program of Pointwise/Reduction kernels and Extern steps.
+Fusion happens here by inlining: a pointwise value stays lazy (its loader is
+composed into its consumers) until it must exist in memory: when it has more
+than one user (never recompute), feeds an Extern, or is a graph output.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+from . import ir, lowering_reductions, lowering_views  # noqa: F401  (registrations)
+from .lowering import LOWERINGS, to_dtype
+from .lowering_reductions import ReductionValue
+from .report import record_fallback
+from .values import LazyValue, NotLowerable, TORCH_TO_IR, buffer_value, contiguous_strides
+
+VIEW_TARGETS = {getattr(torch.ops.aten, n).default for n in
+                ("view", "_unsafe_view", "permute", "expand", "unsqueeze", "t", "alias")} | {
+    torch.ops.aten.transpose.int, torch.ops.aten.slice.Tensor, torch.ops.aten.select.int,
+    torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims, torch.ops.aten.squeeze.default}
+# *_copy variants (functionalize's output) become aliasing views when their input is in memory.
+COPY_VIEWS = {torch.ops.aten.view_copy.default: torch.ops.aten.view.default,
+              torch.ops.aten.permute_copy.default: torch.ops.aten.permute.default,
+              torch.ops.aten.expand_copy.default: torch.ops.aten.expand.default,
+              torch.ops.aten.unsqueeze_copy.default: torch.ops.aten.unsqueeze.default,
+              torch.ops.aten.t_copy.default: torch.ops.aten.t.default,
+              torch.ops.aten.transpose_copy.int: torch.ops.aten.transpose.int,
+              torch.ops.aten.slice_copy.Tensor: torch.ops.aten.slice.Tensor,
+              torch.ops.aten.select_copy.int: torch.ops.aten.select.int}
+VIEW_TARGETS |= set(COPY_VIEWS)
+
+
+TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction}
+
+
+MAX_SHARED_OPS = 24
+
+
+def count_ops(expr, seen=None) -> int:
+    seen = set() if seen is None else seen
+    if expr in seen or not isinstance(expr, ir.Op):
+        return 0
+    seen.add(expr)
+    return 1 + sum(count_ops(a, seen) for a in expr.args)
+
+
+class ExternObject:
+    """A non-tensor result of an Extern (a tuple of tensors...), referenced by slot name."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return TORCH_TO_IR.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def node_values(gm: torch.fx.GraphModule, example_inputs) -> dict:
+    """meta["val"] of every node, or (graphs without it) values from one eager run."""
+    nodes = list(gm.graph.nodes)
+    if all("val" in n.meta for n in nodes if n.op not in ("output",)):
+        return {n: n.meta.get("val") for n in nodes}
+    values = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            result = super().run_node(n)
+            values[n] = result
+            return result
+    with torch.no_grad():
+        Recorder(gm).run(*example_inputs)
+    return values
+
+
+class GraphLowering:
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs):
+        self.gm = gm
+        self.example_inputs = example_inputs
+        self.meta = node_values(gm, example_inputs)
+        self.buffers: list[ir.Buffer] = []
+        self.steps: list = []
+        self.env: dict = {}
+        self.constants: dict[str, torch.Tensor] = {}
+        lowering_reductions.REALIZE[0] = self.realize
+
+    def new_name(self, prefix: str) -> str:
+        return f"{prefix}{len(self.buffers) + len(self.steps)}"
+
+    def add_buffer(self, shape, dtype: str, strides=None, kind="temp", name=None) -> ir.Buffer:
+        shape = tuple(int(s) for s in shape)
+        strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(shape)
+        buffer = ir.Buffer(name or f"buf{len(self.buffers)}", dtype, shape, strides, kind)
+        self.buffers.append(buffer)
+        return buffer
+
+    # -- realization -----------------------------------------------------------
+    def realize(self, value):
+        """A value that exists in memory (LazyValue with .buffer)."""
+        if isinstance(value, ReductionValue):
+            value = self.realize_reduction(value)
+        if not isinstance(value, LazyValue) or value.buffer is not None:
+            return value
+        buffer = self.add_buffer(value.shape, value.dtype)
+        variables = tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape)))
+        body = value.load(variables)
+        self.steps.append(ir.Pointwise(f"kernel{len(self.steps)}", buffer.name, value.shape, body, variables))
+        return buffer_value(buffer)
+
+    def realize_reduction(self, value: ReductionValue) -> LazyValue:
+        source = value.source
+        kept = [d for d in range(len(source.shape)) if d not in value.reduced_dims]
+        ranges = tuple(source.shape[d] for d in kept)
+        reduction_ranges = tuple(source.shape[d] for d in value.reduced_dims)
+        variables = tuple(ir.IndexVar(f"i{k}") for k in range(len(ranges)))
+        reduction_variables = tuple(ir.IndexVar(f"r{k}") for k in range(len(reduction_ranges)))
+        index = [None] * len(source.shape)
+        for d, var in zip(kept, variables):
+            index[d] = var
+        for d, var in zip(value.reduced_dims, reduction_variables):
+            index[d] = var
+        body = source.load(tuple(index))
+        if value.reduction_type not in ("argmax", "argmin"):
+            body = to_dtype(body, value.compute_dtype)
+        buffer = self.add_buffer(value.shape, value.dtype)
+        self.steps.append(ir.Reduction(f"kernel{len(self.steps)}", buffer.name, ranges, reduction_ranges,
+                                       value.reduction_type, body, variables, reduction_variables,
+                                       value.dtype, value.divisor))
+        return buffer_value(buffer)
+
+    # -- nodes -----------------------------------------------------------------
+    def run(self) -> ir.Program:
+        inputs = []
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                example = self.example_inputs[len(inputs)]
+                if isinstance(example, torch.Tensor):
+                    buffer = self.add_buffer(example.shape, dtype_name(example.dtype), example.stride(),
+                                             "input", name=f"in{len(inputs)}")
+                    self.env[node] = buffer_value(buffer)
+                else:
+                    buffer = self.add_buffer((), "object", (), "input", name=f"in{len(inputs)}")
+                    self.env[node] = ExternObject(buffer.name)
+                inputs.append(buffer.name)
+            elif node.op == "get_attr":
+                tensor = getattr(self.gm, node.target)
+                buffer = self.add_buffer(tensor.shape, dtype_name(tensor.dtype), tensor.stride(), "constant")
+                self.constants[buffer.name] = tensor
+                self.env[node] = buffer_value(buffer)
+            elif node.op == "output":
+                outputs = self.lower_outputs(node.args[0])
+            else:
+                self.env[node] = self.lower_node(node)
+                if len(node.users) > 1 and not self.cheap_to_share(node):
+                    self.env[node] = self.realize(self.env[node])
+        return ir.Program(tuple(self.buffers), tuple(self.steps), tuple(inputs), outputs)
+
+    def cheap_to_share(self, node) -> bool:
+        """A small pointwise value read only by pointwise lowerings stays inlined: users that
+        land in one kernel compute it once (the emitter shares equal subexpressions); users
+        in different kernels recompute at most MAX_SHARED_OPS ops instead of a memory round trip."""
+        value = self.env[node]
+        if not isinstance(value, LazyValue) or value.buffer is not None:
+            return False
+        for user in node.users:
+            lowering = LOWERINGS.get(user.target) if user.op == "call_function" else None
+            if lowering is None or lowering.__module__.endswith("lowering_reductions"):
+                return False
+        body = value.load(tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape))))
+        return count_ops(body) <= MAX_SHARED_OPS
+
+    def lower_outputs(self, result):
+        def convert(value):
+            if isinstance(value, torch.fx.Node):
+                node, value = value, self.realize(self.env[value])
+                self.env[node] = value
+                return value.buffer.name if isinstance(value, LazyValue) else ir.BufferRef(value.name)
+            return value
+        return torch.fx.node.map_aggregate(result, convert)
+
+    def lower_node(self, node: torch.fx.Node):
+        meta = self.meta.get(node)
+        target = node.target
+        if node.op == "call_function" and target in LOWERINGS:
+            args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
+            if target in VIEW_TARGETS and isinstance(args[0], LazyValue) and args[0].buffer is not None:
+                return self.lower_extern(node, meta, "aliasing view of a buffer in memory", count=False)
+            try:
+                args = tuple(self.realize(a) if isinstance(a, ReductionValue) else a for a in args)
+                if isinstance(meta, (tuple, list)) and target not in TUPLE_LOWERINGS:
+                    raise NotLowerable("multiple results")
+                result = LOWERINGS[target](meta, *args, **kwargs)
+                if isinstance(result, ReductionValue) and target is operator.getitem:
+                    result = self.realize(result)
+                return result
+            except NotLowerable as error:
+                return self.lower_extern(node, meta, str(error))
+        return self.lower_extern(node, meta, "no lowering")
+
+    def lower_extern(self, node, meta, reason: str, count: bool = True):
+        if count and node.target is not operator.getitem:
+            record_fallback(node.target, reason)
+
+        def reference(n):
+            value = self.env[n] = self.realize(self.env[n])
+            if isinstance(value, LazyValue):
+                return ir.BufferRef(value.buffer.name)
+            return ir.BufferRef(value.name)
+        args = torch.fx.node.map_arg(node.args, reference)
+        kwargs = torch.fx.node.map_arg(node.kwargs, reference)
+        target = COPY_VIEWS.get(node.target, node.target)
+        if node.op == "call_method":
+            target = getattr(torch.Tensor, node.target)
+        elif node.op == "call_module":
+            target = getattr(self.gm, node.target)
+        if isinstance(meta, torch.Tensor):
+            buffer = self.add_buffer(meta.shape, dtype_name(meta.dtype), meta.stride(), "extern")
+            self.steps.append(ir.Extern(f"extern{len(self.steps)}", target, tuple(args),
+                                        tuple(kwargs.items()), buffer.name))
+            return buffer_value(buffer)
+        buffer = self.add_buffer((), "object", (), "extern")
+        self.steps.append(ir.Extern(f"extern{len(self.steps)}", target, tuple(args),
+                                    tuple(kwargs.items()), buffer.name))
+        return ExternObject(buffer.name)

@@ -1,0 +1,237 @@
+"""Loop-level IR of the code generator.
+
+Takes nothing; defines the values lowering produces and emitters consume:
+index expressions (integer arithmetic over loop variables), scalar expressions
+(loads, constants, ops of the `ops` protocol), and kernels (Pointwise,
+Reduction) plus Extern steps that call an ATen kernel. Every node is a frozen
+dataclass with slots; `str()` prints readable Python-like text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+
+# -- index expressions (integers) ---------------------------------------------
+@dataclass(frozen=True, slots=True)
+class IndexVar:
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class IndexConst:
+    value: int
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexOp:
+    """op is one of "add", "mul", "floordiv", "mod" (operands are non-negative)."""
+
+    op: str
+    left: "Index"
+    right: "Index"
+
+    def __str__(self) -> str:
+        symbol = {"add": "+", "mul": "*", "floordiv": "//", "mod": "%"}[self.op]
+        return f"({self.left} {symbol} {self.right})"
+
+
+Index = Union[IndexVar, IndexConst, IndexOp]
+
+
+def index_add(left: Index, right: Index) -> Index:
+    if isinstance(left, IndexConst) and left.value == 0:
+        return right
+    if isinstance(right, IndexConst) and right.value == 0:
+        return left
+    if isinstance(left, IndexConst) and isinstance(right, IndexConst):
+        return IndexConst(left.value + right.value)
+    return IndexOp("add", left, right)
+
+
+def index_mul(left: Index, right: Index) -> Index:
+    for a, b in ((left, right), (right, left)):
+        if isinstance(a, IndexConst):
+            if a.value == 0:
+                return IndexConst(0)
+            if a.value == 1:
+                return b
+            if isinstance(b, IndexConst):
+                return IndexConst(a.value * b.value)
+    return IndexOp("mul", left, right)
+
+
+def index_floordiv(left: Index, right: int) -> Index:
+    if right == 1:
+        return left
+    return IndexOp("floordiv", left, IndexConst(right))
+
+
+def index_mod(left: Index, right: int) -> Index:
+    if right == 1:
+        return IndexConst(0)
+    return IndexOp("mod", left, IndexConst(right))
+
+
+def strided_index(indices: tuple[Index, ...], strides: tuple[int, ...], offset: int = 0) -> Index:
+    """offset + sum(index * stride): the flat element offset of a strided layout."""
+    total: Index = IndexConst(offset)
+    for index, stride in zip(indices, strides):
+        total = index_add(total, index_mul(index, IndexConst(stride)))
+    return total
+
+
+# -- scalar expressions ----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Load:
+    buffer: str
+    index: Index
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"load({self.buffer}, {self.index})"
+
+
+@dataclass(frozen=True, slots=True)
+class Constant:
+    value: Any  # int, float or bool; float("inf") and nan allowed
+    dtype: str  # one of DTYPES
+
+    def __str__(self) -> str:
+        return f"constant({self.value!r}, {self.dtype})"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexValue:
+    """An index expression used as a value (iota/arange)."""
+
+    index: Index
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"index_expr({self.index}, {self.dtype})"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """A call of the `ops` protocol method `name` (add, exp, where, to_dtype...).
+
+    `dtype` is the result dtype; `extra` holds non-expression arguments
+    (the target dtype of to_dtype)."""
+
+    name: str
+    args: tuple["Expr", ...]
+    dtype: str
+    extra: tuple = ()
+
+    def __str__(self) -> str:
+        parts = [str(a) for a in self.args] + [repr(e) for e in self.extra]
+        return f"{self.name}({', '.join(parts)})"
+
+
+Expr = Union[Load, Constant, IndexValue, Op]
+
+DTYPES = ("float32", "float64", "int64", "int32", "bool")
+
+
+# -- buffers and kernels ---------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """A tensor in memory. kind: "input" (graph input i), "temp" (allocated by
+    the wrapper), "extern" (returned by an ATen call)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    kind: str = "temp"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.kind} {self.dtype}{list(self.shape)} strides={list(self.strides)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Pointwise:
+    """for index in ranges: store(output, contiguous(index), body)."""
+
+    name: str
+    output: str
+    ranges: tuple[int, ...]
+    body: Expr
+    variables: tuple[IndexVar, ...]
+
+    def __str__(self) -> str:
+        loops = ", ".join(f"{v} < {r}" for v, r in zip(self.variables, self.ranges))
+        return f"{self.name}: for {loops}: {self.output}[...] = {self.body}"
+
+
+@dataclass(frozen=True, slots=True)
+class Reduction:
+    """for index in ranges: output[index] = reduce(reduction_type, body over reduction_ranges).
+
+    reduction_type: "sum", "max", "min", "prod", "any", "argmax", "argmin"."""
+
+    name: str
+    output: str
+    ranges: tuple[int, ...]
+    reduction_ranges: tuple[int, ...]
+    reduction_type: str
+    body: Expr
+    variables: tuple[IndexVar, ...]
+    reduction_variables: tuple[IndexVar, ...]
+    dtype: str
+    divisor: int = 1  # mean/var: the stored value is the reduced value / divisor
+
+    def __str__(self) -> str:
+        loops = ", ".join(f"{v} < {r}" for v, r in zip(self.variables, self.ranges))
+        inner = ", ".join(f"{v} < {r}" for v, r in zip(self.reduction_variables, self.reduction_ranges))
+        return f"{self.name}: for {loops}: {self.output}[...] = {self.reduction_type}(for {inner}: {self.body})" + \
+            (f" / {self.divisor}" if self.divisor != 1 else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Extern:
+    """Call an ATen (or Python) callable on runtime values; `args`/`kwargs`
+    reference buffers by name through `BufferRef`."""
+
+    name: str
+    target: Any
+    args: tuple
+    kwargs: tuple  # tuple of (key, value) pairs
+    output: str
+
+    def __str__(self) -> str:
+        return f"{self.output} = extern {getattr(self.target, '__name__', self.target)}{self.args}"
+
+
+@dataclass(frozen=True, slots=True)
+class BufferRef:
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+Kernel = Union[Pointwise, Reduction, Extern]
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """A lowered graph: buffers, ordered steps, and the names the graph returns."""
+
+    buffers: tuple[Buffer, ...]
+    steps: tuple[Kernel, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[Any, ...]  # buffer names, or raw Python values (None, ints)
+
+    def __str__(self) -> str:
+        lines = [str(b) for b in self.buffers] + [str(s) for s in self.steps]
+        lines.append(f"return {self.outputs}")
+        return "\n".join(lines)

@@ -1,0 +1,196 @@
+"""Lowerings: ATen op -> LazyValue built from `ir` expressions.
+
+Takes the node's arguments (LazyValues for tensors, Python values otherwise) and
+the node's meta value (a fake/real tensor giving result shape and dtype);
+returns a LazyValue, or raises NotLowerable so the node runs as an ATen Extern.
+Each lowering is registered beside its definition with `@lowering(aten.op, ...)`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from . import ir
+from .values import LazyValue, NotLowerable, ir_dtype
+
+aten = torch.ops.aten
+LOWERINGS: dict = {}
+
+
+def lowering(*targets) -> Callable:
+    def register(fn):
+        for target in targets:
+            packets = [getattr(target, name) for name in target.overloads()] \
+                if isinstance(target, torch._ops.OpOverloadPacket) else [target]
+            for overload in packets:
+                LOWERINGS[overload] = fn
+        return fn
+    return register
+
+
+# -- helpers -----------------------------------------------------------------------
+def broadcast_load(value, shape: tuple[int, ...], index, dtype: str) -> ir.Expr:
+    """Load `value` (LazyValue or Python scalar) at `index` of the broadcast `shape`, cast to dtype."""
+    if not isinstance(value, LazyValue):
+        if isinstance(value, torch.Tensor) or not isinstance(value, (int, float, bool)):
+            raise NotLowerable(f"unsupported operand {type(value).__name__}")
+        return ir.Constant(cast_python(value, dtype), dtype)
+    if value.dtype not in ir.DTYPES:
+        raise NotLowerable(f"load of {value.dtype}")
+    offset = len(shape) - len(value.shape)
+    own = tuple(ir.IndexConst(0) if size == 1 else index[offset + i] for i, size in enumerate(value.shape))
+    return to_dtype(value.load(own), dtype)
+
+
+def cast_python(value, dtype: str):
+    if dtype == "bool":
+        return bool(value)
+    if dtype.startswith("int"):
+        return int(value)
+    return float(value)
+
+
+def to_dtype(expr: ir.Expr, dtype: str) -> ir.Expr:
+    if expr.dtype == dtype:
+        return expr
+    if isinstance(expr, ir.Constant):
+        return ir.Constant(cast_python(expr.value, dtype), dtype)
+    return ir.Op("to_dtype", (expr,), dtype)
+
+
+def result_info(meta) -> tuple[tuple[int, ...], str]:
+    if not isinstance(meta, torch.Tensor):
+        raise NotLowerable("result is not a single tensor")
+    return tuple(int(s) for s in meta.shape), ir_dtype(meta.dtype)
+
+
+def operand_dtype(args, fallback: str) -> str:
+    """The promoted dtype of the tensor/scalar operands (computation dtype of comparisons)."""
+    tensors = [torch.empty((), dtype=_TORCH[a.dtype]) for a in args if isinstance(a, LazyValue)]
+    scalars = [a for a in args if isinstance(a, (int, float, bool))]
+    if not tensors:
+        return fallback
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    for s in scalars:
+        dtype = torch.result_type(torch.empty((), dtype=dtype), s)
+    return ir_dtype(dtype)
+
+
+from .values import IR_TO_TORCH as _TORCH  # noqa: E402
+
+
+def pointwise(name: str, args, meta, compute: str | None = None) -> LazyValue:
+    shape, out_dtype = result_info(meta)
+    compute = compute or out_dtype
+
+    def loader(index):
+        operands = tuple(broadcast_load(a, shape, index, compute) for a in args)
+        return to_dtype(ir.Op(name, operands, op_result_dtype(name, compute)), out_dtype)
+    return LazyValue(shape, out_dtype, loader)
+
+
+COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "isnan"}
+
+
+def op_result_dtype(name: str, compute: str) -> str:
+    return "bool" if name in COMPARISONS else compute
+
+
+def make_pointwise(name: str, float_only: bool = False, compare: bool = False):
+    def lower(meta, *args, **kwargs):
+        if kwargs.get("alpha", 1) != 1 or kwargs.get("rounding_mode") is not None:
+            raise NotLowerable("unsupported keyword")
+        if len(args) > len(_ARITY.get(name, "xx")):
+            raise NotLowerable("extra positional arguments")
+        _, out_dtype = result_info(meta)
+        if float_only and not out_dtype.startswith("float"):
+            raise NotLowerable(f"{name} on {out_dtype}")
+        compute = operand_dtype(args, out_dtype) if compare else out_dtype
+        return pointwise(name, args, meta, compute)
+    return lower
+
+
+_ARITY = {n: "x" for n in ("neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh",
+                          "sigmoid", "erf", "sin", "cos", "reciprocal", "floor", "ceil", "trunc",
+                          "logical_not", "isnan", "sign", "relu")}
+
+for _name, _target, _float in [
+    ("neg", aten.neg, False), ("abs", aten.abs, False), ("exp", aten.exp, True),
+    ("log", aten.log, True), ("log1p", aten.log1p, True), ("expm1", aten.expm1, True),
+    ("sqrt", aten.sqrt, True), ("rsqrt", aten.rsqrt, True), ("tanh", aten.tanh, True),
+    ("sigmoid", aten.sigmoid, True), ("erf", aten.erf, True), ("sin", aten.sin, True),
+    ("cos", aten.cos, True), ("reciprocal", aten.reciprocal, True), ("floor", aten.floor, True),
+    ("ceil", aten.ceil, True), ("trunc", aten.trunc, True), ("relu", aten.relu, False),
+    ("add", aten.add, False), ("sub", aten.sub, False), ("mul", aten.mul, False),
+    ("truediv", aten.div, True), ("pow", aten.pow, True), ("maximum", aten.maximum, False),
+    ("minimum", aten.minimum, False), ("atan2", aten.atan2, True),
+]:
+    lowering(_target)(make_pointwise(_name, _float))
+
+for _name, _target in [("eq", aten.eq), ("ne", aten.ne), ("lt", aten.lt), ("le", aten.le),
+                       ("gt", aten.gt), ("ge", aten.ge), ("logical_and", aten.logical_and),
+                       ("logical_or", aten.logical_or), ("logical_not", aten.logical_not),
+                       ("isnan", aten.isnan)]:
+    lowering(_target)(make_pointwise(_name, compare=True))
+
+
+@lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def lower_where(meta, condition, a, b):
+    shape, dtype = result_info(meta)
+
+    def loader(index):
+        cond = broadcast_load(condition, shape, index, "bool")
+        return ir.Op("where", (cond, broadcast_load(a, shape, index, dtype),
+                               broadcast_load(b, shape, index, dtype)), dtype)
+    return LazyValue(shape, dtype, loader)
+
+
+@lowering(aten.clamp.default)
+def lower_clamp(meta, x, low=None, high=None):
+    shape, dtype = result_info(meta)
+
+    def loader(index):
+        value = broadcast_load(x, shape, index, dtype)
+        if low is not None:
+            value = ir.Op("maximum", (value, ir.Constant(cast_python(low, dtype), dtype)), dtype)
+        if high is not None:
+            value = ir.Op("minimum", (value, ir.Constant(cast_python(high, dtype), dtype)), dtype)
+        return value
+    return LazyValue(shape, dtype, loader)
+
+
+@lowering(aten._to_copy.default, aten.clone.default, aten.alias.default)
+def lower_copy(meta, x, **kwargs):
+    if kwargs.get("device") not in (None, torch.device("cpu")) and str(kwargs.get("device")) != "cpu":
+        raise NotLowerable("device copy")
+    shape, dtype = result_info(meta)
+    return LazyValue(shape, dtype, lambda index: broadcast_load(x, shape, index, dtype))
+
+
+@lowering(aten.full.default)
+def lower_full(meta, size, value, **kwargs):
+    shape, dtype = result_info(meta)
+    return LazyValue(shape, dtype, lambda index: ir.Constant(cast_python(value, dtype), dtype))
+
+
+@lowering(aten.scalar_tensor.default)
+def lower_scalar_tensor(meta, value, **kwargs):
+    return lower_full(meta, (), value)
+
+
+@lowering(aten.arange.start_step, aten.arange.default, aten.arange.start)
+def lower_arange(meta, *args, **kwargs):
+    shape, dtype = result_info(meta)
+    numbers = [a for a in args if isinstance(a, (int, float))]
+    if len(numbers) == 1:
+        numbers = [0, numbers[0]]
+    start, step = numbers[0], (numbers[2] if len(numbers) > 2 else 1)
+    if not all(isinstance(n, int) for n in (start, step)):
+        raise NotLowerable("float arange")
+    return LazyValue(shape, dtype, lambda index: to_dtype(ir.IndexValue(
+        ir.index_add(ir.IndexConst(start), ir.index_mul(index[0], ir.IndexConst(step))), "int64"), dtype))

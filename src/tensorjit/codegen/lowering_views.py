@@ -1,0 +1,114 @@
+"""View lowerings as index arithmetic (no copies).
+
+Takes a LazyValue and view arguments; returns a LazyValue whose loader maps the
+view's index to the source's index. Views of buffers already in memory are
+instead run as aliasing ATen calls by the graph lowering (zero cost).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import ir
+from .lowering import lowering, result_info
+from .values import LazyValue, NotLowerable, contiguous_strides
+
+aten = torch.ops.aten
+
+
+def _require(value):
+    if not isinstance(value, LazyValue):
+        raise NotLowerable("view of a non-tensor")
+    return value
+
+
+@lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
+def lower_view(meta, x, size):
+    x = _require(x)
+    shape, dtype = result_info(meta)
+    if shape == x.shape:
+        return x
+    new_strides = contiguous_strides(shape)
+    old_strides = contiguous_strides(x.shape)
+
+    def loader(index):
+        flat = ir.strided_index(index, new_strides)
+        old = tuple(ir.index_mod(ir.index_floordiv(flat, stride), size)
+                    for stride, size in zip(old_strides, x.shape))
+        return x.load(old)
+    return LazyValue(shape, dtype, loader)
+
+
+@lowering(aten.permute.default, aten.permute_copy.default)
+def lower_permute(meta, x, dims):
+    x = _require(x)
+    dims = [d % len(x.shape) for d in dims]
+    shape = tuple(x.shape[d] for d in dims)
+
+    def loader(index):
+        old = [None] * len(dims)
+        for position, d in enumerate(dims):
+            old[d] = index[position]
+        return x.load(tuple(old))
+    return LazyValue(shape, x.dtype, loader)
+
+
+@lowering(aten.t.default, aten.t_copy.default)
+def lower_t(meta, x):
+    return lower_permute(meta, x, list(reversed(range(len(_require(x).shape)))))
+
+
+@lowering(aten.transpose.int, aten.transpose_copy.int)
+def lower_transpose(meta, x, dim0, dim1):
+    dims = list(range(len(_require(x).shape)))
+    dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
+    return lower_permute(meta, x, dims)
+
+
+@lowering(aten.expand.default, aten.expand_copy.default)
+def lower_expand(meta, x, size, **kwargs):
+    x = _require(x)
+    shape, _ = result_info(meta)
+    offset = len(shape) - len(x.shape)
+
+    def loader(index):
+        return x.load(tuple(ir.IndexConst(0) if s == 1 else index[offset + i] for i, s in enumerate(x.shape)))
+    return LazyValue(shape, x.dtype, loader)
+
+
+@lowering(aten.unsqueeze.default, aten.unsqueeze_copy.default)
+def lower_unsqueeze(meta, x, dim):
+    x = _require(x)
+    dim = dim % (len(x.shape) + 1)
+    shape = x.shape[:dim] + (1,) + x.shape[dim:]
+    return LazyValue(shape, x.dtype, lambda index: x.load(index[:dim] + index[dim + 1:]))
+
+
+@lowering(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def lower_squeeze(meta, x, dims=None):
+    x = _require(x)
+    shape, _ = result_info(meta)
+    return lower_view(meta, x, shape)
+
+
+@lowering(aten.slice.Tensor, aten.slice_copy.Tensor)
+def lower_slice(meta, x, dim=0, start=None, end=None, step=1):
+    x = _require(x)
+    shape, _ = result_info(meta)
+    dim = dim % len(x.shape)
+    start = 0 if start is None else start
+    start = start + x.shape[dim] if start < 0 else min(start, x.shape[dim])
+
+    def loader(index):
+        moved = ir.index_add(ir.IndexConst(start), ir.index_mul(index[dim], ir.IndexConst(step)))
+        return x.load(index[:dim] + (moved,) + index[dim + 1:])
+    return LazyValue(shape, x.dtype, loader)
+
+
+@lowering(aten.select.int, aten.select_copy.int)
+def lower_select(meta, x, dim, position):
+    x = _require(x)
+    dim = dim % len(x.shape)
+    position = position % x.shape[dim]
+    shape = x.shape[:dim] + x.shape[dim + 1:]
+    return LazyValue(shape, x.dtype, lambda index: x.load(index[:dim] + (ir.IndexConst(position),) + index[dim:]))

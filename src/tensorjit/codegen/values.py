@@ -1,0 +1,55 @@
+"""Lazy tensor values used during lowering.
+
+A `LazyValue` is a shape, a dtype and a loader: a function from a tuple of index
+expressions to a scalar expression. Pointwise lowerings compose loaders, which
+is how chains of pointwise ops fuse into one kernel; `realize` turns a value
+into a buffer when it must exist in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from . import ir
+
+TORCH_TO_IR = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64",
+               torch.int32: "int32", torch.bool: "bool"}
+IR_TO_TORCH = {v: k for k, v in TORCH_TO_IR.items()}
+
+
+class NotLowerable(Exception):
+    """Raised by a lowering that cannot handle its arguments; the node becomes an Extern."""
+
+
+@dataclass
+class LazyValue:
+    shape: tuple[int, ...]
+    dtype: str
+    loader: Callable[[tuple[ir.Index, ...]], ir.Expr]
+    buffer: ir.Buffer | None = None  # set when the value is a buffer in memory
+
+    def load(self, index: tuple[ir.Index, ...]) -> ir.Expr:
+        return self.loader(tuple(index))
+
+
+def buffer_value(buffer: ir.Buffer) -> LazyValue:
+    def loader(index):
+        return ir.Load(buffer.name, ir.strided_index(index, buffer.strides), buffer.dtype)
+    return LazyValue(tuple(buffer.shape), buffer.dtype, loader, buffer)
+
+
+def ir_dtype(dtype: torch.dtype) -> str:
+    if dtype not in TORCH_TO_IR:
+        raise NotLowerable(f"dtype {dtype} has no kernel support")
+    return TORCH_TO_IR[dtype]
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= max(size, 1)
+    return tuple(reversed(strides))

@@ -1,0 +1,154 @@
+"""C++ code generator: kernels vs eager, fusion decisions, memory release, cache, compiler-missing fallback."""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tensorjit.codegen import compile_aten_graph, ir
+from tensorjit.codegen.decomp import decompositions
+from tensorjit.codegen.memory import last_uses
+from tensorjit.config import Config
+from tensorjit.runtime import disk_cache
+
+
+def compile_fn(fn, *inputs):
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    return compile_aten_graph(gm, list(inputs))
+
+
+def kinds(compiled):
+    return [type(step).__name__ for step in compiled.program.steps]
+
+
+def as_list(result):
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def check(fn, *inputs):
+    compiled = compile_fn(fn, *inputs)
+    torch.testing.assert_close(as_list(compiled(*inputs)), as_list(fn(*inputs)))
+    return compiled
+
+
+def test_pointwise_chain_is_one_kernel():
+    x = torch.randn(8, 16)
+    compiled = check(lambda x: ((x * 2 + 1).exp().tanh() - x.abs()).sigmoid(), x)
+    assert kinds(compiled) == ["Pointwise"]
+
+
+def test_strided_and_broadcast_inputs():
+    x = torch.randn(16, 8).t()
+    y = torch.randn(8)
+    compiled = check(lambda x, y: torch.where(x > 0, x * y[:, None], -x).relu(), x, y)
+    assert kinds(compiled).count("Pointwise") == 1
+
+
+def test_softmax_kernels():
+    # max, exp (two readers: stored once, never recomputed), sum, divide
+    compiled = check(lambda x: torch.softmax(x, -1), torch.randn(4, 33))
+    assert kinds(compiled) == ["Reduction", "Pointwise", "Reduction", "Pointwise"]
+
+
+def test_layer_norm_gelu_fused_epilogue():
+    weight, bias = torch.randn(32), torch.randn(32)
+    fn = lambda x: torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (32,), weight, bias))
+    compiled = check(fn, torch.randn(6, 32))
+    # mean, variance (two-pass, sound), then normalise + affine + gelu in one kernel
+    assert kinds(compiled) == ["Reduction", "Reduction", "Pointwise"]
+
+
+def test_reductions_and_dtypes():
+    x = torch.randn(5, 7, dtype=torch.float64)
+    check(lambda x: (x.sum(0), x.amax(1), x.amin(0, keepdim=True), x.mean(), x.var(1), x.argmax(1), x.argmin(0)), x)
+    i = torch.randint(-5, 5, (4, 6))
+    check(lambda i: (i + 3, (i > 0).any(1), i.sum(1)), i)
+
+
+def test_matmul_is_extern_with_fused_epilogue():
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    compiled = check(lambda a, b: (a @ b).relu() * 2, a, b)
+    assert kinds(compiled) == ["Extern", "Pointwise"]
+
+
+def test_dead_buffers_released():
+    compiled = check(lambda x: torch.softmax(x, -1) + 1, torch.randn(4, 8))
+    freed = [name for names in last_uses(compiled.program) for name in names]
+    assert len(freed) >= 2
+
+
+def test_other_layouts_fall_back_correctly():
+    x = torch.randn(4, 8)
+    compiled = compile_fn(lambda x: x * 2, x)
+    other = torch.randn(8, 4).t()
+    torch.testing.assert_close(as_list(compiled(other))[0], other * 2)
+
+
+def test_ir_prints():
+    compiled = compile_fn(lambda x: x.sum(1), torch.randn(3, 4))
+    assert "sum(for r0 < 4" in str(compiled.program)
+
+
+def test_disk_cache_rebuilds_corrupt_entry(tmp_path):
+    tmp_path = tmp_path / "cache"  # created by the cache itself: private permissions
+    builds = []
+
+    def build(path):
+        builds.append(path)
+        with open(path, "w") as handle:
+            handle.write("artifact")
+    path = disk_cache.get_or_build(["k"], build, suffix=".txt", cache_dir=str(tmp_path))
+    assert disk_cache.get_or_build(["k"], build, suffix=".txt", cache_dir=str(tmp_path)) == path
+    assert len(builds) == 1
+    with open(path, "w") as handle:
+        handle.write("artif")  # partial write
+    disk_cache.get_or_build(["k"], build, suffix=".txt", cache_dir=str(tmp_path))
+    assert len(builds) == 2 and open(path).read() == "artifact"
+    assert oct(os.stat(tmp_path).st_mode)[-3:] == "700"
+
+
+def test_disk_cache_concurrent_processes(tmp_path):
+    script = (
+        "import sys, time\n"
+        "from tensorjit.runtime.disk_cache import get_or_build\n"
+        "def build(p):\n"
+        "    time.sleep(0.2); open(p, 'w').write('x' * 1000)\n"
+        "print(get_or_build(['same'], build, suffix='.bin', cache_dir=sys.argv[1]))\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "..", "..", "src"))
+    processes = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, env=env)
+                 for _ in range(3)]
+    paths = {p.communicate()[0].strip() for p in processes}
+    assert len(paths) == 1
+    assert open(paths.pop()).read() == "x" * 1000
+
+
+def test_compiler_missing_falls_back(monkeypatch):
+    from tensorjit.codegen.cpp import compile as cpp_compile
+    monkeypatch.setattr(cpp_compile, "_warned_missing", [False])
+    x = torch.randn(4, 4)
+    gm = make_fx(lambda x: x.exp() + 1, decomposition_table=decompositions())(x)
+    config = Config(cpp_compiler="no-such-compiler-xyz")
+    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
+        compiled = compile_aten_graph(gm, [x], config=config)
+    torch.testing.assert_close(as_list(compiled(x))[0], x.exp() + 1)
+
+
+def test_inductor_backend_inference_and_training():
+    from tensorjit.backends.inductor import inductor
+
+    def fn(x, w, b):
+        return torch.nn.functional.gelu(x @ w + b).softmax(-1)
+    x, w, b = torch.randn(4, 16), torch.randn(16, 8, requires_grad=True), torch.randn(8, requires_grad=True)
+    compiled = inductor(torch.fx.symbolic_trace(fn), [x, w, b])
+    out = as_list(compiled(x, w, b))[0]
+    torch.testing.assert_close(out, fn(x, w, b))
+    grad, = torch.autograd.grad(out.pow(2).sum(), w)
+    expected, = torch.autograd.grad(fn(x, w, b).pow(2).sum(), w)
+    torch.testing.assert_close(grad, expected)
+    with torch.no_grad():
+        compiled = inductor(torch.fx.symbolic_trace(fn), [x, w, b])
+        torch.testing.assert_close(as_list(compiled(x, w, b))[0], fn(x, w, b))
