@@ -219,7 +219,36 @@ class BufferRef:
         return self.name
 
 
-Kernel = Union[Pointwise, Reduction, Extern]
+@dataclass(frozen=True, slots=True)
+class LoopGroup:
+    """for index in ranges: run each member's remaining loops, in order, for row `index`.
+
+    Members are Pointwise/Reduction kernels whose ranges start with `ranges` (a
+    reduction's kept ranges equal them). A member reads what an earlier member
+    wrote only inside the same row (`schedule.py` checks this), so rows are
+    independent and run in parallel, and a row's data stays in cache between
+    members: softmax and layer norm become one pass over memory. `local` buffers
+    are read and written only inside a row: each thread keeps one row of them
+    in a scratch array and they are never allocated in memory."""
+
+    name: str
+    ranges: tuple[int, ...]
+    variables: tuple[IndexVar, ...]
+    members: tuple[Union[Pointwise, Reduction], ...]
+    local: tuple[str, ...] = ()
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(m.output for m in self.members if m.output not in self.local)
+
+    def __str__(self) -> str:
+        loops = ", ".join(f"{v} < {r}" for v, r in zip(self.variables, self.ranges))
+        members = "\n".join(f"  {m}" for m in self.members)
+        local = f" (row-local: {', '.join(self.local)})" if self.local else ""
+        return f"{self.name}: for {loops}:{local}\n{members}"
+
+
+Kernel = Union[Pointwise, Reduction, Extern, LoopGroup]
 
 
 @dataclass(frozen=True, slots=True)

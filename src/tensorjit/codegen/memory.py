@@ -13,19 +13,30 @@ from torch.utils._pytree import tree_leaves
 from . import ir
 
 
-def names_read(step) -> set[str]:
-    if isinstance(step, ir.Extern):
-        leaves = tree_leaves((step.args, [v for _, v in step.kwargs]))
-        return {leaf.name for leaf in leaves if isinstance(leaf, ir.BufferRef)}
-    names: set[str] = set()
-    stack = [step.body]
+def expression_loads(expr: ir.Expr) -> list[ir.Load]:
+    loads, stack = [], [expr]
     while stack:
         expr = stack.pop()
         if isinstance(expr, ir.Load):
-            names.add(expr.buffer)
+            loads.append(expr)
         elif isinstance(expr, ir.Op):
             stack.extend(expr.args)
-    return names
+    return loads
+
+
+def names_read(step) -> set[str]:
+    """Buffers in memory that `step` reads (a group's row-local scratch is not in memory)."""
+    if isinstance(step, ir.Extern):
+        leaves = tree_leaves((step.args, [v for _, v in step.kwargs]))
+        return {leaf.name for leaf in leaves if isinstance(leaf, ir.BufferRef)}
+    if isinstance(step, ir.LoopGroup):
+        written = {m.output for m in step.members}
+        return set().union(*(names_read(m) for m in step.members)) - written
+    return {load.buffer for load in expression_loads(step.body)}
+
+
+def names_written(step) -> tuple[str, ...]:
+    return step.outputs if isinstance(step, ir.LoopGroup) else (step.output,)
 
 
 def last_uses(program: ir.Program) -> list[list[str]]:
@@ -33,7 +44,7 @@ def last_uses(program: ir.Program) -> list[list[str]]:
     kept = {leaf if isinstance(leaf, str) else getattr(leaf, "name", None) for leaf in tree_leaves(program.outputs)}
     last: dict[str, int] = {}
     for position, step in enumerate(program.steps):
-        for name in names_read(step) | {step.output}:
+        for name in names_read(step) | set(names_written(step)):
             last[name] = position
     frees: list[list[str]] = [[] for _ in program.steps]
     for name, position in last.items():

@@ -14,7 +14,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from . import ir
-from .memory import last_uses
+from .memory import last_uses, names_written
 from .values import IR_TO_TORCH
 
 
@@ -22,12 +22,13 @@ def _resolve(value, slots):
     return tree_map(lambda v: slots[v.name] if isinstance(v, ir.BufferRef) else v, value)
 
 
-def make_kernel_step(function, names, output: ir.Buffer):
+def make_kernel_step(function, names, outputs: list[ir.Buffer]):
     pointer_array = ctypes.c_void_p * len(names)
-    shape, dtype = output.shape, IR_TO_TORCH[output.dtype]
+    allocations = [(o.name, o.shape, IR_TO_TORCH[o.dtype]) for o in outputs]
 
     def step(slots):
-        slots[output.name] = torch.empty(shape, dtype=dtype)
+        for name, shape, dtype in allocations:
+            slots[name] = torch.empty(shape, dtype=dtype)
         function(pointer_array(*[slots[n].data_ptr() for n in names]))
     return step
 
@@ -50,14 +51,14 @@ def build_runner(program: ir.Program, library, orders: dict, constants: dict, fa
     buffers = {b.name: b for b in program.buffers}
     steps = []
     for step in program.steps:
-        output = buffers[step.output]
         if isinstance(step, ir.Extern):
-            steps.append(make_extern_step(step, output))
+            steps.append(make_extern_step(step, buffers[step.output]))
         else:
             function = getattr(library, step.name)
             function.argtypes = [ctypes.c_void_p]
             function.restype = None
-            steps.append(make_kernel_step(function, orders[step.name], output))
+            outputs = [buffers[name] for name in names_written(step)]
+            steps.append(make_kernel_step(function, orders[step.name], outputs))
     frees = last_uses(program)
     schedule = list(zip(steps, frees))
     signature = [(b.shape, b.strides, IR_TO_TORCH.get(b.dtype)) for b in (buffers[n] for n in program.inputs)]

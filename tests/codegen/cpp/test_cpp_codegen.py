@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from tensorjit.codegen import compile_aten_graph, ir
+from tensorjit.codegen import compile_aten_graph, ir, schedule
 from tensorjit.codegen.decomp import decompositions
 from tensorjit.codegen.memory import last_uses
 from tensorjit.config import Config
@@ -48,18 +48,46 @@ def test_strided_and_broadcast_inputs():
     assert kinds(compiled).count("Pointwise") == 1
 
 
-def test_softmax_kernels():
-    # max, exp (two readers: stored once, never recomputed), sum, divide
+def members(compiled):
+    [group] = [step for step in compiled.program.steps if isinstance(step, ir.LoopGroup)]
+    return [type(member).__name__ for member in group.members], group
+
+
+def test_softmax_is_one_pass_over_rows():
+    # max, exp, sum, divide share the row loop; max, exp and sum never reach memory
     compiled = check(lambda x: torch.softmax(x, -1), torch.randn(4, 33))
-    assert kinds(compiled) == ["Reduction", "Pointwise", "Reduction", "Pointwise"]
+    assert kinds(compiled) == ["LoopGroup"]
+    names, group = members(compiled)
+    assert names == ["Reduction", "Pointwise", "Reduction", "Pointwise"]
+    assert len(group.local) == 3 and group.outputs == (group.members[-1].output,)
 
 
 def test_layer_norm_gelu_fused_epilogue():
     weight, bias = torch.randn(32), torch.randn(32)
     fn = lambda x: torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (32,), weight, bias))
     compiled = check(fn, torch.randn(6, 32))
-    # mean, variance (two-pass, sound), then normalise + affine + gelu in one kernel
-    assert kinds(compiled) == ["Reduction", "Reduction", "Pointwise"]
+    # mean, variance (two-pass, sound), then normalise + affine + gelu, in one row loop
+    assert kinds(compiled) == ["LoopGroup"]
+    assert members(compiled)[0] == ["Reduction", "Reduction", "Pointwise"]
+
+
+def test_reads_across_rows_are_not_grouped():
+    # the divide reads row sums along its columns: rows are not independent, so no group
+    compiled = check(lambda x: x / x.sum(1, keepdim=True).t(), torch.randn(5, 5))
+    assert "LoopGroup" not in kinds(compiled)
+    # softmax over dim 0: the reductions run down columns, the pointwise work along rows
+    compiled = check(lambda x: torch.softmax(x, 0) + 1, torch.randn(6, 6))
+    assert "LoopGroup" not in kinds(compiled)
+
+
+def test_row_bounds_of_linear_reads():
+    i0, i1, r0 = ir.IndexVar("i0"), ir.IndexVar("i1"), ir.IndexVar("r0")
+    producer = ir.Pointwise("k", "b", (4, 8), ir.Constant(0.0, "float32"), (i0, i1))
+    row = ir.index_add(ir.index_mul(i0, ir.IndexConst(8)), r0)
+    assert schedule.reads_within_row(row, producer, 1, {"r0": 8})
+    assert not schedule.reads_within_row(ir.index_add(row, ir.IndexConst(1)), producer, 1, {"r0": 8})
+    assert not schedule.reads_within_row(ir.index_mul(i0, ir.IndexConst(4)), producer, 1, {})
+    assert not schedule.reads_within_row(ir.index_mod(row, 8), producer, 1, {"r0": 8})
 
 
 def test_reductions_and_dtypes():
@@ -76,7 +104,7 @@ def test_matmul_is_extern_with_fused_epilogue():
 
 
 def test_dead_buffers_released():
-    compiled = check(lambda x: torch.softmax(x, -1) + 1, torch.randn(4, 8))
+    compiled = check(lambda x: torch.softmax(x, 0) + 1, torch.randn(4, 8))
     freed = [name for names in last_uses(compiled.program) for name in names]
     assert len(freed) >= 2
 

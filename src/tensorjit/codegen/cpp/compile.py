@@ -12,6 +12,7 @@ import warnings
 
 from ..graph import GraphLowering
 from ..report import timed
+from ..schedule import fuse_loops
 from ..wrapper import build_runner
 from .compiler import CompilerMissing, load_library
 from .kernels import emit_program
@@ -24,7 +25,7 @@ def compile_cpu_graph(gm, example_inputs, config):
     name = type(gm).__name__
     with timed(name, "lowering"):
         lowered = GraphLowering(gm, example_inputs)
-        program = lowered.run()
+        program = fuse_loops(lowered.run())
     with timed(name, "emit"):
         source, orders = emit_program(program)
     if orders:

@@ -10,8 +10,9 @@ import math
 
 from .. import ir
 from ..ops import evaluate
+from ..schedule import row_index
 from ..values import contiguous_strides
-from .emitter import CTYPES, PARALLEL_THRESHOLD, ScalarEmitter, format_constant
+from .emitter import CTYPES, PARALLEL_THRESHOLD, ScalarEmitter, format_constant, format_index
 
 REDUCTION_INIT = {"sum": "0", "prod": "1", "any": "false"}
 
@@ -42,7 +43,6 @@ def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> tuple
     scalar = ScalarEmitter(indent)
     value = evaluate(kernel.body, scalar)
     store_index = ir.strided_index(kernel.variables, contiguous_strides(kernel.ranges))
-    from .emitter import format_index
     out_type = CTYPES[buffers[kernel.output].dtype]
     body = scalar.lines + [f"{indent}{kernel.output}[{format_index(store_index)}] = ({out_type})({value});"]
     names = sorted(scalar.buffers - {kernel.output}) + [kernel.output]
@@ -59,17 +59,23 @@ def combine(reduction_type: str, accumulator: str, value: str, ctype: str, posit
     if reduction_type == "any":
         return [f"{accumulator} = {accumulator} || (bool){value};"]
     if reduction_type in ("max", "min"):
-        function = "tj_max" if reduction_type == "max" else "tj_min"
-        return [f"{accumulator} = {function}<{ctype}>({accumulator}, {value});"]
+        # Vectorisable: a plain max/min plus a NaN flag (eager's max propagates NaN).
+        compare = ">" if reduction_type == "max" else "<"
+        return [f"{accumulator} = ({value} {compare} {accumulator}) ? {value} : {accumulator};",
+                f"{accumulator}_nan |= ({value} != {value});"]
     compare = ">" if reduction_type == "argmax" else "<"
     return [f"if (!({accumulator} != {accumulator}) && ({value} {compare} {accumulator} || {value} != {value})) "
             f"{{ {accumulator} = {value}; {accumulator}_index = {position}; }}"]
 
 
-def emit_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
-    work = math.prod(kernel.ranges) * math.prod(kernel.reduction_ranges)
-    parallel_work = work if math.prod(kernel.ranges) > 1 else 0
-    loops, indent = loop_nest(kernel.variables, kernel.ranges, parallel_work, 0, leave_inner=False)
+SIMD_CLAUSES = {"sum": "reduction(+:acc)", "prod": "reduction(*:acc)",
+                "max": "reduction(max:acc) reduction(|:acc_nan)", "min": "reduction(min:acc) reduction(|:acc_nan)"}
+
+
+def reduction_lines(kernel: ir.Reduction, indent: str, emitter_for, store) -> tuple[list[str], set[str]]:
+    """The accumulation loops of one reduction for the current outer index, and the buffers read.
+
+    emitter_for(indent) makes the scalar emitter; store(value) returns the store statement."""
     value_dtype = kernel.body.dtype
     acc_dtype = kernel.dtype if kernel.reduction_type not in ("argmax", "argmin") else value_dtype
     acc_type = "double" if acc_dtype == "float32" and kernel.reduction_type in ("sum", "prod") else CTYPES[acc_dtype]
@@ -79,30 +85,104 @@ def emit_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple
         largest = kernel.reduction_type in ("min", "argmin")
         init = format_constant(float("inf") if largest else float("-inf"), acc_dtype) if acc_dtype.startswith("float") \
             else f"std::numeric_limits<{acc_type}>::{'max' if largest else 'lowest'}()"
-    body = loops + [f"{indent}{acc_type} acc = {init};", f"{indent}int64_t acc_index = 0;"]
+    lines = [f"{indent}{acc_type} acc = {init};", f"{indent}int64_t acc_index = 0;", f"{indent}int acc_nan = 0;"]
+    clause = SIMD_CLAUSES.get(kernel.reduction_type)
+    if clause and len(kernel.reduction_ranges) == 1:
+        # Lets the compiler vectorise by reassociating (as eager's vectorised reductions do).
+        lines.append(f"{indent}#pragma omp simd {clause}")
     inner = indent
-    if kernel.reduction_type in ("sum", "prod") and len(kernel.reduction_ranges) == 1:
-        # Lets the compiler vectorise the sum by reassociating it (as eager's vectorised sums do).
-        body.append(f"{indent}#pragma omp simd reduction({'+' if kernel.reduction_type == 'sum' else '*'}:acc)")
     for variable, size in zip(kernel.reduction_variables, kernel.reduction_ranges):
-        body.append(f"{inner}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
+        lines.append(f"{inner}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
         inner += "  "
-    scalar = ScalarEmitter(inner)
+    scalar = emitter_for(inner)
     value = evaluate(kernel.body, scalar)
     position = kernel.reduction_variables[0].name if kernel.reduction_variables else "0"
-    body += scalar.lines + [inner + line for line in combine(kernel.reduction_type, "acc", value, acc_type, position)]
-    body += [indent + "  " * (len(kernel.reduction_ranges) - 1 - k) + "}" for k in range(len(kernel.reduction_ranges))]
-    from .emitter import format_index
+    lines += scalar.lines + [inner + line for line in combine(kernel.reduction_type, "acc", value, acc_type, position)]
+    lines += [indent + "  " * (len(kernel.reduction_ranges) - 1 - k) + "}" for k in range(len(kernel.reduction_ranges))]
+    result = "acc_index" if kernel.reduction_type in ("argmax", "argmin") else "acc"
+    if kernel.reduction_type in ("max", "min") and acc_dtype.startswith("float"):
+        result = f"(acc_nan ? std::numeric_limits<{acc_type}>::quiet_NaN() : acc)"
+    if kernel.divisor != 1:
+        result = f"({result} / ({acc_type}){kernel.divisor})"
+    lines.append(f"{indent}{store(result)}")
+    return lines, scalar.buffers
+
+
+def emit_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
+    work = math.prod(kernel.ranges) * math.prod(kernel.reduction_ranges)
+    parallel_work = work if math.prod(kernel.ranges) > 1 else 0
+    loops, indent = loop_nest(kernel.variables, kernel.ranges, parallel_work, 0, leave_inner=False)
     store_index = format_index(ir.strided_index(kernel.variables, contiguous_strides(kernel.ranges)))
     out_type = CTYPES[kernel.dtype]
-    result = "acc_index" if kernel.reduction_type in ("argmax", "argmin") else "acc"
-    if kernel.divisor != 1:
-        result = f"(acc / ({acc_type}){kernel.divisor})"
-    body.append(f"{indent}{kernel.output}[{store_index}] = ({out_type})({result});")
-    body += ["  " + "  " * (len(kernel.ranges) - 1 - k) + "}" for k in range(len(kernel.ranges))]
-    names = sorted(scalar.buffers - {kernel.output}) + [kernel.output]
+    store = lambda result: f"{kernel.output}[{store_index}] = ({out_type})({result});"  # noqa: E731
+    body, read = reduction_lines(kernel, indent, ScalarEmitter, store)
+    body = loops + body + ["  " + "  " * (len(kernel.ranges) - 1 - k) + "}" for k in range(len(kernel.ranges))]
+    names = sorted(read - {kernel.output}) + [kernel.output]
     text = "\n".join(signature(kernel.name, names, buffers, kernel.output) + body + ["}"])
     return text, names
+
+
+class RowEmitter(ScalarEmitter):
+    """Scalar emitter inside a LoopGroup: row-local buffers are read at their offset in the row."""
+
+    def __init__(self, indent: str, local: set[str], outer_variables: set[str]):
+        super().__init__(indent)
+        self.local = local
+        self.outer_variables = outer_variables
+
+    def load(self, buffer: str, index: ir.Index) -> str:
+        if buffer in self.local:
+            return f"{buffer}[{format_index(row_index(index, self.outer_variables))}]"
+        return super().load(buffer, index)
+
+
+def member_lines(member, group: ir.LoopGroup, buffers: dict[str, ir.Buffer], indent: str) -> tuple[list[str], set[str]]:
+    """One member's loops for the current row of `group`."""
+    outer = len(group.ranges)
+    local, outer_names = set(group.local), {v.name for v in group.variables}
+    emitter_for = lambda level: RowEmitter(level, local, outer_names)  # noqa: E731
+    out_type = CTYPES[buffers[member.output].dtype]
+    index = ir.strided_index(member.variables, contiguous_strides(member.ranges))
+    if member.output in local:
+        index = row_index(index, outer_names)
+    target = f"{member.output}[{format_index(index)}]"
+    if isinstance(member, ir.Reduction):
+        return reduction_lines(member, indent, emitter_for, lambda result: f"{target} = ({out_type})({result});")
+    lines, level = [], indent
+    for variable, size in zip(member.variables[outer:], member.ranges[outer:]):
+        lines.append(f"{level}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
+        level += "  "
+    scalar = emitter_for(level)
+    value = evaluate(member.body, scalar)
+    lines += scalar.lines + [f"{level}{target} = ({out_type})({value});"]
+    lines += [indent + "  " * (len(member.ranges) - outer - 1 - k) + "}" for k in range(len(member.ranges) - outer)]
+    return lines, scalar.buffers
+
+
+def emit_group(group: ir.LoopGroup, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
+    work = sum(math.prod(m.ranges) * (math.prod(m.reduction_ranges) if isinstance(m, ir.Reduction) else 1)
+               for m in group.members)
+    loops, indent = loop_nest(group.variables, group.ranges, work if math.prod(group.ranges) > 1 else 0, 0,
+                              leave_inner=False)
+    body, read = [], set()
+    for buffer_name in group.local:
+        buffer = buffers[buffer_name]
+        member = next(m for m in group.members if m.output == buffer_name)
+        size = 1 if isinstance(member, ir.Reduction) else math.prod(member.ranges[len(group.ranges):])
+        body.append(f"{indent}alignas(64) {CTYPES[buffer.dtype]} {buffer_name}[{size}];")
+    for member in group.members:
+        lines, member_reads = member_lines(member, group, buffers, indent + "  ")
+        body += [f"{indent}{{  // {member.name}"] + lines + [f"{indent}}}"]
+        read |= member_reads
+    written = set(group.outputs)
+    names = sorted(read - written - set(group.local)) + list(group.outputs)
+    closing = ["  " + "  " * (len(group.ranges) - 1 - k) + "}" for k in range(len(group.ranges))]
+    lines = [f'extern "C" void {group.name}(void** pointers) {{']
+    for position, buffer_name in enumerate(names):
+        ctype = CTYPES[buffers[buffer_name].dtype]
+        qualifier = "" if buffer_name in written else "const "
+        lines.append(f"  {qualifier}{ctype}* __restrict__ {buffer_name} = ({qualifier}{ctype}*)pointers[{position}];")
+    return "\n".join(lines + loops + body + closing + ["}"]), names
 
 
 def emit_program(program: ir.Program) -> tuple[str, dict[str, list[str]]]:
@@ -115,6 +195,8 @@ def emit_program(program: ir.Program) -> tuple[str, dict[str, list[str]]]:
             text, names = emit_pointwise(step, buffers)
         elif isinstance(step, ir.Reduction):
             text, names = emit_reduction(step, buffers)
+        elif isinstance(step, ir.LoopGroup):
+            text, names = emit_group(step, buffers)
         else:
             continue
         parts.append(text)

@@ -1,0 +1,180 @@
+"""Loop fusion: consecutive kernels that share their outer loops become one `ir.LoopGroup`.
+
+Takes an `ir.Program` whose steps are single kernels (graph.py's output) and
+returns one where runs of row-compatible kernels are grouped. A reduction over
+the last dimensions and the pointwise work around it (softmax: max, exp, sum,
+divide; layer norm: mean, variance, normalise) then iterate the rows once, each
+row staying in cache between members, instead of streaming the tensor through
+memory once per kernel.
+
+Members of a group share the outer ranges; a member may read what an earlier
+member wrote only within the same row, which `reads_within_row` proves from the
+index arithmetic (linear forms). Buffers written and read only inside a group
+become row-local scratch. Device-independent: an emitter that cannot run groups
+simply does not call `fuse_loops`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import ir
+from torch.utils._pytree import tree_leaves
+
+from .memory import expression_loads, names_read
+from .values import contiguous_strides
+
+ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
+LinearForm = tuple[dict[str, int], int]  # {variable: coefficient}, constant
+MAX_LOCAL_BYTES = 1 << 17  # row-local scratch per group: stays in L2 and on a thread's stack
+
+
+def linear_form(index: ir.Index) -> LinearForm | None:
+    """index as sum(coefficient * variable) + constant, or None if it is not linear."""
+    if isinstance(index, ir.IndexVar):
+        return {index.name: 1}, 0
+    if isinstance(index, ir.IndexConst):
+        return {}, index.value
+    if index.op not in ("add", "mul"):
+        return None
+    left, right = linear_form(index.left), linear_form(index.right)
+    if left is None or right is None:
+        return None
+    if index.op == "add":
+        terms = dict(left[0])
+        for name, coefficient in right[0].items():
+            terms[name] = terms.get(name, 0) + coefficient
+        return {n: c for n, c in terms.items() if c}, left[1] + right[1]
+    for (terms, constant), (other_terms, scale) in ((left, right), (right, left)):
+        if not other_terms:
+            return {n: c * scale for n, c in terms.items() if c * scale}, constant * scale
+    return None
+
+
+def reads_within_row(load_index: ir.Index, producer, outer: int, reader_inner: dict[str, int]) -> bool:
+    """Does every read at `load_index` land in the row of `producer`'s output that the
+    current outer index owns? `reader_inner` maps the reader's inner variables to their sizes."""
+    form = linear_form(load_index)
+    if form is None:
+        return False
+    terms, constant = form
+    ranges = producer.ranges
+    strides = contiguous_strides(ranges)
+    row_size = math.prod(ranges[outer:])
+    for variable, stride in zip(producer.variables[:outer], strides[:outer]):
+        if terms.pop(variable.name, 0) != stride:
+            return False
+    lowest = highest = constant
+    for name, coefficient in terms.items():
+        if name not in reader_inner:
+            return False  # depends on a variable outside this row's loops
+        span = coefficient * (reader_inner[name] - 1)
+        lowest, highest = lowest + min(span, 0), highest + max(span, 0)
+    return 0 <= lowest and highest < row_size
+
+
+def inner_variables(kernel, outer: int) -> dict[str, int]:
+    if isinstance(kernel, ir.Reduction):
+        return {v.name: size for v, size in zip(kernel.reduction_variables, kernel.reduction_ranges)}
+    return {v.name: size for v, size in zip(kernel.variables[outer:], kernel.ranges[outer:])}
+
+
+def fits(kernel, ranges: tuple[int, ...]) -> bool:
+    """Can `kernel` run as a member of a group over `ranges`?"""
+    if isinstance(kernel, ir.Reduction):
+        return kernel.ranges == ranges
+    if not isinstance(kernel, ir.Pointwise):
+        return False
+    return len(kernel.ranges) > len(ranges) and kernel.ranges[:len(ranges)] == ranges
+
+
+def can_join(kernel, members: list, ranges: tuple[int, ...]) -> bool:
+    if not fits(kernel, ranges):
+        return False
+    written = {m.output: m for m in members}
+    outer = len(ranges)
+    reader_inner = inner_variables(kernel, outer)
+    for load in expression_loads(kernel.body):
+        producer = written.get(load.buffer)
+        if producer is not None and not reads_within_row(load.index, producer, outer, reader_inner):
+            return False
+    return True
+
+
+def row_elements(kernel, outer: int) -> int:
+    """Elements `kernel` writes per row of a group with `outer` outer dimensions."""
+    return 1 if isinstance(kernel, ir.Reduction) else math.prod(kernel.ranges[outer:])
+
+
+def local_buffers(members: list, outer: int, read_outside: set[str], itemsize: dict[str, int]) -> tuple[str, ...]:
+    """Outputs of members that nothing outside the group reads: one row of each suffices."""
+    local, total = [], 0
+    for member in members:
+        size = row_elements(member, outer) * itemsize[member.output]
+        if member.output not in read_outside and total + size <= MAX_LOCAL_BYTES:
+            local.append(member.output)
+            total += size
+    return tuple(local)
+
+
+def row_index(index: ir.Index, outer_variables: set[str]) -> ir.Index:
+    """`index` with the outer variables set to 0: the offset inside the current row."""
+    if isinstance(index, ir.IndexVar):
+        return ir.IndexConst(0) if index.name in outer_variables else index
+    if isinstance(index, ir.IndexConst):
+        return index
+    left, right = row_index(index.left, outer_variables), row_index(index.right, outer_variables)
+    return ir.index_add(left, right) if index.op == "add" else ir.index_mul(left, right)
+
+
+def fuse_loops(program: ir.Program) -> ir.Program:
+    """Group runs of row-compatible kernels (see the module docstring)."""
+    runs: list[list] = []  # consecutive steps; a run of 2+ kernels with `ranges` becomes a group
+    ranges_of: list[tuple[int, ...] | None] = []
+    for step in program.steps:
+        if runs and ranges_of[-1] is not None and can_join(step, runs[-1], ranges_of[-1]):
+            runs[-1].append(step)
+            continue
+        if isinstance(step, ir.Reduction) and step.ranges and step.reduction_ranges:
+            # Pointwise kernels just before it whose rows line up join it (producers of its input).
+            start = len(runs)
+            while start > 0 and ranges_of[start - 1] is None and len(runs[start - 1]) == 1 \
+                    and isinstance(runs[start - 1][0], ir.Pointwise) and fits(runs[start - 1][0], step.ranges):
+                start -= 1
+            members = [run[0] for run in runs[start:]]
+            while members and not all(can_join(m, members[:k], step.ranges) for k, m in enumerate(members)):
+                members.pop(0)
+                start += 1
+            del runs[start:], ranges_of[start:]
+            if can_join(step, members, step.ranges):
+                runs.append(members + [step])
+                ranges_of.append(step.ranges)
+                continue
+            runs.extend([m] for m in members)
+            ranges_of.extend(None for _ in members)
+            runs.append([step])
+            ranges_of.append(step.ranges)
+            continue
+        runs.append([step])
+        ranges_of.append(None)
+    return ir.Program(program.buffers, tuple(build_steps(runs, ranges_of, program)),
+                      program.inputs, program.outputs)
+
+
+def build_steps(runs: list[list], ranges_of: list, program: ir.Program) -> list:
+    returned = {leaf if isinstance(leaf, str) else getattr(leaf, "name", None)
+                for leaf in tree_leaves(program.outputs)}
+    itemsize = {b.name: ITEMSIZE.get(b.dtype, 8) for b in program.buffers}
+    steps = []
+    for position, (run, ranges) in enumerate(zip(runs, ranges_of)):
+        if ranges is None or len(run) == 1:
+            steps.extend(run)
+            continue
+        read_outside = set(returned)
+        for later in runs[position + 1:]:
+            for step in later:
+                read_outside |= names_read(step)
+        variables = tuple(ir.IndexVar(f"i{d}") for d in range(len(ranges)))
+        local = local_buffers(run, len(ranges), read_outside, itemsize)
+        steps.append(ir.LoopGroup(f"group{len(steps)}_{run[0].name}", ranges, variables, tuple(run), local))
+    return steps
