@@ -76,7 +76,9 @@ INTERPRETER_FORMULAS: dict[str, str] = {
     "log1p": "tl.log(1.0 + ({0}))",
     "expm1": "(tl.exp({0}) - 1.0)",
     "trunc": "tl.where(({0}) < 0, tl.ceil({0}), tl.floor({0}))",
-    "pow": "tl.exp(({1}) * tl.log({0}))",
+    "pow": ("tl.where(({1}) == 0, 1.0, tl.where(({0}) < 0, tl.where(tl.floor({1}) == ({1}), "
+            "tl.where(tl.floor(({1}) * 0.5) * 2.0 == ({1}), 1.0, -1.0) * tl.exp(({1}) * tl.log(-({0}))), "
+            "float('nan')), tl.exp(({1}) * tl.log({0}))))"),
     "sinh": "((tl.exp({0}) - tl.exp(-({0}))) * 0.5)",
     "cosh": "((tl.exp({0}) + tl.exp(-({0}))) * 0.5)",
     "tan": "(tl.sin({0}) / tl.cos({0}))",

@@ -62,7 +62,7 @@ def _unary(name):
 
 
 for _name in ("mul", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or",
-              "bitwise_xor", "logical_and", "logical_or", "pow", "atan2", "fmod", "remainder"):
+              "bitwise_xor", "logical_and", "logical_or", "atan2", "fmod", "remainder"):
     register(getattr(aten, _name))(_binary("mod" if _name == "remainder" else _name))
 register(prims.mul)(_binary("mul"))
 register(prims.maximum)(_binary("maximum"))
@@ -71,6 +71,17 @@ for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "
               "sigmoid", "erf", "erfinv", "floor", "ceil", "trunc", "round", "asin", "acos", "atan", "sinh", "cosh",
               "asinh", "acosh", "atanh", "lgamma", "reciprocal", "relu", "sign", "abs", "neg", "bitwise_not"):
     register(getattr(aten, _name))(_unary(_name))
+
+
+@register(aten.pow)
+def pow(ops, base, exponent):
+    """x**2 and x**3 multiply, as eager's pow kernel does for these exponents (exact, and
+    cheaper than a libdevice call); everything else is pow."""
+    if isinstance(base, str) and not isinstance(exponent, (str, bool)) and exponent in (2, 3) \
+            and ops.dtype_of(base).is_floating_point:
+        square = ops.binary("mul", base, base)
+        return square if exponent == 2 else ops.binary("mul", square, base)
+    return _binary("pow")(ops, base, exponent)
 
 
 @register(aten.add, prims.add)
