@@ -146,7 +146,8 @@ def test_disk_cache_concurrent_processes(tmp_path):
         "def build(p):\n"
         "    time.sleep(0.2); open(p, 'w').write('x' * 1000)\n"
         "print(get_or_build(['same'], build, suffix='.bin', cache_dir=sys.argv[1]))\n")
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "..", "..", "src"))
+    source = os.path.join(os.path.dirname(__file__), "..", "..", "..", "src")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")])))
     processes = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, env=env)
                  for _ in range(3)]
     paths = {p.communicate()[0].strip() for p in processes}
