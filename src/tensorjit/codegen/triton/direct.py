@@ -33,6 +33,7 @@ from tensorjit.codegen.triton import heuristics
 from tensorjit.codegen.triton.expressions import interpreted
 from tensorjit.codegen.triton.group_emitter import GroupEmitter
 from tensorjit.codegen.triton.layout import prefer_channels_last
+from tensorjit.codegen.triton.pad_matmul import pad_matmuls
 from tensorjit.codegen.triton.launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
 from tensorjit.codegen.triton.parallel import CompileJob, compile_in_parallel
 from tensorjit.codegen.triton.partition import (  # noqa: F401  (re-exported for tests)
@@ -99,6 +100,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=No
     """ATen graph -> Triton kernels + wrapper; see the module docstring."""
     _ensure_meta(gm, example_inputs)
     remove_dead_pure_nodes(gm)
+    pad_matmuls(gm)
     if CHANNELS_LAST:
         prefer_channels_last(gm, example_inputs)
     names = {node: _python_name(node.name) for node in gm.graph.nodes}
