@@ -42,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("workloads", nargs="+")
     parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--cprofile", action="store_true", help="also print cProfile's top functions for tensorjit")
     arguments = parser.parse_args()
     workloads = {w.name: w for w in gpu_bench.WORKLOADS}
     for name in arguments.workloads:
@@ -60,7 +61,15 @@ def main() -> None:
             host = host_ms(step, arguments.calls)
             device = gpu_bench.median_ms(step)
             print(f"{name:12s} {side:14s} host {host:8.3f} ms   step {device:8.3f} ms", flush=True)
-            if side == "tensorjit":
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as trace:
+                for _ in range(5):
+                    step()
+                torch.cuda.synchronize()
+            events = trace.key_averages()
+            top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:12]
+            print("    ops by own host time over 5 steps: " + "; ".join(
+                f"{e.key} x{e.count // 5} {e.self_cpu_time_total / 5e3:.2f}ms" for e in top), flush=True)
+            if side == "tensorjit" and arguments.cprofile:
                 profiler = cProfile.Profile()
                 profiler.enable()
                 for _ in range(5):
