@@ -177,6 +177,22 @@ HOISTABLE = VIEWS | {
 views and constants decompositions scatter between pointwise ops."""
 
 
+def hoistable(node: torch.fx.Node) -> bool:
+    """May `node` run before the open group instead of ending it? Views and constants, and
+    any extern that neither mutates nor draws random numbers: in a functional graph its
+    result depends only on its inputs, so running it earlier changes nothing but peak
+    memory. (Backward graphs interleave matrix products with pointwise work; without
+    this every product would split the pointwise work around it into two kernels.)"""
+    if node.op != "call_function":
+        return False
+    if node.target in HOISTABLE:
+        return True
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or schema.is_mutable or torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+        return False
+    return isinstance(value_of(node), torch.Tensor)
+
+
 def partition(gm: torch.fx.GraphModule) -> list[Group | torch.fx.Node]:
     """Graph nodes in order, with fusable runs replaced by Groups."""
     steps: list[Group | torch.fx.Node] = []
@@ -191,8 +207,7 @@ def partition(gm: torch.fx.GraphModule) -> list[Group | torch.fx.Node]:
                 current = new_group(node, kind)
                 steps.append(current)
                 continue
-        if current is not None and node.op == "call_function" and node.target in HOISTABLE \
-                and not set(node.all_input_nodes) & set(current.members):
+        if current is not None and hoistable(node) and not set(node.all_input_nodes) & set(current.members):
             steps.insert(steps.index(current), node)  # run it before the group; the group stays open
             continue
         current = None
