@@ -50,6 +50,22 @@ def count_ops(expr, seen=None) -> int:
     return 1 + sum(count_ops(a, seen) for a in expr.args)
 
 
+def dead_pure_nodes(graph: torch.fx.Graph) -> set:
+    """Nodes whose results nothing reads and whose only effect is their result (the unused
+    statistics of a decomposed batch norm...). Random and mutating ops are never dead:
+    skipping one would shift the random stream or lose a write."""
+    dead: set = set()
+    for node in reversed(graph.nodes):
+        if node.op != "call_function" or any(user not in dead for user in node.users):
+            continue
+        schema = getattr(node.target, "_schema", None)
+        tags = getattr(node.target, "tags", ())
+        if node.target is operator.getitem or (schema is not None and not schema.is_mutable
+                                               and torch.Tag.nondeterministic_seeded not in tags):
+            dead.add(node)
+    return dead
+
+
 class ExternObject:
     """A non-tensor result of an Extern (a tuple of tensors...), referenced by slot name."""
 
@@ -106,6 +122,9 @@ class GraphLowering:
             value = self.realize_reduction(value)
         if not isinstance(value, LazyValue) or value.buffer is not None:
             return value
+        if value.alias_of is not None:
+            node = value.alias_of
+            return self.lower_extern(node, self.meta.get(node), "aliasing view of a buffer in memory", count=False)
         buffer = self.add_buffer(value.shape, value.dtype)
         variables = tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape)))
         body = value.load(variables)
@@ -136,7 +155,10 @@ class GraphLowering:
     # -- nodes -----------------------------------------------------------------
     def run(self) -> ir.Program:
         inputs = []
+        dead = dead_pure_nodes(self.gm.graph)
         for node in self.gm.graph.nodes:
+            if node in dead:
+                continue
             if node.op == "placeholder":
                 example = self.example_inputs[len(inputs)]
                 if isinstance(example, torch.Tensor):
@@ -189,8 +211,9 @@ class GraphLowering:
         if node.op == "call_function" and target in LOWERINGS:
             args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
-            if target in VIEW_TARGETS and isinstance(args[0], LazyValue) and args[0].buffer is not None:
-                return self.lower_extern(node, meta, "aliasing view of a buffer in memory", count=False)
+            if target in VIEW_TARGETS and isinstance(args[0], LazyValue) and \
+                    (args[0].buffer is not None or args[0].alias_of is not None):
+                return self.lower_view_of_buffer(node, meta, args, kwargs)
             try:
                 args = tuple(self.realize(a) if isinstance(a, ReductionValue) else a for a in args)
                 if isinstance(meta, (tuple, list)) and target not in TUPLE_LOWERINGS:
@@ -202,6 +225,18 @@ class GraphLowering:
             except NotLowerable as error:
                 return self.lower_extern(node, meta, str(error))
         return self.lower_extern(node, meta, "no lowering")
+
+    def lower_view_of_buffer(self, node, meta, args, kwargs):
+        """Index arithmetic for kernels; an aliasing view if it must exist (see LazyValue.alias_of)."""
+        try:
+            value = LOWERINGS[node.target](meta, *args, **kwargs)
+        except NotLowerable:
+            value = None
+        if not isinstance(value, LazyValue):
+            return self.lower_extern(node, meta, "aliasing view of a buffer in memory", count=False)
+        if value is args[0]:
+            return value
+        return LazyValue(value.shape, value.dtype, value.loader, alias_of=node)
 
     def lower_extern(self, node, meta, reason: str, count: bool = True):
         if count and node.target is not operator.getitem:

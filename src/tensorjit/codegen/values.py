@@ -30,6 +30,10 @@ class LazyValue:
     dtype: str
     loader: Callable[[tuple[ir.Index, ...]], ir.Expr]
     buffer: ir.Buffer | None = None  # set when the value is a buffer in memory
+    alias_of: object = None
+    """The graph node, when this value is a view of a buffer in memory: kernels read it by
+    index arithmetic, and if it must exist (an extern or the output reads it) the node runs
+    as an aliasing ATen view instead of a copy."""
 
     def load(self, index: tuple[ir.Index, ...]) -> ir.Expr:
         return self.loader(tuple(index))

@@ -87,11 +87,12 @@ def reduction_lines(kernel: ir.Reduction, indent: str, emitter_for, store) -> tu
             else f"std::numeric_limits<{acc_type}>::{'max' if largest else 'lowest'}()"
     lines = [f"{indent}{acc_type} acc = {init};", f"{indent}int64_t acc_index = 0;", f"{indent}int acc_nan = 0;"]
     clause = SIMD_CLAUSES.get(kernel.reduction_type)
-    if clause and len(kernel.reduction_ranges) == 1:
-        # Lets the compiler vectorise by reassociating (as eager's vectorised reductions do).
-        lines.append(f"{indent}#pragma omp simd {clause}")
     inner = indent
-    for variable, size in zip(kernel.reduction_variables, kernel.reduction_ranges):
+    for depth, (variable, size) in enumerate(zip(kernel.reduction_variables, kernel.reduction_ranges)):
+        if clause and depth == len(kernel.reduction_ranges) - 1:
+            # Lets the compiler vectorise the innermost loop by reassociating (as eager's
+            # vectorised reductions do); the outer reduction loops keep accumulating into acc.
+            lines.append(f"{inner}#pragma omp simd {clause}")
         lines.append(f"{inner}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
         inner += "  "
     scalar = emitter_for(inner)
