@@ -18,6 +18,7 @@ from . import ir, lowering_reductions, lowering_views  # noqa: F401  (registrati
 from .lowering import LOWERINGS, to_dtype
 from .lowering_reductions import ReductionValue
 from .report import record_fallback
+from .simplify import simplify_expr
 from .values import LazyValue, NotLowerable, TORCH_TO_IR, buffer_value, contiguous_strides
 
 VIEW_TARGETS = {getattr(torch.ops.aten, n).default for n in
@@ -127,7 +128,7 @@ class GraphLowering:
             return self.lower_extern(node, self.meta.get(node), "aliasing view of a buffer in memory", count=False)
         buffer = self.add_buffer(value.shape, value.dtype)
         variables = tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape)))
-        body = value.load(variables)
+        body = simplify_expr(value.load(variables), dict(zip((v.name for v in variables), value.shape)))
         self.steps.append(ir.Pointwise(f"kernel{len(self.steps)}", buffer.name, value.shape, body, variables))
         return buffer_value(buffer)
 
@@ -143,7 +144,8 @@ class GraphLowering:
             index[d] = var
         for d, var in zip(value.reduced_dims, reduction_variables):
             index[d] = var
-        body = source.load(tuple(index))
+        ranges_by_name = {v.name: size for v, size in zip(variables + reduction_variables, ranges + reduction_ranges)}
+        body = simplify_expr(source.load(tuple(index)), ranges_by_name)
         if value.reduction_type not in ("argmax", "argmin"):
             body = to_dtype(body, value.compute_dtype)
         buffer = self.add_buffer(value.shape, value.dtype)

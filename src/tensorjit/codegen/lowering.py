@@ -139,6 +139,24 @@ for _name, _target in [("eq", aten.eq), ("ne", aten.ne), ("lt", aten.lt), ("le",
     lowering(_target)(make_pointwise(_name, compare=True))
 
 
+_lower_pow = make_pointwise("pow", True)
+
+
+@lowering(aten.pow)
+def lower_pow(meta, base, exponent):
+    """x**2 and x**3 multiply, as eager's pow kernel does for these exponents (exact and
+    vectorisable); anything else is pow."""
+    shape, dtype = result_info(meta)
+    if isinstance(base, LazyValue) and not isinstance(exponent, bool) and exponent in (2, 3) \
+            and dtype.startswith("float"):
+        def loader(index):
+            value = broadcast_load(base, shape, index, dtype)
+            square = ir.Op("mul", (value, value), dtype)
+            return square if exponent == 2 else ir.Op("mul", (square, value), dtype)
+        return LazyValue(shape, dtype, loader)
+    return _lower_pow(meta, base, exponent)
+
+
 @lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def lower_where(meta, condition, a, b):
     shape, dtype = result_info(meta)
