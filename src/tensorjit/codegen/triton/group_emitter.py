@@ -22,7 +22,7 @@ from tensorjit.codegen.triton.emitter import TritonOps
 from tensorjit.codegen.triton.indexing import split_index
 from tensorjit.codegen.triton.kernel import TritonKernel
 from tensorjit.codegen.triton.partition import (
-    CONSTANTS, REDUCTIONS, VARIABLE_INDEX, VIEWS, Group, classify, constant_value, resolve_view, value_of,
+    COLUMN_REDUCTIONS, CONSTANTS, REDUCTIONS, VARIABLE_INDEX, VIEWS, Group, classify, constant_value, resolve_view, value_of,
 )
 from tensorjit.codegen.triton.pointwise_ops import POINTWISE
 
@@ -57,7 +57,7 @@ class GroupEmitter:
 
     def emit(self) -> TritonKernel:
         for member in self.group.members:
-            if classify(member) == "reduction":
+            if classify(member) in ("reduction", "column_reduction"):
                 self.kernel.begin_loop()
                 self.reduced[member] = self._reduce(member)
         rows_last = [m for m in self.stored if self.group.level(m) == "row"]
@@ -84,7 +84,7 @@ class GroupEmitter:
         return " + ".join(terms) or "xindex * 0"
 
     def _reduce(self, node: torch.fx.Node) -> str:
-        kind = REDUCTIONS[node.target]
+        kind = REDUCTIONS.get(node.target) if not self.group.columns else COLUMN_REDUCTIONS[node.target]
         dtype = value_of(node).dtype
         source = self.evaluate(node.args[0], value_of(node.args[0]).shape)
         length = float(self.group.row_length)
@@ -150,5 +150,7 @@ class GroupEmitter:
         if self.group.row_length is None:
             return split_index("xindex", shape)
         if numel == self.group.rows * self.group.row_length:
+            if self.group.columns:  # rows are the last dimension; the reduction runs down the others
+                return split_index("rindex", shape[:-1]) + ["xindex"]
             return split_index("xindex", shape[:-1]) + ["rindex"]
         return split_index("xindex", shape)

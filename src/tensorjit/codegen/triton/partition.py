@@ -47,11 +47,15 @@ def numel_of(node: torch.fx.Node) -> int:
 
 @dataclasses.dataclass
 class Group:
-    """Nodes fused into one kernel: over `rows` elements, or rows x `row_length` with a reduction."""
+    """Nodes fused into one kernel: over `rows` elements, or rows x `row_length` with a reduction.
+
+    A `columns` group reduces over every dimension but the last (a bias gradient):
+    its rows are the last dimension's positions and each row runs down a column."""
 
     rows: int
     row_length: int | None
     members: list[torch.fx.Node]
+    columns: bool = False
 
     def level(self, node: torch.fx.Node) -> str | None:
         """"full" (one value per element), "row" (one per row), or None (does not fit)."""
@@ -59,7 +63,8 @@ class Group:
         numel = math.prod(shape)
         if self.row_length is None:
             return "full" if numel == self.rows else None
-        if numel == self.rows * self.row_length and len(shape) and shape[-1] == self.row_length:
+        last = self.rows if self.columns else self.row_length
+        if numel == self.rows * self.row_length and len(shape) and shape[-1] == last:
             return "full"
         return "row" if numel == self.rows else None
 
@@ -77,6 +82,26 @@ def reduced_last_dimension(node: torch.fx.Node) -> int | None:
     return shape[-1]
 
 
+def reduced_leading_dimensions(node: torch.fx.Node) -> int | None:
+    """The number of reduced elements per column, when `node` reduces every dimension but
+    the last (sum over the batch: bias and norm-weight gradients)."""
+    if node.target not in COLUMN_REDUCTIONS or len(node.args) < 2:
+        return None
+    source = value_of(node.args[0])
+    shape = source.shape if isinstance(source, torch.Tensor) else None
+    if not shape or len(shape) < 2:
+        return None
+    dims = node.args[1]
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if sorted(d % len(shape) for d in dims) != list(range(len(shape) - 1)) or shape[-1] <= 1:
+        return None
+    return math.prod(shape[:-1])
+
+
+COLUMN_REDUCTIONS = {aten.sum.dim_IntList: "sum", aten.amax.default: "max", aten.amin.default: "min",
+                     aten.mean.dim: "mean"}
+
+
 def classify(node: torch.fx.Node) -> str:
     if node.op != "call_function":
         return node.op
@@ -88,6 +113,8 @@ def classify(node: torch.fx.Node) -> str:
         return "extern"
     if node.target in REDUCTIONS and reduced_last_dimension(node) and not node.kwargs.get("dtype"):
         return "reduction"
+    if reduced_leading_dimensions(node) and not node.kwargs.get("dtype"):
+        return "column_reduction"
     if node.target in POINTWISE and all(value_of(a).numel() in (1, result.numel()) or _broadcastable(a, node)
                                         for a in inputs):
         return "pointwise"
@@ -122,9 +149,22 @@ def try_join(group: Group | None, node: torch.fx.Node, kind: str) -> bool:
                                                                                      aten.expand.default):
             return False
         return level is not None
+    if kind == "column_reduction":
+        length = reduced_leading_dimensions(node)
+        source = node.args[0]
+        width = value_of(source).shape[-1]
+        if group.row_length is None:
+            if numel_of(source) != group.rows or any(
+                    group.level(m) is None or value_of(m).shape[-1:] != (width,) for m in group.members):
+                return False
+            group.rows, group.row_length, group.columns = width, length, True
+            return True
+        return group.columns and length == group.row_length and group.level(source) == "full"
     if kind == "reduction":
         length = reduced_last_dimension(node)
         source = node.args[0]
+        if group.columns:
+            return False
         if group.row_length is None:
             if numel_of(source) != group.rows or any(value_of(m).shape[-1:] != (length,) for m in group.members):
                 return False
@@ -137,6 +177,9 @@ def try_join(group: Group | None, node: torch.fx.Node, kind: str) -> bool:
 
 
 def new_group(node: torch.fx.Node, kind: str) -> Group:
+    if kind == "column_reduction":
+        return Group(rows=value_of(node.args[0]).shape[-1], row_length=reduced_leading_dimensions(node),
+                     members=[node], columns=True)
     if kind == "reduction":
         length = reduced_last_dimension(node)
         return Group(rows=numel_of(node.args[0]) // length, row_length=length, members=[node])
@@ -194,24 +237,37 @@ def hoistable(node: torch.fx.Node) -> bool:
 
 
 def partition(gm: torch.fx.GraphModule) -> list[Group | torch.fx.Node]:
-    """Graph nodes in order, with fusable runs replaced by Groups."""
+    """Graph nodes in order, with fusable runs replaced by Groups.
+
+    While a group is open, a pure extern (see `hoistable`) does not end it: one
+    that reads nothing of the group runs before it, one that reads the group's
+    results is deferred until after it. A backward graph computes a gradient,
+    feeds it to a matrix product, then sums it for the bias; deferring the
+    product lets the sum join the kernel that computed the gradient."""
     steps: list[Group | torch.fx.Node] = []
     current: Group | None = None
+    deferred: list[torch.fx.Node] = []
     for node in gm.graph.nodes:
         kind = classify(node)
-        if kind in ("pointwise", "reduction", "view"):
-            if try_join(current, node, kind):
-                current.members.append(node)
-                continue
-            if kind != "view":
-                current = new_group(node, kind)
-                steps.append(current)
-                continue
-        if current is not None and hoistable(node) and not set(node.all_input_nodes) & set(current.members):
-            steps.insert(steps.index(current), node)  # run it before the group; the group stays open
+        after_deferred = bool(set(node.all_input_nodes) & set(deferred))
+        fusable = kind in ("pointwise", "reduction", "column_reduction", "view")
+        if fusable and not after_deferred and try_join(current, node, kind):
+            current.members.append(node)
             continue
-        current = None
-        steps.append(node)
+        if current is not None and (kind == "view" or not fusable) and hoistable(node):
+            if after_deferred or set(node.all_input_nodes) & set(current.members):
+                deferred.append(node)
+            else:
+                steps.insert(steps.index(current), node)  # run it before the group; the group stays open
+            continue
+        steps.extend(deferred)
+        deferred, current = [], None
+        if fusable and kind != "view":
+            current = new_group(node, kind)
+            steps.append(current)
+        else:
+            steps.append(node)
+    steps.extend(deferred)
     return steps
 
 
@@ -225,5 +281,6 @@ def remove_dead_pure_nodes(gm: torch.fx.GraphModule) -> None:
 
 
 def _pure(node: torch.fx.Node) -> bool:
-    return (node.target in POINTWISE or node.target in REDUCTIONS or node.target in FOLDABLE_VIEWS
+    return (node.target in POINTWISE or node.target in REDUCTIONS or node.target in COLUMN_REDUCTIONS
+            or node.target in FOLDABLE_VIEWS
             or node.target in CONSTANTS or node.target in HOISTABLE or node.target is operator.getitem)

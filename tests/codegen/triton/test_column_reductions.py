@@ -1,0 +1,55 @@
+"""Reductions over every dimension but the last (bias and norm-weight gradients) fuse with
+their producers into one column-reduction kernel, with eager's results."""
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tensorjit.codegen.triton import compile_aten_graph, decompositions
+from tensorjit.codegen.triton.partition import Group, partition
+
+
+def compile_fn(fn, *inputs):
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    return compile_aten_graph(gm, list(inputs)), gm
+
+
+@pytest.mark.parametrize("shape", [(64, 48), (4, 16, 40), (3, 130, 5)])
+def test_bias_gradient_pattern(device, shape):
+    grad, x = torch.randn(shape, device=device), torch.randn(shape, device=device)
+    dims = list(range(len(shape) - 1))
+
+    def fn(grad, x):
+        scaled = grad * torch.sigmoid(x)
+        return scaled, scaled.sum(dims), (grad * x).amax(dims)
+    compiled, gm = compile_fn(fn, grad, x)
+    for got, want in zip(compiled(grad, x), fn(grad, x)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    groups = [step for step in partition(gm) if isinstance(step, Group)]
+    assert len(groups) == 1 and groups[0].columns
+
+
+def test_mean_over_leading_dimensions_and_keepdim_stays_correct(device):
+    x = torch.randn(6, 10, 12, device=device)
+    fn = lambda x: ((x * 2).mean([0, 1]), (x + 1).sum([0, 1], keepdim=True), (x - 1).sum(0))  # noqa: E731
+    compiled, _ = compile_fn(fn, x)
+    for got, want in zip(compiled(x), fn(x)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_product_reading_the_group_waits_for_it_and_the_bias_sum_joins(device):
+    # backward of a linear layer: the gradient feeds a matrix product and the bias sum
+    grad, x, w = (torch.randn(32, 24, device=device), torch.randn(32, 24, device=device),
+                  torch.randn(24, 16, device=device))
+
+    def fn(grad, x, w):
+        g = grad * torch.sigmoid(x)
+        return g @ w, g.sum(0, keepdim=True).view(24)
+    compiled, gm = compile_fn(fn, grad, x, w)
+    for got, want in zip(compiled(grad, x, w), fn(grad, x, w)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    steps = partition(gm)
+    groups = [step for step in steps if isinstance(step, Group)]
+    assert len(groups) == 1 and groups[0].columns
+    product = next(s for s in steps if not isinstance(s, Group) and s.target == torch.ops.aten.mm.default)
+    assert steps.index(product) > steps.index(groups[0])
