@@ -189,3 +189,19 @@ def test_training_through_the_autograd_stage_matches_eager_gradients(device):
     reference(x).float().mean().backward()
     for mine, theirs in zip(parameters, reference.parameters()):
         torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_pointwise_groups_iterate_channels_last_buffers_in_memory_order(device):
+    from tensorjit.codegen.triton import compile_aten_graph, decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = torch.randn(2, 5, 3, 4, device=device).to(memory_format=torch.channels_last)
+    scale = torch.randn(5, 1, 1, device=device)
+    fn = lambda x, scale: (torch.relu(x * scale) + 1,)  # noqa: E731
+    gm = make_fx(fn, decomposition_table=decompositions())(x, scale)
+    compiled = compile_aten_graph(gm, [x, scale])
+    [got], [want] = compiled(x, scale), fn(x, scale)
+    torch.testing.assert_close(got, want)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    source = "\n".join(compiled.kernel_sources)
+    assert "xindex % 5" in source  # channels vary fastest

@@ -89,11 +89,11 @@ def _layout_check(expected: list[tuple[int, tuple, torch.dtype, torch.device]]) 
     return constants["matches"]
 
 
-CHANNELS_LAST = False
-"""Off: measured harmful for now. Kernels iterate in logical (NCHW) order, so on
-channels-last buffers every load and store strides by C: resnet50 fp16 went from
-7.1 ms to 18.9 ms on an H100, 83% of it in those kernels (docs/performance.md).
-Turn on once groups iterate in their output's memory order."""
+CHANNELS_LAST = True
+"""Convolutions read channels-last activations (cuDNN's tensor-core kernels are NHWC).
+Pointwise groups iterate in their stored output's memory order
+(`GroupEmitter._memory_order`); before they did, channels-last made resnet50 fp16
+2.5x slower on an H100 (7.1 -> 18.9 ms, docs/performance.md)."""
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None) -> CompiledGraph:

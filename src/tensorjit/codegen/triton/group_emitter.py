@@ -45,6 +45,7 @@ class GroupEmitter:
         self.loaded: set[torch.fx.Node] = set()
         """Buffers the kernel reads (views of them are folded into the index)."""
         self.reduced: dict[torch.fx.Node, str] = {}
+        self.order = self._memory_order()
 
     def _outside_extents(self) -> list[int]:
         extents = []
@@ -145,9 +146,31 @@ class GroupEmitter:
         self.loaded.add(base)
         return self.ops.load(self.names[base], index, value.dtype, uses_row=uses_row or self.group.row_length is None)
 
+    def _memory_order(self) -> tuple[tuple[int, ...], list[int]] | None:
+        """For a pointwise group whose members all have one shape: that shape and its
+        dimensions from outermost to innermost in the memory of what the group stores, when
+        that is not row-major (channels-last activations). Iterating in this order makes
+        consecutive threads touch consecutive addresses instead of striding by C."""
+        if self.group.row_length is not None or not self.stored:
+            return None
+        shapes = {tuple(value_of(m).shape) for m in self.group.members}
+        if len(shapes) != 1:
+            return None
+        shape = shapes.pop()
+        strides = value_of(self.stored[0]).stride()
+        order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+        return (shape, order) if order != list(range(len(shape))) else None
+
     def _coordinates(self, shape: tuple[int, ...]) -> list[str]:
         numel = math.prod(shape)
         if self.group.row_length is None:
+            if self.order is not None and tuple(shape) == self.order[0]:
+                order = self.order[1]
+                permuted = split_index("xindex", [shape[d] for d in order])
+                coordinates = [""] * len(shape)
+                for position, dimension in enumerate(order):
+                    coordinates[dimension] = permuted[position]
+                return coordinates
             return split_index("xindex", shape)
         if numel == self.group.rows * self.group.row_length:
             if self.group.columns:  # rows are the last dimension; the reduction runs down the others
