@@ -73,9 +73,22 @@ class GroupEmitter:
                                value_of(member).dtype)
         return self.kernel
 
+    def _dense_in_iteration_order(self, value: torch.Tensor) -> bool:
+        """Is `value` laid out exactly in the group's memory-order iteration (its flat offset is
+        xindex)? Then loads and stores skip the per-dimension div/mod arithmetic."""
+        if self.order is None or tuple(value.shape) != self.order[0]:
+            return False
+        expected, running = {}, 1
+        for dimension in reversed(self.order[1]):
+            expected[dimension] = running
+            running *= value.shape[dimension]
+        return all(size == 1 or value.stride()[d] == expected[d] for d, size in enumerate(value.shape))
+
     def _store_index(self, node: torch.fx.Node) -> str:
         """Where each element goes in a buffer laid out like eager's (`meta["val"]` strides)."""
         value = value_of(node)
+        if self._dense_in_iteration_order(value):
+            return "xindex"
         coordinates = self._coordinates(tuple(value.shape))
         terms = [
             coordinate if stride == 1 else f"{coordinate} * {stride}"
@@ -130,6 +143,10 @@ class GroupEmitter:
         if base.target in CONSTANTS:
             return self.ops.constant(constant_value(base), value.dtype)
         consumer_shape = tuple(consumer_shape if consumer_shape is not None else value.shape)
+        if tuple(value.shape) == consumer_shape and self._dense_in_iteration_order(value):
+            self.loaded.add(base)
+            index = f"xindex + {offset_elements}" if offset_elements else "xindex"
+            return self.ops.load(self.names[base], index, value.dtype, uses_row=True)
         coordinates = self._coordinates(consumer_shape)
         offset = len(consumer_shape) - value.dim()
         terms = [
