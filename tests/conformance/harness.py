@@ -261,7 +261,11 @@ def _grad_leaves(args: Any) -> list[torch.Tensor]:
     return leaves
 
 
-def check(fn: Callable, *args: Any, backend: Any = "eager", calls: int = 2, grad: bool = False,
+DEFAULT_BACKEND = "eager"
+"""The backend `check` uses when a test names none; test_with_inductor.py sets "inductor"."""
+
+
+def check(fn: Callable, *args: Any, backend: Any = None, calls: int = 2, grad: bool = False,
           graphs: int | None = None, side_effects: SideEffects | None = None,
           compile_kwargs: dict[str, Any] | None = None, rtol: float | None = None,
           atol: float | None = None, **kwargs: Any) -> CountingBackend | None:
@@ -277,7 +281,7 @@ def check(fn: Callable, *args: Any, backend: Any = "eager", calls: int = 2, grad
     compiled over all calls must equal it. Returns the CountingBackend (or None).
     """
     counter = CountingBackend() if graphs is not None else None
-    chosen_backend = counter if counter is not None else backend
+    chosen_backend = counter if counter is not None else (DEFAULT_BACKEND if backend is None else backend)
     eager_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
     compiled_target = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
     compiled_fn = compile(compiled_target, backend=chosen_backend, **(compile_kwargs or {}))

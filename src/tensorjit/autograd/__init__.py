@@ -18,7 +18,8 @@ from typing import Callable
 
 import torch
 
-from .joint import trace_forward, trace_joint
+from .. import logs
+from .joint import trace_forward, trace_joint, untraceable
 from .partition import partition as split_joint
 from .runtime import make_inference_function, make_training_function
 
@@ -41,10 +42,22 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
     if not needs_grad:
-        traced = trace_forward(gm, example_inputs, decompositions)
+        try:
+            traced = trace_forward(gm, example_inputs, decompositions)
+        except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
+            logs.emit("graph_breaks", f"autograd: running the graph eagerly: {type(error).__name__}: {error}")
+            return gm.forward
         compiled = inference_compiler(traced.graph_module, _examples(traced.graph_module))
         return make_inference_function(compiled, traced.num_outputs, traced.mutated_inputs)
-    traced = trace_joint(gm, example_inputs, decompositions)
+    reason = untraceable(gm)
+    if reason is not None:
+        logs.emit("graph_breaks", f"autograd: running the graph eagerly: {reason}")
+        return gm.forward
+    try:
+        traced = trace_joint(gm, example_inputs, decompositions)
+    except Exception as error:  # noqa: BLE001 - e.g. requires_grad_() inside: autograd runs it eagerly
+        logs.emit("graph_breaks", f"autograd: running the graph eagerly: {type(error).__name__}: {error}")
+        return gm.forward
     parts = split_joint(traced, partitioner)
     forward = fw_compiler(parts.forward, _examples(parts.forward))
     backward = bw_compiler(parts.backward, _examples(parts.backward))

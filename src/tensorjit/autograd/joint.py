@@ -54,6 +54,19 @@ def _probe_outputs(gm, example_inputs) -> tuple[list[bool], int]:
     return [_is_differentiable(o) for o in outs], len(outs)
 
 
+RECURRENT = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
+
+
+def untraceable(gm: torch.fx.GraphModule) -> str | None:
+    """Why the joint graph of `gm` cannot be trusted, or None. Recurrent layers: tracing their
+    fused kernels' derivatives gave wrong weight gradients (GRU) and undefined workspaces
+    (LSTM) (tests/conformance/test_with_inductor.py); they run eagerly, under autograd."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and getattr(node.target, "__name__", None) in RECURRENT:
+            return f"recurrent layer ({node.target.__name__}) in a training graph"
+    return None
+
+
 def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None) -> TracedGraph:
     grad_inputs = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
     needs_grad, num_outputs = _probe_outputs(gm, example_inputs)

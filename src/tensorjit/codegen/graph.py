@@ -51,6 +51,18 @@ def count_ops(expr, seen=None) -> int:
     return 1 + sum(count_ops(a, seen) for a in expr.args)
 
 
+def dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Do these strides cover exactly prod(shape) elements, each once (a permutation of a
+    contiguous layout)?"""
+    expected = 1
+    for size, stride in sorted(((size, stride) for size, stride in zip(shape, strides) if size != 1),
+                               key=lambda item: item[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def dead_pure_nodes(graph: torch.fx.Graph) -> set:
     """Nodes whose results nothing reads and whose only effect is their result (the unused
     statistics of a decomposed batch norm...). Random and mutating ops are never dead:
@@ -104,6 +116,7 @@ class GraphLowering:
         self.steps: list = []
         self.env: dict = {}
         self.constants: dict[str, torch.Tensor] = {}
+        self.returned: set = set()
         lowering_reductions.REALIZE[0] = self.realize
 
     def new_name(self, prefix: str) -> str:
@@ -117,8 +130,17 @@ class GraphLowering:
         return buffer
 
     # -- realization -----------------------------------------------------------
-    def realize(self, value):
-        """A value that exists in memory (LazyValue with .buffer)."""
+    def output_strides(self, node) -> tuple[int, ...] | None:
+        """Eager's strides for a graph output computed by a kernel (None: contiguous). Callers
+        rely on them: autograd regenerates views of saved tensors with as_strided."""
+        meta = self.meta.get(node)
+        if node not in self.returned or not isinstance(meta, torch.Tensor) or meta.is_contiguous():
+            return None
+        return tuple(meta.stride()) if dense(tuple(meta.shape), tuple(meta.stride())) else None
+
+    def realize(self, value, node=None):
+        """A value that exists in memory (LazyValue with .buffer); `node` is the graph node it
+        computes, when known (graph outputs keep eager's strides)."""
         if isinstance(value, ReductionValue):
             value = self.realize_reduction(value)
         if not isinstance(value, LazyValue) or value.buffer is not None:
@@ -126,7 +148,8 @@ class GraphLowering:
         if value.alias_of is not None:
             node = value.alias_of
             return self.lower_extern(node, self.meta.get(node), "aliasing view of a buffer in memory", count=False)
-        buffer = self.add_buffer(value.shape, value.dtype)
+        strides = self.output_strides(node) if node is not None else None
+        buffer = self.add_buffer(value.shape, value.dtype, strides=strides)
         variables = tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape)))
         body = simplify_expr(value.load(variables), dict(zip((v.name for v in variables), value.shape)))
         self.steps.append(ir.Pointwise(f"kernel{len(self.steps)}", buffer.name, value.shape, body, variables))
@@ -158,6 +181,8 @@ class GraphLowering:
     def run(self) -> ir.Program:
         inputs = []
         dead = dead_pure_nodes(self.gm.graph)
+        output = next(n for n in self.gm.graph.nodes if n.op == "output")
+        self.returned = set(output.all_input_nodes)
         for node in self.gm.graph.nodes:
             if node in dead:
                 continue
@@ -181,7 +206,7 @@ class GraphLowering:
             else:
                 self.env[node] = self.lower_node(node)
                 if len(node.users) > 1 and not self.cheap_to_share(node):
-                    self.env[node] = self.realize(self.env[node])
+                    self.env[node] = self.realize(self.env[node], node)
         return ir.Program(tuple(self.buffers), tuple(self.steps), tuple(inputs), outputs)
 
     def cheap_to_share(self, node) -> bool:
@@ -201,7 +226,7 @@ class GraphLowering:
     def lower_outputs(self, result):
         def convert(value):
             if isinstance(value, torch.fx.Node):
-                node, value = value, self.realize(self.env[value])
+                node, value = value, self.realize(self.env[value], value)
                 self.env[node] = value
                 return value.buffer.name if isinstance(value, LazyValue) else ir.BufferRef(value.name)
             return value
@@ -245,7 +270,7 @@ class GraphLowering:
             record_fallback(node.target, reason)
 
         def reference(n):
-            value = self.env[n] = self.realize(self.env[n])
+            value = self.env[n] = self.realize(self.env[n], n)
             if isinstance(value, LazyValue):
                 return ir.BufferRef(value.buffer.name)
             return ir.BufferRef(value.name)

@@ -80,7 +80,10 @@ def inner_variables(kernel, outer: int) -> dict[str, int]:
 
 
 def fits(kernel, ranges: tuple[int, ...]) -> bool:
-    """Can `kernel` run as a member of a group over `ranges`?"""
+    """Can `kernel` run as a member of a group over `ranges`? (Its output must be laid out
+    row-major: `reads_within_row` assumes it; a graph output in eager's permuted strides is not.)"""
+    if getattr(kernel, "output", None) in UNGROUPABLE[0]:
+        return False
     if isinstance(kernel, ir.Reduction):
         return kernel.ranges == ranges
     if not isinstance(kernel, ir.Pointwise):
@@ -127,8 +130,13 @@ def row_index(index: ir.Index, outer_variables: set[str]) -> ir.Index:
     return ir.index_add(left, right) if index.op == "add" else ir.index_mul(left, right)
 
 
+UNGROUPABLE: list[set[str]] = [set()]
+
+
 def fuse_loops(program: ir.Program) -> ir.Program:
     """Group runs of row-compatible kernels (see the module docstring)."""
+    UNGROUPABLE[0] = {b.name for b in program.buffers if b.kind == "temp" and
+                      tuple(b.strides) != contiguous_strides(b.shape)}
     runs: list[list] = []  # consecutive steps; a run of 2+ kernels with `ranges` becomes a group
     ranges_of: list[tuple[int, ...] | None] = []
     for step in program.steps:

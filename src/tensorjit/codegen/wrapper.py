@@ -28,7 +28,7 @@ import torch
 
 from . import ir
 from .memory import last_uses, names_written
-from .values import IR_TO_TORCH
+from .values import IR_TO_TORCH, contiguous_strides
 
 
 class _Source:
@@ -58,7 +58,11 @@ class _Source:
 def _kernel_lines(source: _Source, step, function, names: list[str], outputs: list[ir.Buffer]) -> None:
     for output in outputs:
         dtype = source.constant(IR_TO_TORCH[output.dtype], "dtype")
-        source.lines.append(f"{output.name} = empty({tuple(output.shape)!r}, dtype={dtype})")
+        if tuple(output.strides) == contiguous_strides(output.shape):
+            source.lines.append(f"{output.name} = empty({tuple(output.shape)!r}, dtype={dtype})")
+        else:
+            source.lines.append(f"{output.name} = empty_strided({tuple(output.shape)!r}, "
+                                f"{tuple(output.strides)!r}, dtype={dtype})")
     pointers = source.constant(ctypes.c_void_p * len(names), "pointers")
     kernel = source.constant(function, "kernel")
     source.lines.append(f"{kernel}({pointers}({', '.join(f'{n}.data_ptr()' for n in names)}))")
@@ -72,7 +76,9 @@ def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer) -> None
     if output.dtype != "object":
         # Kernels read this buffer with the strides seen at compile time.
         shape, strides = tuple(output.shape), tuple(output.strides)
-        source.lines.append(f"if {output.name}.stride() != {strides!r} or {output.name}.shape != {shape!r}:")
+        # (None where the trace saw a tensor: an undefined tensor an ATen kernel returns.)
+        source.lines.append(f"if {output.name} is not None and "
+                            f"({output.name}.stride() != {strides!r} or {output.name}.shape != {shape!r}):")
         source.lines.append(f"    {output.name} = empty_strided({shape!r}, {strides!r}, "
                             f"dtype={output.name}.dtype).copy_({output.name})")
 

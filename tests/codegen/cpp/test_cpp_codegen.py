@@ -181,3 +181,11 @@ def test_inductor_backend_inference_and_training():
     with torch.no_grad():
         compiled = inductor(torch.fx.symbolic_trace(fn), [x, w, b])
         torch.testing.assert_close(as_list(compiled(x, w, b))[0], fn(x, w, b))
+
+
+def test_outputs_keep_eager_strides():
+    # autograd regenerates views of saved tensors with as_strided: strides are part of the result
+    x = torch.randn(6, 4)
+    compiled = check(lambda x: (x.t() * 2,), x)
+    [out] = compiled(x)
+    assert out.stride() == (x.t() * 2).stride() == (1, 4)
