@@ -2,7 +2,8 @@
 
 Takes nothing; holds `VECTOR_MATH`, a string of `static inline` C++ functions
 (`tj_expf`, `tj_logf`, `tj_log1pf`, `tj_expm1f`, `tj_tanhf`, `tj_sigmoidf`,
-`tj_erff`) and `FLOAT32_FUNCTIONS`, the map from our unary op names to them.
+`tj_erff`), `FLOAT32_FUNCTIONS`, the map from our unary op names to them, and
+`DISPATCH`, templates `tj_exp<T>(x)`... that pick them for float and std:: otherwise.
 
 Why: we compile without -ffast-math to keep IEEE semantics, so g++ will not
 vectorise a loop that calls `std::exp` (libmvec is only used under fast-math)
@@ -203,4 +204,19 @@ static inline float tj_erff(float x) {
 }
 """
 
+# One name per op for the emitter's templates: float32 goes to the tj_ function, every other
+# type keeps the std:: expression it had (same result type, e.g. double for integers).
+GENERIC = {"exp": "std::exp(x)", "log": "std::log(x)", "log1p": "std::log1p(x)", "expm1": "std::expm1(x)",
+           "tanh": "std::tanh(x)", "sigmoid": "(T)1 / ((T)1 + std::exp(-x))", "erf": "std::erf(x)"}
+
+
+def dispatch_source() -> str:
+    lines = []
+    for op, function in FLOAT32_FUNCTIONS.items():
+        lines.append(f"template <class T> static inline auto tj_{op}(T x) {{ return {GENERIC[op]}; }}")
+        lines.append(f"template <> inline auto tj_{op}<float>(float x) {{ return {function}(x); }}")
+    return "\n".join(lines) + "\n"
+
+
 VECTOR_MATH = BIT_CASTS + EXP + LOG + ERF
+DISPATCH = dispatch_source()
