@@ -59,9 +59,10 @@ static inline float tj_fmaf(float a, float b, float c) {
 static inline float tj_copysignf(float magnitude, float sign) {
   return tj_float((tj_bits(magnitude) & 0x7fffffffu) | (tj_bits(sign) & 0x80000000u));
 }
-// cond ? a : b through bit masks. A ternary on a result lets g++ sink the computation of
-// that result into a branch, and then it will not speculate the (trapping) division in it
-// back out, so the loop does not vectorise; a blend of both values cannot be sunk.
+// cond ? a : b through bit masks, used for every float select here. A ternary lets g++ sink
+// the computation of one side into a branch, and without AVX-512 masking it will not
+// speculate the (trapping) float operations back out, so the loop does not vectorise
+// ("control flow in loop"); a blend of both values cannot be sunk.
 static inline float tj_selectf(bool cond, float a, float b) {
   const uint32_t mask = 0u - (uint32_t)cond;
   return tj_float((tj_bits(a) & mask) | (tj_bits(b) & ~mask));
@@ -99,32 +100,32 @@ static inline tj_reduced tj_reduce_ln2(float x) {
 }
 static inline float tj_expf(float x) {
   // Clamp so that k stays in [-150, 129]; the clamped ends still overflow to inf / underflow to 0.
-  const float xc = (x != x) ? 0.0f : (x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x));
+  const float xc = tj_selectf(x != x, 0.0f, tj_selectf(x < -104.0f, -104.0f, tj_selectf(x > 89.0f, 89.0f, x)));
   const tj_reduced red = tj_reduce_ln2(xc);
   const float y = tj_scale2f(1.0f + tj_expm1_reduced(red.r), red.k);
-  return (x != x) ? x : y;
+  return tj_selectf(x != x, x, y);
 }
 static inline float tj_expm1f(float x) {
   // expm1(x) = 2^k (e + 1) - 1 = fma(2^k, e, 2^k - 1), with 2^k - 1 exact for -24 <= k <= 24.
-  const float xc = (x != x) ? 0.0f : (x < -30.0f ? -30.0f : (x > 89.0f ? 89.0f : x));
+  const float xc = tj_selectf(x != x, 0.0f, tj_selectf(x < -30.0f, -30.0f, tj_selectf(x > 89.0f, 89.0f, x)));
   const tj_reduced red = tj_reduce_ln2(xc);
   const float e = tj_expm1_reduced(red.r);
   const int32_t k = red.k > 127 ? 127 : red.k;  // k = 128 only where the result is ~2^128: scale after
   const float two_k = tj_float((uint32_t)(k + 127) << 23);
-  const float y = tj_fmaf(two_k, e, two_k - 1.0f) * (red.k > 127 ? 2.0f : 1.0f);
-  return (x != x || x == 0.0f) ? x : y;  // x == 0 keeps the sign of zero
+  const float y = tj_fmaf(two_k, e, two_k - 1.0f) * tj_selectf(red.k > 127, 2.0f, 1.0f);
+  return tj_selectf((x != x) | (x == 0.0f), x, y);  // x == 0 keeps the sign of zero
 }
 static inline float tj_sigmoidf(float x) {
   // With e = exp(-|x|) <= 1 nothing overflows: 1 / (1 + e) for x >= 0, e / (1 + e) below,
   // which stays accurate down into the denormals where 1 / (1 + exp(-x)) would give 0.
   const float e = tj_expf(-tj_absf(x));
-  return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+  return tj_selectf(x >= 0.0f, 1.0f, e) / (1.0f + e);
 }
 static inline float tj_tanhf(float x) {
   // tanh|x| = t / (t + 2) with t = expm1(2|x|): no cancellation near 0; |x| > 9.1 rounds to 1.
   const float a = tj_absf(x);
   const float t = tj_expm1f(a + a);
-  const float y = a > 9.1f ? 1.0f : t / (t + 2.0f);
+  const float y = tj_selectf(a > 9.1f, 1.0f, t / (t + 2.0f));
   return tj_copysignf(y, x);
 }
 """
@@ -154,7 +155,7 @@ static inline float tj_log_mantissa(float u) {
 }
 static inline float tj_logf(float x) {
   const bool denormal = x < 1.17549435e-38f;
-  const float u = denormal ? x * 8388608.0f : x;  // 2^23 lifts denormals into the normal range
+  const float u = tj_selectf(denormal, x * 8388608.0f, x);  // 2^23 lifts denormals into the normal range
   const float k = (float)(tj_log_exponent(u) - (denormal ? 23 : 0));
   const float y = tj_log_kernel(tj_log_mantissa(u) - 1.0f, k, 0.0f);
   float result = tj_selectf(x == 0.0f, -std::numeric_limits<float>::infinity(), y);
@@ -165,7 +166,7 @@ static inline float tj_log1pf(float x) {
   const float u = 1.0f + x;
   const int32_t k = tj_log_exponent(u);
   // The rounding error of 1 + x, relative to u (log(u + c) ~ log(u) + c / u); negligible past 2^25.
-  const float c = k >= 25 ? 0.0f : (k >= 2 ? 1.0f - (u - x) : x - (u - 1.0f)) / u;
+  const float c = tj_selectf(k >= 25, 0.0f, tj_selectf(k >= 2, 1.0f - (u - x), x - (u - 1.0f)) / u);
   const float y = tj_log_kernel(tj_log_mantissa(u) - 1.0f, (float)k, c);
   float result = tj_selectf(x == -1.0f, -std::numeric_limits<float>::infinity(), y);
   result = tj_selectf(x < -1.0f, std::numeric_limits<float>::quiet_NaN(), result);
@@ -178,7 +179,7 @@ ERF = r"""
 // 1 <= |x| <= 4: 1 - exp(-x^2) G(|x| - 2.5), G fitting erfc(x) exp(x^2); past 3.92 erf rounds to 1.
 static inline float tj_erff(float x) {
   const float a0 = tj_absf(x);
-  const float a = a0 > 4.0f ? 4.0f : a0;  // NaN passes through
+  const float a = tj_selectf(a0 > 4.0f, 4.0f, a0);  // NaN passes through
   const float s = a * a;
   float p = tj_fmaf(s, 7.87752e-05f, -8.01824150e-04f);
   p = tj_fmaf(p, s, 5.18939132e-03f);
@@ -200,7 +201,7 @@ static inline float tj_erff(float x) {
   g = tj_fmaf(g, u, -7.43473545e-02f);
   g = tj_fmaf(g, u, 2.10806355e-01f);
   const float large = 1.0f - tj_expf(-s) * g;
-  return tj_copysignf(a < 1.0f ? small : large, x);
+  return tj_copysignf(tj_selectf(a < 1.0f, small, large), x);
 }
 """
 
