@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import platform
 import shutil
 import subprocess
@@ -55,6 +56,28 @@ def build(source: str, compiler: str, output: str) -> None:
     result = subprocess.run(command, input=source, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"C++ compile failed:\n{result.stderr[-4000:]}")
+
+
+def vectorisation_report(source: str, compiler: str | None = None, missed: bool = False,
+                         extra_flags: tuple[str, ...] = ()) -> str:
+    """g++'s -fopt-info-vec report for source compiled with our FLAGS (debugging aid, builds nothing).
+
+    Lines read `<stdin>:LINE:COL: optimized: loop vectorized using 64 byte vectors`; with
+    missed=True also the reasons loops were not vectorised; extra_flags go after FLAGS (e.g.
+    "-march=haswell" to see what an AVX2 machine would get). Usage:
+    `print(vectorisation_report(compiled.source))` on a runner from compile_cpu_graph.
+    """
+    options = ["-fopt-info-vec-optimized"] + (["-fopt-info-vec-missed"] if missed else [])
+    command = [find_compiler(compiler), *FLAGS, *extra_flags, *options, "-x", "c++", "-", "-o", os.devnull]
+    result = subprocess.run(command, input=source, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"C++ compile failed:\n{result.stderr[-4000:]}")
+    return result.stderr
+
+
+def vectorised_lines(report: str) -> set[int]:
+    """Source line numbers of the loops a vectorisation_report says were vectorised."""
+    return {int(line.split(":")[1]) for line in report.splitlines() if "loop vectorized" in line}
 
 
 def load_library(source: str, config) -> ctypes.CDLL:

@@ -14,22 +14,26 @@ import math
 
 from .. import ir
 from ..ops import evaluate
+from .vector_math import DISPATCH, VECTOR_MATH
 
 CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "bool": "bool"}
 PARALLEL_THRESHOLD = 32768  # elements of work below which OpenMP costs more than it saves
 
+# The vector math comes first: float32 transcendental ops call its tj_ functions, which g++
+# inlines and vectorises (std::exp and friends stop vectorisation without -ffast-math).
 PRELUDE = r"""
 #include <cmath>
 #include <cstdint>
 #include <limits>
+""" + VECTOR_MATH + DISPATCH + r"""
 template <class T> static inline T tj_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <class T> static inline T tj_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 """
 
-UNARY = {"neg": "(-{0})", "abs": "std::abs({0})", "exp": "std::exp({0})", "log": "std::log({0})",
-         "log1p": "std::log1p({0})", "expm1": "std::expm1({0})", "sqrt": "std::sqrt({0})",
-         "rsqrt": "(({T})1 / std::sqrt({0}))", "tanh": "std::tanh({0})",
-         "sigmoid": "(({T})1 / (({T})1 + std::exp(-{0})))", "erf": "std::erf({0})",
+UNARY = {"neg": "(-{0})", "abs": "std::abs({0})", "exp": "tj_exp<{T}>({0})", "log": "tj_log<{T}>({0})",
+         "log1p": "tj_log1p<{T}>({0})", "expm1": "tj_expm1<{T}>({0})", "sqrt": "std::sqrt({0})",
+         "rsqrt": "(({T})1 / std::sqrt({0}))", "tanh": "tj_tanh<{T}>({0})",
+         "sigmoid": "tj_sigmoid<{T}>({0})", "erf": "tj_erf<{T}>({0})",
          "sin": "std::sin({0})", "cos": "std::cos({0})", "reciprocal": "(({T})1 / {0})",
          "floor": "std::floor({0})", "ceil": "std::ceil({0})", "trunc": "std::trunc({0})",
          "relu": "({0} < ({T})0 ? ({T})0 : {0})", "logical_not": "(!{0})", "isnan": "({0} != {0})"}
