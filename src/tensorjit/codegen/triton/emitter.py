@@ -62,7 +62,8 @@ class TritonOps:
     # -- values -------------------------------------------------------------
 
     def constant(self, value: Any, dtype: torch.dtype) -> str:
-        return self._bind(expressions.constant(value, dtype), compute_dtype(dtype))
+        shape = "[1, 1]" if self.kernel.is_reduction else "[1]"  # the rank of every other value in the kernel
+        return self._bind(expressions.constant(value, dtype, shape), compute_dtype(dtype))
 
     def index_expr(self, index: str, dtype: torch.dtype) -> str:
         return self._bind(f"({index}).to({triton_dtype(dtype)})", dtype)

@@ -21,6 +21,8 @@ import math
 
 import torch
 
+from tensorjit.codegen.triton import interpreter_math
+
 TRITON_DTYPES: dict[torch.dtype, str] = {
     torch.float32: "tl.float32",
     torch.float64: "tl.float64",
@@ -68,25 +70,8 @@ CALLS: dict[str, str] = {
 }
 
 
-# Triton's interpreter (TRITON_INTERPRET=1, how CI runs kernels without a GPU)
-# has no libdevice; there these formulas stand in. Accurate to float32 rounding
-# for the arguments tests use, not substitutes for libdevice on a GPU.
-INTERPRETER_FORMULAS: dict[str, str] = {
-    "tanh": "(2.0 * tl.sigmoid(2.0 * ({0})) - 1.0)",
-    "log1p": "tl.log(1.0 + ({0}))",
-    "expm1": "(tl.exp({0}) - 1.0)",
-    "trunc": "tl.where(({0}) < 0, tl.ceil({0}), tl.floor({0}))",
-    "pow": ("tl.where(({1}) == 0, 1.0, tl.where(({0}) < 0, tl.where(tl.floor({1}) == ({1}), "
-            "tl.where(tl.floor(({1}) * 0.5) * 2.0 == ({1}), 1.0, -1.0) * tl.exp(({1}) * tl.log(-({0}))), "
-            "float('nan')), tl.exp(({1}) * tl.log({0}))))"),
-    "sinh": "((tl.exp({0}) - tl.exp(-({0}))) * 0.5)",
-    "cosh": "((tl.exp({0}) + tl.exp(-({0}))) * 0.5)",
-    "tan": "(tl.sin({0}) / tl.cos({0}))",
-    "log10": "(tl.log({0}) * 0.4342944819032518)",
-    "asinh": "tl.log(({0}) + tl.sqrt(({0}) * ({0}) + 1.0))",
-    "acosh": "tl.log(({0}) + tl.sqrt(({0}) * ({0}) - 1.0))",
-    "atanh": "(0.5 * tl.log((1.0 + ({0})) / (1.0 - ({0}))))",
-}
+INTERPRETER_FORMULAS = interpreter_math.FORMULAS
+"""Stand-ins for libdevice under Triton's interpreter (see interpreter_math.py)."""
 
 
 def interpreter_lacks(name: str) -> bool:
@@ -168,11 +153,19 @@ def where(condition: str, true_value: str, false_value: str) -> str:
 def cast(value: str, dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return f"({value}) != 0"
+    if dtype == torch.bfloat16 and interpreted():
+        return f"_interpreter_to_bfloat16({value})"  # the interpreter truncates; eager rounds to nearest even
     return f"({value}).to({triton_dtype(dtype)})"
 
 
-def constant(value: float | int | bool, dtype: torch.dtype) -> str:
-    """A literal of `dtype`, as a scalar Triton value (broadcast on use)."""
+def constant(value: float | int | bool, dtype: torch.dtype, shape: str = "[1]") -> str:
+    """A literal of `dtype`, as a one-element block of `shape` ("[1, 1]" in 2-D kernels; broadcast on use).
+
+    Not a 0-d `tl.full([], ...)`: Triton's interpreter splats a 0-d comparison
+    result with its operands' dtype, so `(c != c) | block_mask` on a 0-d
+    constant c fails there ("ufunc 'bitwise_or' not supported"). A [1] block
+    broadcasts instead and behaves the same on a GPU (Inductor writes
+    constants this way too)."""
     if dtype == torch.bool:
         return "True" if value else "False"
     if dtype.is_floating_point:
@@ -182,8 +175,8 @@ def constant(value: float | int | bool, dtype: torch.dtype) -> str:
             literal = 'float("inf")' if value > 0 else '-float("inf")'
         else:
             literal = repr(float(value))
-        return f"tl.full([], {literal}, {triton_dtype(compute_dtype(dtype))})"
-    return f"tl.full([], {int(value)}, {triton_dtype(dtype)})"
+        return f"tl.full({shape}, {literal}, {triton_dtype(compute_dtype(dtype))})"
+    return f"tl.full({shape}, {int(value)}, {triton_dtype(dtype)})"
 
 
 REDUCTION_INITIAL: dict[str, str] = {"sum": "0", "prod": "1", "max": "-float('inf')", "min": "float('inf')"}

@@ -26,7 +26,7 @@ import re
 
 import torch
 
-from tensorjit.codegen.triton import expressions
+from tensorjit.codegen.triton import expressions, interpreter_math
 from tensorjit.codegen.triton.expressions import compute_dtype, triton_dtype
 from tensorjit.codegen.triton.heuristics import LaunchShape
 
@@ -188,9 +188,7 @@ class TritonKernel:
         options = f", {mask}" if mask else ""
         # Broadcast scalars (constants) to the block so the store sees a full tile.
         target = self._block_shape(uses_row)
-        text = f"tl.broadcast_to({value}, {target}).to({triton_dtype(dtype)})"
-        if dtype == torch.bool:
-            text = f"tl.broadcast_to({value} != 0, {target})"
+        text = expressions.cast(f"tl.broadcast_to({value}, {target})", dtype)
         where = self._placement(f"{index} {value}") if not uses_row else "loop"
         self._emit(where, f"tl.store({pointer} + ({index}), {text}{options})")
 
@@ -261,7 +259,8 @@ class TritonKernel:
         else:
             body = self._indices(f"tl.program_id(0).to({self.index_dtype}) * XBLOCK") + body
         lines = "\n    ".join(body)
-        return f"{PRELUDE}\n\n@triton.jit\ndef {self.name}({', '.join(parameters)}):\n    {lines}\n"
+        prelude = PRELUDE + interpreter_math.PRELUDE if expressions.interpreted() else PRELUDE
+        return f"{prelude}\n\n@triton.jit\ndef {self.name}({', '.join(parameters)}):\n    {lines}\n"
 
     def _grid_stride(self, body: list[str]) -> list[str]:
         """A fixed number of programs each walking blocks `programs` apart.

@@ -198,13 +198,42 @@ VARIABLE_INDEX = re.compile(r"[xr]index")
 
 
 def resolve_view(node: torch.fx.Node) -> tuple[torch.fx.Node, int]:
-    """The buffer a chain of foldable views reads, and the view's element offset into it."""
-    base = node
+    """The buffer a chain of foldable views reads, and the view's element offset into it.
+
+    The offset is summed from the views' own arguments (slice starts, select
+    indices), not read from `meta["val"].storage_offset()`: make_fx in its
+    default ("real") mode records every value as a fresh `empty_strided`, whose
+    storage offset is always 0. An as_strided with an explicit storage offset
+    (absolute in a storage whose start the kernel cannot see) is not folded.
+    """
+    base, offset = node, 0
     while base.op == "call_function" and base.target in FOLDABLE_VIEWS and isinstance(base.args[0], torch.fx.Node):
+        step = _view_offset(base)
+        if step is None:
+            break
+        offset += step
         base = base.args[0]
     if base is node or base.target in CONSTANTS:
         return base, 0
-    return base, value_of(node).storage_offset() - value_of(base).storage_offset()
+    return base, offset
+
+
+def _view_offset(view: torch.fx.Node) -> int | None:
+    """Elements between the start of `view` and the start of its input; None when not known."""
+    if view.target is aten.as_strided.default:
+        storage_offset = view.args[3] if len(view.args) > 3 else view.kwargs.get("storage_offset")
+        return 0 if storage_offset is None else None
+    if view.target not in (aten.slice.Tensor, aten.select.int):
+        return 0
+    source = value_of(view.args[0])
+    dim = (view.args[1] if len(view.args) > 1 else view.kwargs.get("dim", 0)) % max(source.dim(), 1)
+    size, stride = source.shape[dim], source.stride()[dim]
+    if view.target is aten.select.int:
+        index = view.args[2]
+        return (index + size if index < 0 else index) * stride
+    start = view.args[2] if len(view.args) > 2 else view.kwargs.get("start")
+    start = 0 if start is None else start + size if start < 0 else start
+    return min(max(start, 0), size) * stride
 
 
 def constant_value(node: torch.fx.Node) -> Any:
