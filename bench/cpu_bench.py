@@ -19,7 +19,12 @@ tensorjit's output is checked against eager with torch.testing.assert_close
 
 --profile makes the tensorjit worker print its per-stage compile times
 (`tensorjit.codegen.report.timing_report()`), the ATen ops that ran as externs
-(`fallback_report()`), and, for every compiled system, torch.profiler's top ops.
+(`fallback_report()`) and the path of its generated C++, and every worker print
+torch.profiler's top ops (tensorjit's kernels and externs named by wrapping
+`tensorjit.codegen.wrapper`'s step builders: bench-only instrumentation).
+--threads N sets OMP_NUM_THREADS for the workers (torch's pool and the OpenMP
+runtime of generated kernels); on a machine shared with other jobs 1 thread
+gives far steadier figures than 2.
 torch.compile is called here only as the reference to beat (allowed in bench/).
 """
 
@@ -215,6 +220,7 @@ def _check(reference, actual, tolerance: float) -> tuple[str | None, float]:
 
 
 def _profile(system: str, function: Callable, inputs: list) -> None:
+    """torch.profiler's top ops over 5 calls, on stderr."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
