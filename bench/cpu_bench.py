@@ -21,7 +21,7 @@ tensorjit's output is checked against eager with torch.testing.assert_close
 (`tensorjit.codegen.report.timing_report()`), the ATen ops that ran as externs
 (`fallback_report()`) and the path of its generated C++, and every worker print
 torch.profiler's top ops (tensorjit's kernels and externs named by wrapping
-`tensorjit.codegen.wrapper`'s step builders: bench-only instrumentation).
+`config.profile_kernels`).
 --threads N sets OMP_NUM_THREADS for the workers (torch's pool and the OpenMP
 runtime of generated kernels); on a machine shared with other jobs 1 thread
 gives far steadier figures than 2.
@@ -232,39 +232,19 @@ def _profile(system: str, function: Callable, inputs: list) -> None:
 
 
 def _instrument_tensorjit() -> None:
-    """Names every generated kernel and extern in torch.profiler (the ctypes calls are invisible
-    to it otherwise) and keeps the generated C++ so it can be written out."""
-    from torch.profiler import record_function
-
-    from tensorjit.codegen import wrapper
+    """Names every generated kernel and extern in torch.profiler (config.profile_kernels) and
+    keeps the generated C++ so it can be written out."""
     from tensorjit.codegen.cpp import compile as cpp_compile
+    from tensorjit.config import config
 
-    kernel_step, extern_step, emit = wrapper.make_kernel_step, wrapper.make_extern_step, cpp_compile.emit_program
-
-    def named_kernel_step(function, names, output):
-        step = kernel_step(function, names, output)
-        label = f"tensorjit {function.__name__} -> {list(output.shape)}"
-
-        def timed_step(slots):
-            with record_function(label):
-                step(slots)
-        return timed_step
-
-    def named_extern_step(extern, output):
-        step = extern_step(extern, output)
-        label = f"tensorjit extern {extern.target}"
-
-        def timed_step(slots):
-            with record_function(label):
-                step(slots)
-        return timed_step
+    config.profile_kernels = True
+    emit = cpp_compile.emit_program
 
     def keep_source(program):
         source, orders = emit(program)
         GENERATED_SOURCES.append(source)
         return source, orders
 
-    wrapper.make_kernel_step, wrapper.make_extern_step = named_kernel_step, named_extern_step
     cpp_compile.emit_program = keep_source
 
 

@@ -48,6 +48,8 @@ class Config:
     """Run random ops through ATen so compiled random numbers match eager bit for bit."""
     debug: bool = False
     """Write generated code and IR of every graph to the debug directory."""
+    profile_kernels: bool = False
+    """Name every generated kernel and extern call in torch.profiler traces (costs ~1 us a step)."""
 
     def replace(self, **changes: Any) -> "Config":
         """Return a copy with `changes` applied; unknown names raise, listing the valid ones."""
@@ -88,6 +90,8 @@ def from_environment(environ: os._Environ | dict[str, str] = os.environ) -> Conf
         cfg.cpp_compiler = environ["TENSORJIT_CXX"]
     if environ.get("TENSORJIT_DEBUG", "") not in ("", "0"):
         cfg.debug = True
+    if environ.get("TENSORJIT_PROFILE_KERNELS", "") not in ("", "0"):
+        cfg.profile_kernels = True
     return cfg
 
 

@@ -104,19 +104,26 @@ def _output_text(source: _Source, outputs: Any) -> str:
     return source.literal(outputs)
 
 
-def build_runner(program: ir.Program, library, orders: dict, constants: dict, fallback):
+def build_runner(program: ir.Program, library, orders: dict, constants: dict, fallback, *, profile: bool = False):
+    """profile=True names each step in torch.profiler (`record_function`)."""
     buffers = {b.name: b for b in program.buffers}
     source = _Source()
     for name, tensor in constants.items():
         source.lines.append(f"{name} = {source.constant(tensor, 'tensor')}")
     for step, dead in zip(program.steps, last_uses(program)):
+        start = len(source.lines)
         if isinstance(step, ir.Extern):
             _extern_lines(source, step, buffers[step.output])
+            label = f"tensorjit extern {getattr(step.target, '__name__', step.target)} -> {step.output}"
         else:
             function = getattr(library, step.name)
             function.argtypes = [ctypes.c_void_p]
             function.restype = None
             _kernel_lines(source, step, function, orders[step.name], [buffers[n] for n in names_written(step)])
+            label = f"tensorjit {step.name}"
+        if profile:
+            record = source.constant(torch.profiler.record_function, "record")
+            source.lines[start:] = [f"with {record}({label!r}):"] + [f"    {line}" for line in source.lines[start:]]
         if dead:
             source.lines.append(f"del {', '.join(dead)}")
     parameters = ", ".join(program.inputs)

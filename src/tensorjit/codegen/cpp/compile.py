@@ -39,7 +39,8 @@ def compile_cpu_graph(gm, example_inputs, config):
             return gm.forward
     else:
         library = None
-    runner = build_runner(program, library, orders, lowered.constants, gm.forward)
+    runner = build_runner(program, library, orders, lowered.constants, gm.forward,
+                          profile=getattr(config, "profile_kernels", False))
     runner.program = program
     runner.source = source
     return runner
