@@ -189,3 +189,16 @@ def test_training_through_the_autograd_stage_matches_eager_gradients(device):
     reference(x).float().mean().backward()
     for mine, theirs in zip(parameters, reference.parameters()):
         torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_symbolic_sizes_run_eagerly(device):
+    # Sizes are literals in kernels and the wrapper: a symbolic graph used to compile and then
+    # fail at call time with "name 's0' is not defined".
+    def function(x, y):
+        return (x - y).pow(2).sum() / x.amax()
+
+    arguments = [torch.randn(5, 5, device=device), torch.randn(5, 5, device=device)]
+    graph = make_fx(function, decomposition_table=decompositions(), tracing_mode="symbolic")(*arguments)
+    compiled = compile_aten_graph(graph, arguments)
+    assert getattr(compiled, "__self__", None) is graph
+    torch.testing.assert_close(compiled(*arguments), function(*arguments))
