@@ -205,3 +205,16 @@ def test_pointwise_groups_iterate_channels_last_buffers_in_memory_order(device):
     assert got.is_contiguous(memory_format=torch.channels_last)
     source = "\n".join(compiled.kernel_sources)
     assert "xindex % 5" in source  # channels vary fastest
+
+
+def test_symbolic_sizes_run_eagerly(device):
+    # Sizes are literals in kernels and the wrapper: a symbolic graph used to compile and then
+    # fail at call time with "name 's0' is not defined".
+    def function(x, y):
+        return (x - y).pow(2).sum() / x.amax()
+
+    arguments = [torch.randn(5, 5, device=device), torch.randn(5, 5, device=device)]
+    graph = make_fx(function, decomposition_table=decompositions(), tracing_mode="symbolic")(*arguments)
+    compiled = compile_aten_graph(graph, arguments)
+    assert getattr(compiled, "__self__", None) is graph
+    torch.testing.assert_close(compiled(*arguments), function(*arguments))

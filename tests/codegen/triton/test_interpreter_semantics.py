@@ -39,6 +39,19 @@ def test_constants_meet_comparison_masks(device):
         torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6, equal_nan=True)
 
 
+@pytest.mark.parametrize("columns", [8, 6, 30000])  # persistent unmasked, persistent masked, looped
+def test_reductions_of_constants_count_every_element(columns, device):
+    # Constants are [1, 1] blocks in reduction kernels: reducing one without broadcasting it
+    # to the row first would sum one element.
+    def function(x):
+        return (torch.full((4, columns), 2.0, device=x.device).sum(-1) + x,
+                torch.ones(4, columns, device=x.device).prod(-1) * x)
+
+    x = torch.randn(4, device=device)
+    for actual, expected in zip(compiled_result(function, [x]), function(x)):
+        torch.testing.assert_close(actual, expected)
+
+
 def test_bfloat16_conversion_rounds_to_nearest_even(device):
     ties = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), -8.5, 3.0e38, float("inf"), float("nan"), -0.0],
                         device=device)

@@ -99,6 +99,7 @@ Pointwise groups iterate in their stored output's memory order
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None) -> CompiledGraph:
     """ATen graph -> Triton kernels + wrapper; see the module docstring."""
     _ensure_meta(gm, example_inputs)
+    _refuse_symbolic_shapes(gm)
     remove_dead_pure_nodes(gm)
     pad_matmuls(gm)
     if CHANNELS_LAST:
@@ -295,6 +296,18 @@ def _contiguous_strides(shape) -> tuple[int, ...]:
 def _python_name(name: str) -> str:
     cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return cleaned if cleaned.isidentifier() and not cleaned[0].isdigit() else f"v_{cleaned}"
+
+
+def _refuse_symbolic_shapes(gm: torch.fx.GraphModule) -> None:
+    """Kernels and the wrapper write sizes as literals: a graph traced with symbolic sizes
+    (make_fx tracing_mode="symbolic") would name unbound symbols at call time."""
+    for node in gm.graph.nodes:
+        value = node.meta.get("val")
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for item in values:
+            if isinstance(item, torch.SymInt) or isinstance(item, torch.Tensor) and not all(
+                    isinstance(size, int) for size in (*item.shape, *item.stride())):
+                raise NotImplementedError(f"triton emitter: symbolic sizes at {node.name}")
 
 
 def _ensure_meta(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:

@@ -221,7 +221,9 @@ class TritonKernel:
             return self._index_reduction(kind, value)
         if not self.looped:
             result = self.fresh("reduced")
-            self._emit("loop", f"{result} = ({_reduce(kind, value)})[:, None]")
+            # Broadcast first: a constant is a [1, 1] block, and summing that over axis 1 adds one element.
+            full = f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
+            self._emit("loop", f"{result} = ({_reduce(kind, full)})[:, None]")
             return result
         return self._looped_reduction(kind, value, identity, accumulate_dtype)
 
