@@ -224,11 +224,16 @@ class GraphLowering:
         return count_ops(body) <= MAX_SHARED_OPS
 
     def lower_outputs(self, result):
+        def name_of(value):
+            return value.buffer.name if isinstance(value, LazyValue) else ir.BufferRef(value.name)
+
         def convert(value):
             if isinstance(value, torch.fx.Node):
-                node, value = value, self.realize(self.env[value], value)
-                self.env[node] = value
-                return value.buffer.name if isinstance(value, LazyValue) else ir.BufferRef(value.name)
+                node, value = value, self.env[value]
+                if isinstance(value, (tuple, list)):  # a multi-result node returned whole
+                    return tuple(name_of(self.realize(item)) for item in value)
+                value = self.env[node] = self.realize(value, node)
+                return name_of(value)
             return value
         return torch.fx.node.map_aggregate(result, convert)
 

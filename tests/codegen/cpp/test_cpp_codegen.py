@@ -189,3 +189,11 @@ def test_outputs_keep_eager_strides():
     compiled = check(lambda x: (x.t() * 2,), x)
     [out] = compiled(x)
     assert out.stride() == (x.t() * 2).stride() == (1, 4)
+
+
+def test_generated_source_is_deterministic():
+    # the source is the disk-cache key: names must not depend on object ids or run order
+    x = torch.randn(8, 16)
+    first = compile_fn(lambda x: torch.softmax(x.exp() * 2, -1), x).source
+    second = compile_fn(lambda x: torch.softmax(x.exp() * 2, -1), x).source
+    assert first == second

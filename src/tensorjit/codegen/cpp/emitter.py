@@ -76,7 +76,7 @@ class ScalarEmitter:
         self.buffers: set[str] = set()
 
     def assign(self, dtype: str, text: str) -> str:
-        name = f"t{len(self.lines)}_{id(self) % 997}"
+        name = f"t{len(self.lines)}"  # deterministic: the source is the disk-cache key
         self.lines.append(f"{self.indent}const {CTYPES[dtype]} {name} = {text};")
         return name
 
