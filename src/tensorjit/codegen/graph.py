@@ -233,6 +233,13 @@ class GraphLowering:
                 if isinstance(value, (tuple, list)):  # a multi-result node returned whole
                     return tuple(name_of(self.realize(item)) for item in value)
                 value = self.env[node] = self.realize(value, node)
+                meta = self.meta.get(node)
+                if isinstance(value, LazyValue) and value.buffer.kind == "temp" and isinstance(meta, torch.Tensor) \
+                        and tuple(value.buffer.strides) != tuple(meta.stride()):
+                    # An output eager returns as an overlapping or gapped view (an expand):
+                    # callers may rebuild views of it with as_strided, so a dense copy is not
+                    # the same value. The graph runs through ATen instead.
+                    raise NotLowerable(f"output {node.name} has eager strides {tuple(meta.stride())}")
                 return name_of(value)
             return value
         return torch.fx.node.map_aggregate(result, convert)
