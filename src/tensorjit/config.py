@@ -46,8 +46,6 @@ class Config:
     """Replay the compiled graph through CUDA graphs (mode="reduce-overhead")."""
     fallback_random: bool = False
     """Run random ops through ATen so compiled random numbers match eager bit for bit."""
-    debug: bool = False
-    """Write generated code and IR of every graph to the debug directory."""
     profile_kernels: bool = False
     """Name every generated kernel and extern call in torch.profiler traces (costs ~1 us a step)."""
 
@@ -88,8 +86,6 @@ def from_environment(environ: os._Environ | dict[str, str] = os.environ) -> Conf
         cfg.cache_dir = environ["TENSORJIT_CACHE_DIR"]
     if "TENSORJIT_CXX" in environ:
         cfg.cpp_compiler = environ["TENSORJIT_CXX"]
-    if environ.get("TENSORJIT_DEBUG", "") not in ("", "0"):
-        cfg.debug = True
     if environ.get("TENSORJIT_PROFILE_KERNELS", "") not in ("", "0"):
         cfg.profile_kernels = True
     return cfg

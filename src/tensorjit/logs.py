@@ -1,6 +1,6 @@
 """Structured compiler events and their printing.
 
-Enable with `TENSORJIT_LOGS=graph_breaks,guards,recompiles,graph_code` or
+Enable with `TENSORJIT_LOGS=graph_breaks,guards,recompiles,graph_code,output_code` or
 `tensorjit.logs.set_logs("graph_breaks,recompiles")`. Every event names the
 user's file and line where it has one. Events are also kept in memory
 (`recent()`) for explain() and tests.
@@ -13,7 +13,7 @@ from typing import Any
 
 from .config import log_settings_from_environment
 
-KINDS = ("graph_breaks", "guards", "recompiles", "graph_code", "compile_time")
+KINDS = ("graph_breaks", "guards", "recompiles", "graph_code", "output_code", "compile_time")
 _enabled: set[str] = set()
 _events: list[tuple[str, str]] = []
 
@@ -68,6 +68,12 @@ def guards(name: str, compiled: Any) -> None:
 def graph_code(name: str, gm: Any) -> None:
     if "graph_code" in _enabled:
         emit("graph_code", f"graph of {name}:\n{gm.code}")
+
+
+def output_code(name: str, language: str, source: str) -> None:
+    """The code a generator produced for one graph (C++ library, Triton kernels, wrapper)."""
+    if "output_code" in _enabled:
+        emit("output_code", f"{language} code of {name}:\n{source}")
 
 
 try:

@@ -192,3 +192,26 @@ def test_seeded_dropout_matches_eager_bit_for_bit():
     torch.manual_seed(7)
     want = fn(x)
     assert torch.equal(got, want)
+
+
+def test_backward_gets_tangents_in_the_traced_layout():
+    """The backward graph was traced with contiguous tangents and views them accordingly; what
+    autograd hands over has the caller's layout (.sum().backward() gives an expanded scalar,
+    strides all 0). The runtime makes such a tangent contiguous before calling it."""
+    seen = []
+
+    def compiler(gm, example_inputs):
+        def run(*args):
+            seen.append([a.stride() for a in args if isinstance(a, torch.Tensor)])
+            return gm.forward(*args)
+        return run
+
+    def fn(x):
+        return (x * 2).view(4, 6).t()  # the backward views the tangent: .t().view(2, 12)
+
+    gm = torch.fx.symbolic_trace(fn)
+    x = torch.randn(2, 12, requires_grad=True)
+    compiled = aot_compile(gm, [x], fw_compiler=compiler)
+    compiled(x)[0].sum().backward()
+    assert seen[-1] == [(4, 1)], "the backward saw the tangent contiguous, as traced"
+    torch.testing.assert_close(x.grad, torch.full((2, 12), 2.0))

@@ -25,6 +25,12 @@ def _write_back(inputs, mutated: list[int], values) -> None:
                 target.copy_(value)
 
 
+def _as_traced(tangent):
+    if isinstance(tangent, torch.Tensor) and not tangent.is_contiguous():
+        return tangent.contiguous()
+    return tangent
+
+
 def make_inference_function(compiled: Callable, num_outputs: int, mutated: list[int]) -> Callable:
     def run(*inputs):
         results = compiled(*inputs)
@@ -61,7 +67,10 @@ def make_training_function(forward: Callable, backward: Callable, *, num_inputs:
         def backward(ctx, *grad_outputs):
             tensors, others = iter(ctx.saved_tensors), iter(ctx.saved_other)
             saved = [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]
-            tangents = [grad_outputs[i] for i in differentiable_outputs]  # materialized zeros if unused
+            # Materialized zeros if unused. The backward was traced with contiguous tangents and
+            # may view or as_strided them accordingly; autograd hands us whatever layout the
+            # caller's gradient has (an expanded scalar from .sum().backward(), a transpose).
+            tangents = [_as_traced(grad_outputs[i]) for i in differentiable_outputs]
             grads = backward(*saved, *tangents)
             result: list = [None] * num_inputs
             for index, grad in zip(grad_inputs, grads):

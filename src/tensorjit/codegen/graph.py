@@ -130,11 +130,14 @@ class GraphLowering:
         return buffer
 
     # -- realization -----------------------------------------------------------
-    def output_strides(self, node) -> tuple[int, ...] | None:
-        """Eager's strides for a graph output computed by a kernel (None: contiguous). Callers
-        rely on them: autograd regenerates views of saved tensors with as_strided."""
+    def eager_strides(self, node) -> tuple[int, ...] | None:
+        """Eager's strides for a value computed by a kernel (None: contiguous). Graph outputs
+        need them (autograd regenerates views of saved tensors with as_strided), and so do
+        extern arguments: an ATen kernel's output layout follows its inputs' (flash attention
+        returns its output in the query's layout), and the rest of the graph, and the backward
+        graph that receives saved values, was traced with the layouts eager produced."""
         meta = self.meta.get(node)
-        if node not in self.returned or not isinstance(meta, torch.Tensor) or meta.is_contiguous():
+        if not isinstance(meta, torch.Tensor) or meta.is_contiguous():
             return None
         return tuple(meta.stride()) if dense(tuple(meta.shape), tuple(meta.stride())) else None
 
@@ -148,7 +151,7 @@ class GraphLowering:
         if value.alias_of is not None:
             node = value.alias_of
             return self.lower_extern(node, self.meta.get(node), "aliasing view of a buffer in memory", count=False)
-        strides = self.output_strides(node) if node is not None else None
+        strides = self.eager_strides(node) if node is not None else None
         buffer = self.add_buffer(value.shape, value.dtype, strides=strides)
         variables = tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape)))
         body = simplify_expr(value.load(variables), dict(zip((v.name for v in variables), value.shape)))

@@ -197,3 +197,30 @@ def test_generated_source_is_deterministic():
     first = compile_fn(lambda x: torch.softmax(x.exp() * 2, -1), x).source
     second = compile_fn(lambda x: torch.softmax(x.exp() * 2, -1), x).source
     assert first == second
+
+
+def test_extern_arguments_keep_eager_strides():
+    """An ATen kernel's output layout follows its inputs' (flash attention returns its output in
+    the query's layout), and the rest of the graph -- and a backward graph receiving the result as
+    a saved value -- was traced with eager's layouts. So a kernel computing an extern's argument
+    writes it with eager's strides. Here the attention result is returned whole, as the
+    partitioner saves multi-result nodes for the backward (a path with no stride check)."""
+    attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+    def fn(x):
+        q = (x * 2).permute(0, 2, 1, 3)  # (batch, heads, length, dim) over a (b, l, h, d) buffer
+        return attention(q, q, q)
+
+    x = torch.randn(2, 5, 3, 4)
+    gm = make_fx(fn, decomposition_table=decompositions())(x)
+    [node] = [n for n in gm.graph.nodes if n.target is attention]
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    output.args = ((node,),)  # the whole tuple, as a forward graph's saved value
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    compiled = compile_aten_graph(gm, [x])
+    assert compiled != gm.forward, "the graph compiles (an extern plus a kernel)"
+    [(result, logsumexp)] = compiled(x)
+    want, _ = fn(x)
+    assert result.stride() == node.meta["val"][0].stride() == want.stride()
+    torch.testing.assert_close(result, want)

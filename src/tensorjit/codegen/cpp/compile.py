@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import warnings
 
+from ... import logs
 from ..graph import GraphLowering
 from ..report import timed
 from ..schedule import fuse_loops
@@ -28,6 +29,7 @@ def compile_cpu_graph(gm, example_inputs, config):
         program = fuse_loops(lowered.run())
     with timed(name, "emit"):
         source, orders = emit_program(program)
+    logs.output_code(name, "C++", source)
     if orders:
         try:
             with timed(name, "cpp_compile"):

@@ -51,8 +51,34 @@ def machine_identity() -> str:
     return model
 
 
+# glibc's SIMD versions of these (x86-64 vector ABI names: b/c/d/e = SSE/AVX/AVX2/AVX-512).
+LIBMVEC_SYMBOLS = tuple(f"_ZGV{isa}N{lanes * width}v_{name}"
+                        for isa, lanes in (("b", 1), ("c", 2), ("d", 2), ("e", 4))
+                        for name, width in (("sinf", 4), ("cosf", 4)))
+
+
+@functools.lru_cache(maxsize=1)
+def toolchain_options() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(compile flags, link flags) beyond FLAGS for what this machine's C library offers.
+
+    With glibc's libmvec (x86-64 Linux), -DTJ_LIBMVEC makes the prelude declare SIMD
+    versions of float sin and cos (vector_math.LIBMVEC), so g++ vectorises loops that call them;
+    elsewhere those loops stay scalar, still correct.
+    """
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return (), ()
+    try:
+        library = ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return (), ()
+    if not all(hasattr(library, symbol) for symbol in LIBMVEC_SYMBOLS):
+        return (), ()
+    return ("-DTJ_LIBMVEC",), ("-l:libmvec.so.1",)
+
+
 def build(source: str, compiler: str, output: str) -> None:
-    command = [compiler, *FLAGS, "-x", "c++", "-", "-o", output]
+    flags, libraries = toolchain_options()
+    command = [compiler, *FLAGS, *flags, "-x", "c++", "-", "-o", output, *libraries]
     result = subprocess.run(command, input=source, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"C++ compile failed:\n{result.stderr[-4000:]}")
@@ -68,7 +94,9 @@ def vectorisation_report(source: str, compiler: str | None = None, missed: bool 
     `print(vectorisation_report(compiled.source))` on a runner from compile_cpu_graph.
     """
     options = ["-fopt-info-vec-optimized"] + (["-fopt-info-vec-missed"] if missed else [])
-    command = [find_compiler(compiler), *FLAGS, *extra_flags, *options, "-x", "c++", "-", "-o", os.devnull]
+    flags, libraries = toolchain_options()
+    command = [find_compiler(compiler), *FLAGS, *flags, *extra_flags, *options, "-x", "c++", "-", "-o", os.devnull,
+               *libraries]
     result = subprocess.run(command, input=source, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"C++ compile failed:\n{result.stderr[-4000:]}")
@@ -82,7 +110,7 @@ def vectorised_lines(report: str) -> set[int]:
 
 def load_library(source: str, config) -> ctypes.CDLL:
     compiler = find_compiler(getattr(config, "cpp_compiler", None))
-    key = (source, compiler_version(compiler), FLAGS, machine_identity())
+    key = (source, compiler_version(compiler), FLAGS, toolchain_options(), machine_identity())
     cache_dir = getattr(config, "cache_dir", None)
     path = get_or_build(key, lambda out: build(source, compiler, out), cache_dir=cache_dir)
     try:

@@ -26,8 +26,17 @@ PRELUDE = r"""
 #include <cstdint>
 #include <limits>
 """ + VECTOR_MATH + DISPATCH + r"""
-template <class T> static inline T tj_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
-template <class T> static inline T tj_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
+// c ? a : b, as a bit-mask blend for float (tj_selectf): from a ternary g++ may sink one side
+// into a branch, and a long fused kernel (ten ops and a tanh) then fails to vectorise with
+// "control flow in loop" -- 10x slower.
+template <class T> static inline T tj_select(bool c, T a, T b) { return c ? a : b; }
+template <> inline float tj_select<float>(bool c, float a, float b) { return tj_selectf(c, a, b); }
+template <class T> static inline T tj_max(T a, T b) {
+  return tj_select<T>(a != a, a, tj_select<T>(b != b, b, tj_select<T>(a > b, a, b)));
+}
+template <class T> static inline T tj_min(T a, T b) {
+  return tj_select<T>(a != a, a, tj_select<T>(b != b, b, tj_select<T>(a < b, a, b)));
+}
 """
 
 UNARY = {"neg": "(-{0})", "abs": "std::abs({0})", "exp": "tj_exp<{T}>({0})", "log": "tj_log<{T}>({0})",
@@ -36,7 +45,7 @@ UNARY = {"neg": "(-{0})", "abs": "std::abs({0})", "exp": "tj_exp<{T}>({0})", "lo
          "sigmoid": "tj_sigmoid<{T}>({0})", "erf": "tj_erf<{T}>({0})",
          "sin": "std::sin({0})", "cos": "std::cos({0})", "reciprocal": "(({T})1 / {0})",
          "floor": "std::floor({0})", "ceil": "std::ceil({0})", "trunc": "std::trunc({0})",
-         "relu": "({0} < ({T})0 ? ({T})0 : {0})", "logical_not": "(!{0})", "isnan": "({0} != {0})"}
+         "relu": "tj_select<{T}>({0} < ({T})0, ({T})0, {0})", "logical_not": "(!{0})", "isnan": "({0} != {0})"}
 BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
           "pow": "std::pow({0}, {1})", "maximum": "tj_max<{T}>({0}, {1})", "minimum": "tj_min<{T}>({0}, {1})",
           "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
@@ -97,7 +106,8 @@ class ScalarEmitter:
 
     def op(self, name: str, args: tuple, dtype: str, arg_dtypes: tuple) -> str:
         if name == "where":
-            return self.assign(dtype, f"({args[0]} ? {args[1]} : {args[2]})")
+            ctype = CTYPES[dtype]
+            return self.assign(dtype, f"tj_select<{ctype}>({args[0]}, ({ctype}){args[1]}, ({ctype}){args[2]})")
         template = UNARY.get(name) or BINARY.get(name)
         operand_type = CTYPES[arg_dtypes[0] if arg_dtypes else dtype]
         return self.assign(dtype, template.format(*args, T=operand_type))

@@ -5,6 +5,8 @@ Takes nothing; holds `VECTOR_MATH`, a string of `static inline` C++ functions
 `tj_erff`), `FLOAT32_FUNCTIONS`, the map from our unary op names to them, and
 `DISPATCH`, templates `tj_exp<T>(x)`... that pick them for float and std:: otherwise.
 
+sin and cos come from glibc's libmvec where the machine has it (`LIBMVEC`).
+
 Why: we compile without -ffast-math to keep IEEE semantics, so g++ will not
 vectorise a loop that calls `std::exp` (libmvec is only used under fast-math)
 and math-heavy kernels run 3-5x slower than eager's SLEEF code. These functions
@@ -206,6 +208,20 @@ static inline float tj_erff(float x) {
 }
 """
 
+LIBMVEC = r"""
+#if defined(TJ_LIBMVEC) && defined(__GNUC__) && !defined(__clang__)
+// glibc's libmvec has SIMD sinf and cosf (max error 2 ulp, measured by
+// tests/codegen/cpp/test_vector_math.py; large arguments take its exact scalar path). Its
+// double versions are left out: 3 ulp, where eager's double sin is within 1.
+// <math.h> declares them only under -ffast-math; declared here, g++ vectorises loops calling
+// std::sin and std::cos. compiler.toolchain_options defines TJ_LIBMVEC and links libmvec.
+extern "C" {
+__attribute__((simd("notinbranch"))) float sinf(float) noexcept;
+__attribute__((simd("notinbranch"))) float cosf(float) noexcept;
+}
+#endif
+"""
+
 # One name per op for the emitter's templates: float32 goes to the tj_ function, every other
 # type keeps the std:: expression it had (same result type, e.g. double for integers).
 GENERIC = {"exp": "std::exp(x)", "log": "std::log(x)", "log1p": "std::log1p(x)", "expm1": "std::expm1(x)",
@@ -220,5 +236,5 @@ def dispatch_source() -> str:
     return "\n".join(lines) + "\n"
 
 
-VECTOR_MATH = BIT_CASTS + EXP + LOG + ERF
+VECTOR_MATH = LIBMVEC + BIT_CASTS + EXP + LOG + ERF
 DISPATCH = dispatch_source()

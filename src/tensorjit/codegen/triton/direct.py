@@ -29,6 +29,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from tensorjit import logs
 from tensorjit.codegen.triton import heuristics
 from tensorjit.codegen.triton.expressions import interpreted
 from tensorjit.codegen.triton.group_emitter import GroupEmitter
@@ -134,6 +135,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=No
         if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
     ]
     sources = [group_kernels.sources[0] for group_kernels in kernels.values()]
+    logs.output_code(type(gm).__name__, "Triton", "\n\n".join([*sources, source]))
     return CompiledGraph(call, source, sources, gm.forward, expected)
 
 
