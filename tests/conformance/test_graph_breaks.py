@@ -11,6 +11,7 @@ Where the split is unambiguous (straight-line code) the graph count is checked.
 import contextlib
 import io
 import logging
+import sys
 import zlib
 
 import numpy as np
@@ -762,6 +763,43 @@ def test_exception_inside_compiled_code_runs_finally_once():
     EVENTS.clear()
     torch.testing.assert_close(compiled(torch.ones(2), False), torch.full((2,), 2.0))
     assert EVENTS == ["try", "finally"]
+
+
+def test_handled_exception_leaves_no_trace_in_sys_exc_info():
+    """A raise inside a try block of compiled code: once the caller has handled it, it must be
+    gone from sys.exc_info() and from the __context__ of later exceptions. (On 3.12 the entry
+    code once had wrong exception-handler stack depths and skipped POP_EXCEPT.)"""
+    def fn(x, fail):
+        try:
+            if fail:
+                raise RuntimeError("requested")
+            return x + 1
+        finally:
+            EVENTS.append("finally")
+
+    def handler_depth_one(x, items):
+        total = x
+        for item in items:  # the iterator is on the stack inside the try: handler depth 1
+            try:
+                if item < 0:
+                    raise ValueError(item)
+                total = total + item
+            except ValueError:
+                total = total - 1
+        return total
+
+    compiled = compile(fn, backend="eager")
+    try:
+        compiled(torch.ones(2), True)
+    except RuntimeError:
+        pass
+    assert sys.exc_info() == (None, None, None)
+    try:
+        raise KeyError("later")
+    except KeyError as later:
+        assert later.__context__ is None
+    check(handler_depth_one, torch.zeros(2), [1, -2, 3, -4])
+    assert sys.exc_info() == (None, None, None)
 
 
 def test_recursive_compiled_function():

@@ -19,7 +19,7 @@ import sys
 import types
 from dataclasses import dataclass
 
-from bytecode import Bytecode, CellVar, Instr, Label
+from bytecode import Bytecode, CellVar, ControlFlowGraph, Instr, Label
 
 PY = sys.version_info[:2]
 CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
@@ -88,7 +88,7 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     and PRECALL that must run before a CALL. The code calls `restore`, the `TailCall`
     class and one resume function per successor through hidden keyword-only parameters
     (`hidden_parameters`), which the caller fills in as defaults."""
-    bc = Bytecode.from_code(code)
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
     real = _real_instructions(bc)
     instr = real[break_index]
     entry = real[break_index if entry_index is None else entry_index]
@@ -141,7 +141,7 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     at = code.co_argcount + code.co_kwonlyargcount
     bc.argnames[at:at] = hidden
     bc.kwonlyargcount += len(hidden)
-    return bc.to_code()
+    return _assemble(bc, code)
 
 
 def hidden_parameters(successors: int) -> list[str]:
@@ -150,7 +150,7 @@ def hidden_parameters(successors: int) -> list[str]:
 
 def resume_code(code: types.CodeType, resume_index: int, stack_depth: int,
                 local_names: list[str]) -> types.CodeType:
-    bc = Bytecode.from_code(code)
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
     real = _real_instructions(bc)
     target = real[resume_index]
     lineno = target.lineno if isinstance(target.lineno, int) else code.co_firstlineno
@@ -167,7 +167,22 @@ def resume_code(code: types.CodeType, resume_index: int, stack_depth: int,
     bc.kwonlyargcount = 0
     bc.flags &= ~(CO_VARARGS | CO_VARKEYWORDS)
     bc.name = f"{code.co_name}_resume_at_{real[resume_index].lineno}"
-    return bc.to_code()
+    return _assemble(bc, code)
+
+
+def _assemble(bc: Bytecode, code: types.CodeType) -> types.CodeType:
+    """Bytes for a copy of `code` whose prologue jumps into the middle of it.
+
+    The code before the jump target is now unreachable, and with it the TryBegin of a try
+    block the target is inside. `bytecode` finds exception-handler stack depths by walking
+    reachable code, so it would never see that handler and would write the depth as 32768:
+    on 3.12 a raise there then skipped the handler's POP_EXCEPT and left the exception in
+    sys.exc_info() after the caller had handled it. The prologue rebuilds exactly the stack
+    the original had at the target, so the original depths (kept on each TryBegin by
+    from_code(conserve_exception_block_stackdepth=True)) are the right ones; the original stack size covers the handlers, and the
+    reachable walk covers the prologue and exit blocks."""
+    reachable = ControlFlowGraph.from_bytecode(bc).compute_stacksize(compute_exception_stack_depths=False)
+    return bc.to_code(stacksize=max(reachable, code.co_stacksize), compute_exception_stack_depths=False)
 
 
 def _total_args(code: types.CodeType) -> int:
