@@ -129,11 +129,38 @@ def test_convolutions_read_channels_last_and_activations_stay_so():
 
     graph = trace(function, arguments)
     assert prefer_channels_last(graph, arguments, require_cuda=False)
-    copies = [n.args[0].name for n in graph.graph.nodes if n.target is torch.ops.aten.clone.default]
+    copies = [n.args[0].name for n in graph.graph.nodes if n.target is torch.ops.aten.clone.default
+              and n.kwargs.get("memory_format") is torch.channels_last]
     assert len(copies) == 3  # the image and both weights; the activation arrives channels-last already
     compiled = compile_aten_graph(graph, arguments)
     with torch.no_grad():
-        assert relative_error(compiled(*arguments), model(arguments[0])) < 1e-6
+        result, want = compiled(*arguments), model(arguments[0])
+        assert relative_error(result, want) < 1e-6
+        [result] = result if isinstance(result, (tuple, list)) else [result]
+        assert result.stride() == want.stride(), "the output is copied back to eager's layout"
+
+
+def test_channels_last_is_not_used_where_many_outputs_would_change_layout():
+    """A training forward graph returns every activation its backward graph saved, traced in
+    eager's layout and checked on every call: channels-last there is undone."""
+    from tensorjit.codegen.triton.layout import prefer_channels_last
+
+    convolutions = [torch.nn.Conv2d(4, 4, 3, padding=1) for _ in range(3)]
+    weights = [c.weight.detach() for c in convolutions]
+    arguments = [torch.randn(2, 4, 8, 8), *weights]
+
+    def function(x, *weights):
+        saved = []
+        for weight in weights:
+            x = torch.relu(torch.nn.functional.conv2d(x, weight, padding=1))
+            saved.append(x)
+        return (x, *saved)
+
+    graph = trace(function, arguments)
+    assert not prefer_channels_last(graph, arguments, require_cuda=False)
+    assert not any(n.target is torch.ops.aten.clone.default for n in graph.graph.nodes)
+    outputs = next(n for n in graph.graph.nodes if n.op == "output").all_input_nodes
+    assert all(n.meta["val"].is_contiguous() for n in outputs)
 
 
 @pytest.mark.gpu

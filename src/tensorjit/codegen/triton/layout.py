@@ -4,6 +4,8 @@
 `meta["val"]` on every node and rewrites it in place so that every 4-D
 convolution reads its input and weight in channels-last (NHWC) order, copying
 them there where they are not already; returns whether it changed anything.
+Graph outputs keep eager's layout: a few are copied back (`_restore_outputs`); a graph
+where many would change (a training forward) is left as it was (`_undo`).
 Pointwise kernels keep the layout they are given (the Triton code generator
 stores in eager's strides), so after the first conversion the activations stay
 channels-last through batch norm, ReLU and residual additions, and only the
@@ -26,6 +28,8 @@ import torch.fx
 
 aten = torch.ops.aten
 MAX_PASSES = 3
+MAX_OUTPUT_COPIES = 2
+"""Graph outputs that may be copied back to eager's layout; past it channels-last is not used."""
 
 
 def _is_channels_last(value: torch.Tensor) -> bool:
@@ -47,7 +51,8 @@ def prefer_channels_last(gm: torch.fx.GraphModule, example_inputs: list[Any], re
     convolutions = _candidates(gm)
     if not convolutions or (require_cuda and not all(c.meta["val"].device.type == "cuda" for c in convolutions)):
         return False
-    changed = False
+    before = _output_strides(gm)
+    copies: list[torch.fx.Node] = []
     for attempt in range(MAX_PASSES):
         inserted = 0
         for position, convolution in enumerate(convolutions):
@@ -61,13 +66,53 @@ def prefer_channels_last(gm: torch.fx.GraphModule, example_inputs: list[Any], re
                         copy = gm.graph.call_function(aten.clone.default, (source,),
                                                       {"memory_format": torch.channels_last})
                     convolution.replace_input_with(source, copy)
+                    copies.append(copy)
                     inserted += 1
         if not inserted:
             break
-        changed = True
         gm.recompile()
         propagate(gm, example_inputs)
-    return changed
+    if not copies:
+        return False
+    changed = [node for node, strides in _output_strides(gm).items() if strides != before[node]]
+    if len(changed) > MAX_OUTPUT_COPIES or any(not before[node][1] for node in changed):
+        _undo(gm, copies, example_inputs)
+        return False
+    if changed:
+        _restore_outputs(gm, changed, example_inputs)
+    return True
+
+
+def _output_strides(gm: torch.fx.GraphModule) -> dict:
+    """Graph output node -> (strides, contiguous), for tensors."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    values = {node: node.meta.get("val") for node in output.all_input_nodes}
+    return {node: (tuple(v.stride()), v.is_contiguous()) for node, v in values.items() if isinstance(v, torch.Tensor)}
+
+
+def _restore_outputs(gm: torch.fx.GraphModule, changed: list[torch.fx.Node], example_inputs: list[Any]) -> None:
+    """Outputs keep eager's layout (callers view them; a backward graph checks them): one copy
+    back to contiguous per output that came out channels-last."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    for node in changed:
+        with gm.graph.inserting_before(output):
+            copy = gm.graph.call_function(aten.clone.default, (node,), {"memory_format": torch.contiguous_format})
+        output.replace_input_with(node, copy)
+    gm.recompile()
+    propagate(gm, example_inputs)
+
+
+def _undo(gm: torch.fx.GraphModule, copies: list[torch.fx.Node], example_inputs: list[Any]) -> None:
+    """Channels-last would change the layout of many graph outputs: a training forward graph,
+    whose outputs include every activation saved for its backward graph. That graph was traced
+    with eager's layouts and checks them on every call (with them channels-last, densenet121's
+    backward ran op by op through ATen, 5x slower than eager), and a copy back per activation
+    would cost a pass over each. Such graphs stay as traced."""
+    for copy in copies:
+        copy.replace_all_uses_with(copy.args[0])
+        gm.graph.erase_node(copy)
+    gm.recompile()
+    propagate(gm, example_inputs)
 
 
 def propagate(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:

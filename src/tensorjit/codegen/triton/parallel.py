@@ -18,9 +18,11 @@ cache keys agree.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import multiprocessing
 import os
+import sys
 from typing import Any
 
 import torch
@@ -51,10 +53,33 @@ def compile_in_parallel(jobs: list[CompileJob], workers: int = 0) -> int:
     workers = workers or max(1, min(len(unique), (os.cpu_count() or 2) // 2, 16))
     if len(unique) < MINIMUM_JOBS or workers < 2 or not torch.cuda.is_available():
         return 0
-    pool = _get_pool(workers)
-    for future in [pool.submit(compile_job, job) for job in unique]:
+    with _main_module_hidden():  # workers start inside submit()
+        pool = _get_pool(workers)
+        futures = [pool.submit(compile_job, job) for job in unique]
+    for future in futures:
         future.result()
     return len(unique)
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Start workers without the user's script.
+
+    A spawned child imports the parent's __main__ (by module name or file) before it runs
+    anything, so a script without an `if __name__ == "__main__":` guard ran again, whole, in
+    every compile worker (a training loop included). The workers need none of it:
+    `compile_job` imports what it uses. multiprocessing reads `__spec__` and `__file__` of
+    __main__ when a process starts; while they are hidden it skips that import."""
+    main = sys.modules.get("__main__")
+    saved = {name: main.__dict__[name] for name in ("__spec__", "__file__") if main and name in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__["__spec__"] = None
+            main.__dict__.pop("__file__", None)
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
 
 
 def _get_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:

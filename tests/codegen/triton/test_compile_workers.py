@@ -1,0 +1,27 @@
+"""Compile worker processes must not run the user's script again."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+
+def test_workers_start_without_importing_the_users_script(tmp_path):
+    marker = tmp_path / "runs.txt"
+    script = tmp_path / "user_script.py"
+    # A script without an `if __name__ == "__main__":` guard, as users write them.
+    script.write_text(textwrap.dedent(f"""
+        import concurrent.futures, multiprocessing, os
+        from tensorjit.codegen.triton.parallel import _main_module_hidden
+        with open({str(marker)!r}, "a") as f:
+            f.write("ran\\n")
+        with _main_module_hidden():
+            pool = concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
+            futures = [pool.submit(os.getpid) for _ in range(2)]
+        assert all(f.result() != os.getpid() for f in futures)
+        pool.shutdown()
+        assert __file__.endswith("user_script.py")  # restored in the parent
+    """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, str(script)], check=True, env=env, timeout=120)
+    assert marker.read_text() == "ran\n", "the script ran again in a worker"
