@@ -218,6 +218,63 @@ def test_training_through_the_autograd_stage_matches_eager_gradients(device):
         torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
 
 
+class _DenseLayer(torch.nn.Module):
+    def __init__(self, channels, growth):
+        super().__init__()
+        self.norm1, self.conv1 = torch.nn.BatchNorm2d(channels), torch.nn.Conv2d(channels, 2 * growth, 1, bias=False)
+        self.norm2 = torch.nn.BatchNorm2d(2 * growth)
+        self.conv2 = torch.nn.Conv2d(2 * growth, growth, 3, padding=1, bias=False)
+
+    def forward(self, features):
+        x = self.conv1(torch.relu(self.norm1(torch.cat(features, 1))))
+        return self.conv2(torch.relu(self.norm2(x)))
+
+
+class _MiniDenseNet(torch.nn.Module):
+    """densenet121's structure at toy size: concatenated features, batch norm in training mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv0, self.norm0 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
+        self.layers = torch.nn.ModuleList([_DenseLayer(8 + 4 * i, 4) for i in range(3)])
+        self.norm5, self.fc = torch.nn.BatchNorm2d(20), torch.nn.Linear(20, 5)
+
+    def forward(self, x):
+        features = [torch.relu(self.norm0(self.conv0(x)))]
+        for layer in self.layers:
+            features.append(layer(features))
+        out = torch.relu(self.norm5(torch.cat(features, 1)))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
+
+
+def test_densenet_like_training_matches_eager_gradients(device):
+    """The backward graph recomputes relu(batch_norm(...)) behind an alias that another kernel
+    reads: the kernel must store the alias's source (it once stored only the alias and the
+    wrapper named an unwritten buffer: NameError on densenet121's first backward)."""
+    from tensorjit import autograd
+    import copy
+
+    torch.manual_seed(0)
+    model = _MiniDenseNet().to(device).train()
+    reference = copy.deepcopy(model)
+    names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
+    parameters = list(model.parameters())
+
+    def function(x, *values):
+        return (torch.func.functional_call(model, dict(zip(names, values)), (x,)),)
+
+    def arguments():
+        return [x, *parameters, *[b.clone() for b in model.buffers()]]
+
+    x = torch.randn(2, 3, 8, 8, device=device)
+    graph = make_fx(function)(*arguments())
+    compiled = autograd.aot_compile(graph, arguments(), fw_compiler=compile_aten_graph, decompositions=decompositions())
+    compiled(*arguments())[0].float().sum().backward()
+    reference(x).float().sum().backward()
+    for mine, theirs in zip(parameters, reference.parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_pointwise_groups_iterate_channels_last_buffers_in_memory_order(device):
     from tensorjit.codegen.triton import compile_aten_graph, decompositions
     from torch.fx.experimental.proxy_tensor import make_fx

@@ -251,10 +251,15 @@ def _expression(builder: WrapperBuilder, value: Any, names) -> str:
     return builder._global("constant", value)
 
 
+VIEW_TARGETS = VIEWS | FOLDABLE_VIEWS
+"""Members a later kernel reads through to their source (`resolve_view` folds FOLDABLE_VIEWS;
+an alias member stored in place of its source once left the source unwritten)."""
+
+
 def _users_outside(steps) -> dict[int, tuple[list[torch.fx.Node], list[torch.fx.Node]]]:
     """For each group: the members a later step (or the output) reads, and the views among them.
 
-    A view read outside is not stored: its source is, and the wrapper applies
+    A view (VIEW_TARGETS) read outside is not stored: its source is, and the wrapper applies
     the view to it after the launch, so the result has exactly eager's strides
     (later kernels bake strides in, and views of views must line up)."""
     result = {}
@@ -263,11 +268,11 @@ def _users_outside(steps) -> dict[int, tuple[list[torch.fx.Node], list[torch.fx.
             continue
         members = set(step.members)
         read_outside = {m for m in step.members if any(user not in members for user in m.users)}
-        views = [m for m in step.members if m in read_outside and m.target in VIEWS]
+        views = [m for m in step.members if m in read_outside and m.target in VIEW_TARGETS]
         stored = set(read_outside) - set(views)
         for view in views:
             source = view.args[0]
-            while source.target in VIEWS and source in members:
+            while source.target in VIEW_TARGETS and source in members:
                 source = source.args[0]
             stored.add(source)
         result[id(step)] = ([m for m in step.members if m in stored], _with_view_sources(views, members))
@@ -280,7 +285,7 @@ def _with_view_sources(views: list[torch.fx.Node], members: set) -> list[torch.f
     for view in views:
         pending = []
         source = view
-        while source in members and source.target in VIEWS:
+        while source in members and source.target in VIEW_TARGETS:
             pending.append(source)
             source = source.args[0]
         chain.extend(reversed(pending))
