@@ -17,6 +17,7 @@ cache keys agree.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -89,6 +90,7 @@ def _get_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
             _pool.shutdown(wait=False)
         _pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
         _pool_size = workers
+        atexit.register(_pool.shutdown, wait=False, cancel_futures=True)  # else a noisy weakref callback at exit
     return _pool
 
 
