@@ -117,9 +117,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=No
     for step in steps:
         if isinstance(step, Group):
             stored, views = users_outside[id(step)]
-            if not stored:
-                continue  # nothing reads what it computes (a dead output of a decomposition)
-            _launch_group(builder, stored, kernels[id(step)], names)
+            if stored:  # else nothing reads what it computes, or only views of what it reads
+                _launch_group(builder, stored, kernels[id(step)], names)
             for view in views:
                 if view in needed:
                     _emit_node(builder, view, names)
@@ -197,10 +196,9 @@ def _needed_nodes(steps, kernels: dict[int, GroupKernels], users_outside) -> set
     needed: set = set()
     for step in reversed(steps):
         if isinstance(step, Group):
-            if not users_outside[id(step)][0]:
-                continue
-            needed |= kernels[id(step)].loaded
-            for view in users_outside[id(step)][1]:
+            if users_outside[id(step)][0]:
+                needed |= kernels[id(step)].loaded
+            for view in reversed(users_outside[id(step)][1]):  # a view of a view marks its source
                 if view in needed:
                     needed |= set(view.all_input_nodes)
         elif step.op == "output" or step in needed or not _removable(step):
