@@ -82,6 +82,8 @@ class CompiledFunction:
         return self._compile_and_run(args, kwargs, L)
 
     def _compile_and_run(self, args, kwargs, L):
+        if sys.version_info[:2] not in SUPPORTED_PYTHONS:
+            return self._unsupported_python(args, kwargs)
         self.entries = [e for e in self.entries if e.guards.alive()]
         if self.entries:
             self._note_changed_shapes(L)
@@ -109,6 +111,21 @@ class CompiledFunction:
         if len(self.entries) == 1:
             self.fast = _fast_path(self.fn, entry) or _always_miss
         return entry.run(args, kwargs, L)
+
+    def _unsupported_python(self, args, kwargs):
+        """Capture rewrites CPython bytecode, which changes between versions: on one it was not
+        built for, graph-break code crashed the interpreter (3.13). Run eagerly instead."""
+        version = ".".join(map(str, sys.version_info[:2]))
+        supported = " and ".join(".".join(map(str, v)) for v in SUPPORTED_PYTHONS)
+        message = (f"tensorjit: capture supports CPython {supported}, not {version}; "
+                   f"{self.fn.__qualname__} runs eagerly")
+        if self.fullgraph:
+            raise RuntimeError(message + " (fullgraph=True asks for a graph)")
+        if not _warned_unsupported_python:
+            _warned_unsupported_python.append(True)
+            warnings.warn(message + " (and so does every other compiled function)", RuntimeWarning, stacklevel=5)
+        self.eager_fallback = True
+        return self.fn(*args, **kwargs)
 
     def settings(self) -> tuple:
         return (self.backend, self.config, self.fullgraph, self.backend_name, self.dynamic)
@@ -165,6 +182,9 @@ class CompiledFunction:
 
 
 _MISS = object()
+SUPPORTED_PYTHONS = ((3, 11), (3, 12))
+"""CPython versions whose bytecode capture handles (`_unsupported_python` for the others)."""
+_warned_unsupported_python: list = []
 
 
 def _always_miss(*args, **kwargs):
