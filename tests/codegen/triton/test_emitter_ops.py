@@ -140,3 +140,22 @@ def test_wrapper_runs_steps_in_order():
     a, b = torch.randn(2, 3), torch.randn(2, 3)
     (result,) = function(a, b)
     torch.testing.assert_close(result, (a * b).view(6))
+
+
+def test_wrapper_releases_each_temporary_after_its_last_use():
+    builder = WrapperBuilder(["a"])
+    builder.call("t0", "mul", torch.mul, ["a", "a"])
+    builder.call("t1", "add", torch.add, ["t0", "a"])
+    builder.alias("v1", "t1.view(-1)")
+    builder.call("t2", "sub", torch.sub, ["v1", "a.view(-1)"])
+    builder.returns_expression("(t2, [v1])")
+    source, function = builder.build()
+    lines = [line.strip() for line in source.splitlines()]
+    position = {line.split(" = ")[0]: n for n, line in enumerate(lines) if " = " in line}
+    assert lines.index("del t0") == position["t1"] + 1
+    assert lines.index("del t1") == position["v1"] + 1
+    assert not any(line.startswith("del") and ("t2" in line or "v1" in line) for line in lines), "outputs stay"
+    a = torch.randn(2, 3)
+    t2, [v1] = function(a)
+    torch.testing.assert_close(v1, (a * a + a).view(-1))
+    torch.testing.assert_close(t2, (a * a + a).view(-1) - a.view(-1))

@@ -14,6 +14,7 @@ and argument packing. Static shapes make every size a literal.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Sequence
 
 import torch
@@ -75,9 +76,9 @@ class WrapperBuilder:
         self.output_expression = expression
 
     def build(self, function_name: str = "call") -> tuple[str, Callable[..., Any]]:
-        body = self.lines or ["pass"]
         outputs = ", ".join(self.output_names)
         returned = self.output_expression or f"({outputs}{',' if len(self.output_names) == 1 else ''})"
+        body = _with_releases(self.lines, returned) or ["pass"]
         source = "\n".join(
             [f"def {function_name}({', '.join(self.input_names)}):"]
             + [f"    {line}" for line in body]
@@ -86,3 +87,36 @@ class WrapperBuilder:
         namespace = dict(self.globals)
         exec(compile(source, f"<tensorjit wrapper {function_name}>", "exec"), namespace)
         return source, namespace[function_name]
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _with_releases(lines: list[str], returned: str) -> list[str]:
+    """`lines` with `del name` after the statement that mentions a local for the last time.
+
+    Without it every buffer lived until the graph returned: peak memory was the sum of all
+    temporaries, and the caching allocator could not hand a dead buffer's block to a later
+    allocation of the same step. Locals are the names the lines assign; a token that only
+    looks like a use (a keyword name, text in a string) can delay a release, never advance
+    it. Views keep their base's storage alive by themselves, so a base is released after its
+    last mention, not its views'."""
+    assigned = [line.split(" = ", 1)[0] if " = " in line else None for line in lines]
+    defined = {name for name in assigned if name is not None and name.isidentifier()}
+    kept = set(_NAME.findall(returned))
+    kept |= {name for line in lines if line.startswith("del ") for name in _NAME.findall(line[4:])}  # freed already
+    last: dict[str, int] = {}
+    for index, line in enumerate(lines):
+        for name in _NAME.findall(line):
+            if name in defined:
+                last[name] = index
+    releases: dict[int, list[str]] = {}
+    for name, index in last.items():
+        if name not in kept:
+            releases.setdefault(index, []).append(name)
+    result = []
+    for index, line in enumerate(lines):
+        result.append(line)
+        if index in releases:
+            result.append(f"del {', '.join(sorted(releases[index]))}")
+    return result
