@@ -193,29 +193,39 @@ def test_decompositions_stays_a_function_after_every_submodule_is_imported():
     assert isinstance(package.decompositions(), dict)
 
 
+def assert_training_matches_eager(model, x, *, loss, rtol, atol, buffers=False):
+    """One training step of `model` through aot_compile with the Triton code generator as the
+    forward and backward compiler: every parameter's gradient matches eager's. buffers=True
+    passes the module's buffers (batch-norm statistics) as fresh graph inputs on each call."""
+    from tensorjit import autograd
+    import copy
+
+    reference = copy.deepcopy(model)
+    parameters = list(model.parameters())
+    names = [n for n, _ in model.named_parameters()] + ([n for n, _ in model.named_buffers()] if buffers else [])
+
+    def function(x, *values):
+        return (torch.func.functional_call(model, dict(zip(names, values)), (x,)),)
+
+    def arguments():
+        return [x, *parameters, *([b.clone() for b in model.buffers()] if buffers else [])]
+
+    graph = make_fx(function)(*arguments())
+    compiled = autograd.aot_compile(graph, arguments(), fw_compiler=compile_aten_graph, decompositions=decompositions())
+    loss(compiled(*arguments())[0].float()).backward()
+    loss(reference(x).float()).backward()
+    for mine, theirs in zip(parameters, reference.parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=rtol, atol=atol)
+
+
 def test_training_through_the_autograd_stage_matches_eager_gradients(device):
     autograd = pytest.importorskip("tensorjit.autograd")
     if not hasattr(autograd, "aot_compile"):
         pytest.skip("tensorjit.autograd.aot_compile absent")
-    import copy
-
     torch.manual_seed(0)
     model = TinyBlock(64, 256).to(device)
-    reference = copy.deepcopy(model)
-    parameters = list(model.parameters())
-
-    def function(x, *weights):
-        names = [name for name, _ in model.named_parameters()]
-        return (torch.func.functional_call(model, dict(zip(names, weights)), (x,)),)
-
     x = torch.randn(2, 8, 64, device=device)
-    graph = make_fx(function)(x, *parameters)
-    compiled = autograd.aot_compile(graph, [x, *parameters], fw_compiler=compile_aten_graph,
-                                    decompositions=decompositions())
-    compiled(x, *parameters)[0].float().mean().backward()
-    reference(x).float().mean().backward()
-    for mine, theirs in zip(parameters, reference.parameters()):
-        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    assert_training_matches_eager(model, x, loss=torch.mean, rtol=1e-5, atol=1e-6)
 
 
 class _DenseLayer(torch.nn.Module):
@@ -251,28 +261,10 @@ def test_densenet_like_training_matches_eager_gradients(device):
     """The backward graph recomputes relu(batch_norm(...)) behind an alias that another kernel
     reads: the kernel must store the alias's source (it once stored only the alias and the
     wrapper named an unwritten buffer: NameError on densenet121's first backward)."""
-    from tensorjit import autograd
-    import copy
-
     torch.manual_seed(0)
     model = _MiniDenseNet().to(device).train()
-    reference = copy.deepcopy(model)
-    names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
-    parameters = list(model.parameters())
-
-    def function(x, *values):
-        return (torch.func.functional_call(model, dict(zip(names, values)), (x,)),)
-
-    def arguments():
-        return [x, *parameters, *[b.clone() for b in model.buffers()]]
-
     x = torch.randn(2, 3, 8, 8, device=device)
-    graph = make_fx(function)(*arguments())
-    compiled = autograd.aot_compile(graph, arguments(), fw_compiler=compile_aten_graph, decompositions=decompositions())
-    compiled(*arguments())[0].float().sum().backward()
-    reference(x).float().sum().backward()
-    for mine, theirs in zip(parameters, reference.parameters()):
-        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+    assert_training_matches_eager(model, x, loss=torch.sum, rtol=1e-4, atol=1e-5, buffers=True)
 
 
 def test_pointwise_groups_iterate_channels_last_buffers_in_memory_order(device):
@@ -325,23 +317,7 @@ def test_gpt2_training_matches_eager_gradients(device):
     """The backward graph passes flash attention's output through alias nodes: a group that is
     only a view of an outside value still defines it (it once launched nothing and named an
     undefined alias: NameError on GPT-2's first backward)."""
-    from tensorjit import autograd
-    import copy
-
     torch.manual_seed(0)
     model = GPT2(GPT2Settings(vocab_size=100, context=32, layers=2, heads=2, width=32)).to(device)
-    reference = copy.deepcopy(model)
-    names = [n for n, _ in model.named_parameters()]
-    parameters = list(model.parameters())
-
-    def function(tokens, *values):
-        return (torch.func.functional_call(model, dict(zip(names, values)), (tokens,)),)
-
     tokens = torch.randint(0, 100, (2, 16), device=device)
-    graph = make_fx(function)(tokens, *parameters)
-    compiled = autograd.aot_compile(graph, [tokens, *parameters], fw_compiler=compile_aten_graph,
-                                    decompositions=decompositions())
-    compiled(tokens, *parameters)[0].float().mean().backward()
-    reference(tokens).float().mean().backward()
-    for mine, theirs in zip(parameters, reference.parameters()):
-        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+    assert_training_matches_eager(model, tokens, loss=torch.mean, rtol=1e-4, atol=1e-5)
