@@ -230,22 +230,26 @@ def _emit_node(builder: WrapperBuilder, node: torch.fx.Node, names) -> None:
     builder.alias(names[node], f"{function}({', '.join(p for p in (arguments, keywords) if p)})")
 
 
+PRIMS_AS_ATEN = {torch.ops.prims.var.default: aten.var.correction, torch.ops.prims.sum.default: aten.sum.dim_IntList}
+
+
 def _as_aten(node: torch.fx.Node) -> tuple[Any, tuple, dict]:
     """The call for a node the wrapper runs. The decompositions leave prims.var and prims.sum
     (batch norm's statistics over N, H, W); run as prims they cost about 106 us of host time a
     call, through the Python reference, where the ATen kernels they equal cost 35 (densenet121
     training makes 121 a step). Only floating types, where the result types agree."""
     target, args, kwargs = node.target, node.args, dict(node.kwargs)
-    value, source = node.meta.get("val"), args[0] if args else None
-    same_type = isinstance(value, torch.Tensor) and isinstance(source, torch.fx.Node) and \
-        value.is_floating_point() and value_of(source).dtype == value.dtype and len(args) > 1 and \
-        isinstance(args[1], (list, tuple))
-    if target is torch.ops.prims.var.default and same_type and kwargs.get("output_dtype") is None:
-        return aten.var.correction, (source, list(args[1])), {"correction": args[2] if len(args) > 2
-                                                              else kwargs["correction"]}
-    if target is torch.ops.prims.sum.default and same_type and kwargs.get("output_dtype") is None:
-        return aten.sum.dim_IntList, (source, list(args[1])), {}
-    return target, args, kwargs
+    replacement = PRIMS_AS_ATEN.get(target)
+    if replacement is None or kwargs.get("output_dtype") is not None or len(args) < 2 \
+            or not isinstance(args[1], (list, tuple)):
+        return target, args, kwargs
+    value, source = node.meta.get("val"), args[0]
+    if not (isinstance(value, torch.Tensor) and isinstance(source, torch.fx.Node) and value.is_floating_point()
+            and value_of(source).dtype == value.dtype):
+        return target, args, kwargs
+    if replacement is aten.var.correction:
+        return replacement, (source, list(args[1])), {"correction": args[2] if len(args) > 2 else kwargs["correction"]}
+    return replacement, (source, list(args[1])), {}
 
 
 TENSOR_METHODS = {
