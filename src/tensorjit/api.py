@@ -510,6 +510,11 @@ def disable(fn: Callable | None = None, recursive: bool = True):
     return mark(fn)
 
 
+def all_compiled() -> list[CompiledFunction]:
+    """Every live compiled function of this process, resume functions included."""
+    return list(_all_compiled)
+
+
 def reset() -> None:
     """Forget every compiled entry (as torch._dynamo.reset)."""
     for compiled in list(_all_compiled):

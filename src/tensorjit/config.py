@@ -96,4 +96,9 @@ def log_settings_from_environment(environ: os._Environ | dict[str, str] = os.env
     return environ.get("TENSORJIT_LOGS", "")
 
 
+def report_directory_from_environment(environ: os._Environ | dict[str, str] = os.environ) -> str | None:
+    """TENSORJIT_REPORT: a directory where an HTML report is written at exit (`tensorjit.report`)."""
+    return environ.get("TENSORJIT_REPORT") or None
+
+
 config: Config = from_environment()
