@@ -13,6 +13,7 @@ import builtins
 import functools
 import inspect
 import sys
+import time
 import types
 import warnings
 import weakref
@@ -99,6 +100,7 @@ class CompiledFunction:
                     f"(cache_size_limit={self.config.cache_size_limit}); it now runs eagerly. "
                     f"Last failing guard: {failure}", stacklevel=3)
                 return self.fn(*args, **kwargs)
+        start = time.perf_counter()
         try:
             entry = capture_entry(self, L)
         except (GraphBreakError, CaptureError):
@@ -107,6 +109,7 @@ class CompiledFunction:
                 self.eager_fallback = True
                 return self.fn(*args, **kwargs)
             raise
+        _note_compile_time(self, entry, time.perf_counter() - start)
         self.entries.append(entry)
         if len(self.entries) == 1:
             self.fast = _fast_path(self.fn, entry) or _always_miss
@@ -508,6 +511,16 @@ def disable(fn: Callable | None = None, recursive: bool = True):
     if fn is None:
         return mark
     return mark(fn)
+
+
+def _note_compile_time(function: CompiledFunction, entry: CacheEntry, seconds: float) -> None:
+    """Split one capture's wall time into capture and backend; log it as `compile_time`."""
+    backend = sum(graph.compile_seconds for graph in entry.graphs)
+    entry.capture_seconds = seconds - backend
+    code = function.fn.__code__
+    logs.emit("compile_time", f"{function.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno}): "
+                              f"capture {entry.capture_seconds:.3f} s, backend {backend:.3f} s "
+                              f"({len(entry.graphs)} graph(s))")
 
 
 def all_compiled() -> list[CompiledFunction]:

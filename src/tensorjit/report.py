@@ -32,7 +32,7 @@ _STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #1d1d1f; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 1px solid #ccc; }
 details { margin: .4em 0 .4em 1em; } summary { cursor: pointer; font-weight: 600; }
-pre { background: #f5f5f7; padding: .7em; overflow-x: auto; font-size: 12.5px; }
+pre { background: #f5f5f7; padding: .7em; overflow-x: auto; font-size: 12.5px; white-space: pre-wrap; }
 table { border-collapse: collapse; } td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
 .break { color: #a0302a; } .hint { color: #2a6a30; } .muted { color: #666; }
 """
@@ -80,11 +80,12 @@ def _summary(functions: list) -> str:
         graphs = [g for _, e in entries for g in e.graphs]
         breaks = sum(e.break_reason is not None for _, e in entries)
         seconds = sum(g.compile_seconds for g in graphs)
+        capture = sum(e.capture_seconds for _, e in entries)
         rows.append(f"<tr><td><a href='#{_anchor(function)}'>{_escape(function.fn.__qualname__)}</a></td>"
                     f"<td>{_escape(_where(function))}</td><td>{len(graphs)}</td><td>{breaks}</td>"
-                    f"<td>{len(function.failures)}</td><td>{seconds:.2f} s</td></tr>")
+                    f"<td>{len(function.failures)}</td><td>{capture:.2f} s</td><td>{seconds:.2f} s</td></tr>")
     head = ("<tr><th>function</th><th>defined at</th><th>graphs</th><th>graph breaks</th>"
-            "<th>recompiles</th><th>backend compile time</th></tr>")
+            "<th>recompiles</th><th>capture time</th><th>backend compile time</th></tr>")
     return f"<h2>Summary</h2><table>{head}{''.join(rows)}</table>" if rows else \
         "<h2>Summary</h2><p>Nothing was compiled in this process.</p>"
 
@@ -96,7 +97,8 @@ def _function_section(function) -> str:
         parts.append("<p class=break>Runs eagerly now (recompile limit reached, or capture refused).</p>")
     for number, (owner, entry) in enumerate(function.all_entries()):
         label = "entry" if owner is function else f"resume function {_escape(owner.fn.__name__)}"
-        parts.append(f"<details open><summary>{label} {number}</summary>{_entry(entry)}</details>")
+        parts.append(f"<details open><summary>{label} {number} <span class=muted>(captured in "
+                     f"{entry.capture_seconds:.3f} s)</span></summary>{_entry(entry)}</details>")
     if function.failures:
         items = "".join(f"<li>{_escape(failure)}</li>" for failure in function.failures)
         parts.append(f"<details><summary>recompiled {len(function.failures)} time(s): failed guards</summary>"

@@ -64,3 +64,14 @@ def test_report_renders_in_a_headless_browser(written, tmp_path):
                          capture_output=True, text=True, timeout=120).stdout
     assert "<h1>tensorjit report</h1>" in dom
     assert "_program" in dom and "graph break" in dom
+
+
+def test_compile_time_log_splits_capture_and_backend(capsys):
+    tensorjit.logs.set_logs("compile_time")
+    try:
+        tensorjit.compile(lambda x: x.cos() * 2, backend="eager")(torch.ones(3))
+    finally:
+        tensorjit.logs.set_logs("")
+    err = capsys.readouterr().err
+    assert re.search(r"\[tensorjit compile_time\] <lambda> \(.*test_report.py:\d+\): "
+                     r"capture \d+\.\d+ s, backend \d+\.\d+ s \(1 graph\(s\)\)", err), err
