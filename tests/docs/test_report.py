@@ -73,5 +73,5 @@ def test_compile_time_log_splits_capture_and_backend(capsys):
     finally:
         tensorjit.logs.set_logs("")
     err = capsys.readouterr().err
-    assert re.search(r"\[tensorjit compile_time\] <lambda> \(.*test_report.py:\d+\): "
+    assert re.search(r"\[tensorjit compile_time\] \S*<lambda> \(.*test_report.py:\d+\): "
                      r"capture \d+\.\d+ s, backend \d+\.\d+ s \(1 graph\(s\)\)", err), err
