@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import os
 import sys
 import time
 import types
@@ -21,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import logs
+from . import logs, progress
 from .backends.registry import lookup_backend
 from .capture import codegen as capture_codegen
 from .capture.breaks import CaptureError, GraphBreakError
@@ -101,8 +102,11 @@ class CompiledFunction:
                     f"Last failing guard: {failure}", stacklevel=3)
                 return self.fn(*args, **kwargs)
         start = time.perf_counter()
+        code = self.fn.__code__
         try:
-            entry = capture_entry(self, L)
+            with progress.compiling(f"{self.fn.__qualname__} ({os.path.basename(code.co_filename)}:"
+                                    f"{code.co_firstlineno})", self.config.progress):
+                entry = capture_entry(self, L)
         except (GraphBreakError, CaptureError):
             if self.config.suppress_errors and not self.fullgraph:
                 warnings.warn(f"tensorjit: capture of {self.fn.__qualname__} failed; running eagerly")

@@ -46,6 +46,9 @@ class Config:
     """Replay the compiled graph through CUDA graphs (mode="reduce-overhead")."""
     fallback_random: bool = False
     """Run random ops through ATen so compiled random numbers match eager bit for bit."""
+    progress: str = "auto"
+    """A live progress line on stderr for compiles over 2 s: "auto" (when stderr is a terminal),
+    "always" or "never" (`tensorjit.progress`)."""
     profile_kernels: bool = False
     """Name every generated kernel and extern call in torch.profiler traces (costs ~1 us a step)."""
 
@@ -86,6 +89,8 @@ def from_environment(environ: os._Environ | dict[str, str] = os.environ) -> Conf
         cfg.cache_dir = environ["TENSORJIT_CACHE_DIR"]
     if "TENSORJIT_CXX" in environ:
         cfg.cpp_compiler = environ["TENSORJIT_CXX"]
+    if "TENSORJIT_PROGRESS" in environ:
+        cfg.progress = environ["TENSORJIT_PROGRESS"]
     if environ.get("TENSORJIT_PROFILE_KERNELS", "") not in ("", "0"):
         cfg.profile_kernels = True
     return cfg
