@@ -14,6 +14,7 @@ from ... import logs
 from ..graph import GraphLowering
 from ..report import timed
 from ..schedule import fuse_loops
+from ..squeeze import squeeze_unit_loops
 from ..wrapper import build_runner
 from .compiler import CompilerMissing, load_library
 from .kernels import emit_program
@@ -26,7 +27,7 @@ def compile_cpu_graph(gm, example_inputs, config):
     name = type(gm).__name__
     with timed(name, "lowering"):
         lowered = GraphLowering(gm, example_inputs)
-        program = fuse_loops(lowered.run())
+        program = fuse_loops(squeeze_unit_loops(lowered.run()))
     with timed(name, "emit"):
         source, orders = emit_program(program)
     logs.output_code(name, "C++", source)
@@ -43,6 +44,7 @@ def compile_cpu_graph(gm, example_inputs, config):
         library = None
     runner = build_runner(program, library, orders, lowered.constants, gm.forward,
                           profile=getattr(config, "profile_kernels", False))
+    logs.output_code(name, "Python wrapper", runner.wrapper_source)
     runner.program = program
     runner.source = source
     return runner
