@@ -28,7 +28,8 @@ from .capture.convert import CacheEntry, capture_entry
 from .capture.dynamic import record_changed_dims
 from .capture.resume import TailCall, resume_code
 from .capture.skipfiles import mark_disabled
-from .config import MODES, Config, check_option_names, config as default_config
+from .arguments import check_compile_arguments
+from .config import MODES, Config, config as default_config
 
 _all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
 
@@ -353,19 +354,12 @@ class OptimizedModule(torch.nn.Module):
         return dir(self._orig_mod)
 
 
-def _resolve_config(mode: str | None, options: dict | None, dynamic) -> Config:
-    if mode is not None and options:
-        raise ValueError("tensorjit: give either mode or options, not both (as torch.compile)")
+def _resolve_config(mode: str | None, options: dict | None) -> Config:
     cfg = default_config.replace()
     if mode is not None:
-        if mode not in MODES:
-            raise ValueError(f"tensorjit: unknown mode {mode!r}; valid modes are: {', '.join(MODES)}")
         cfg = cfg.replace(**MODES[mode])
     if options:
-        check_option_names(options)
         cfg = cfg.replace(**options)
-    if dynamic not in (None, True, False):
-        raise ValueError(f"tensorjit: dynamic must be None, True or False, got {dynamic!r}")
     return cfg
 
 
@@ -390,7 +384,8 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
             backend: str | Callable = "inductor", mode: str | None = None, options: dict | None = None,
             disable: bool = False):
     """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`."""
-    config = _resolve_config(mode, options, dynamic)
+    check_compile_arguments(model, fullgraph, dynamic, mode, options, disable)
+    config = _resolve_config(mode, options)
     backend_fn, backend_name = _resolve_backend(backend)
     if backend_name == "inductor":  # the mode and options reach the code generator
         backend_fn = functools.partial(backend_fn, config=config)

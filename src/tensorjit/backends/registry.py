@@ -75,7 +75,8 @@ def lookup_backend(backend: str | Backend) -> Backend:
     if callable(backend):
         return backend
     if not isinstance(backend, str):
-        raise TypeError(f"tensorjit: backend must be a name or a callable, got {type(backend).__name__}")
+        raise TypeError(f"tensorjit.compile: backend must be a name or a callable, got {type(backend).__name__} "
+                        f"{backend!r:.80}; valid backends are: {', '.join(list_backends())}")
     if backend in _registered:
         return _registered[backend]
     if backend in _BUILTIN:
