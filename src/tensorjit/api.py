@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 
 from . import logs
-from .backends.registry import lookup_backend
+from .backends.registry import BackendCompilerFailed, lookup_backend
 from .capture import codegen as capture_codegen
 from .capture.breaks import CaptureError, GraphBreakError
 from .capture.convert import CacheEntry, capture_entry
@@ -102,7 +102,7 @@ class CompiledFunction:
                 return self.fn(*args, **kwargs)
         try:
             entry = capture_entry(self, L)
-        except (GraphBreakError, CaptureError):
+        except (GraphBreakError, CaptureError, BackendCompilerFailed):
             if self.config.suppress_errors and not self.fullgraph:
                 warnings.warn(f"tensorjit: capture of {self.fn.__qualname__} failed; running eagerly")
                 self.eager_fallback = True
