@@ -137,3 +137,26 @@ def test_set_logs_names_the_wrong_value(call, error, pattern):
             call()
     finally:
         tensorjit.logs.set_logs("")
+
+
+@pytest.mark.parametrize("name, value", [("cache_size_limit", -1), ("compile_threads", -2), ("inline_depth_limit", -1)])
+def test_counts_must_not_be_negative(name, value):
+    with pytest.raises(ValueError, match=rf"options\['{name}'\] must be 0 or more, got {value}"):
+        tensorjit.compile(f, options={name: value})
+
+
+@pytest.mark.parametrize("call, pattern", [
+    (lambda: tensorjit.register_backend(3), "the backend must be a callable .gm, example_inputs. -> callable, got int"),
+    (lambda: tensorjit.register_backend(f, name=3), "name must be a non-empty str, got 3"),
+    (lambda: tensorjit.register_backend(name="")(f), "name must be a non-empty str"),
+])
+def test_register_backend_names_the_wrong_argument(call, pattern):
+    with pytest.raises(TypeError, match=pattern):
+        call()
+
+
+def test_disable_names_the_wrong_argument():
+    with pytest.raises(TypeError, match="tensorjit.disable: fn must be a function, .*got int 3"):
+        tensorjit.disable(3)
+    with pytest.raises(TypeError, match="tensorjit.disable: recursive must be True or False, got str 'no'"):
+        tensorjit.disable(f, recursive="no")

@@ -28,7 +28,7 @@ from .capture.convert import CacheEntry, capture_entry
 from .capture.dynamic import record_changed_dims
 from .capture.resume import TailCall, resume_code
 from .capture.skipfiles import mark_disabled
-from .arguments import check_compile_arguments
+from .arguments import check_compile_arguments, check_disable_arguments
 from .config import MODES, Config, config as default_config
 
 _all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
@@ -479,6 +479,8 @@ def disable(fn: Callable | None = None, recursive: bool = True):
 
     With recursive=False only fn's own frame runs eagerly; the functions it calls
     through its globals are still compiled."""
+    check_disable_arguments(fn, recursive)
+
     def mark(f):
         target = f.__func__ if isinstance(f, types.MethodType) else f
         if not recursive and isinstance(target, types.FunctionType):

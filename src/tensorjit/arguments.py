@@ -38,3 +38,11 @@ def _check_flag(name: str, value: Any) -> None:
 def _shown(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text[:77] + '...' if len(text) > 80 else text}"
+
+
+def check_disable_arguments(fn: Any, recursive: Any) -> None:
+    if fn is not None and not callable(fn):
+        raise TypeError(f"tensorjit.disable: fn must be a function, method, nn.Module or callable object, "
+                        f"got {_shown(fn)}")
+    if not isinstance(recursive, bool):
+        raise TypeError(f"tensorjit.disable: recursive must be True or False, got {_shown(recursive)}")

@@ -62,6 +62,8 @@ class Config:
 
 CHOICES: dict[str, tuple[str, ...]] = {"partitioner": ("min_cut", "save_all")}
 """Options whose value is one of a few names."""
+COUNTS = ("cache_size_limit", "inline_depth_limit", "compile_threads")
+"""Options that count something: 0 or more."""
 
 
 def option_names() -> list[str]:
@@ -108,6 +110,8 @@ def check_options(options: Any, where: str = "options") -> None:
         if not _has_type(value, kind):
             raise TypeError(f"tensorjit: {where}[{name!r}] must be {_type_name(kind)}, got "
                             f"{type(value).__name__} {value!r:.80}; valid options are: {describe_options()}")
+        if name in COUNTS and value < 0:
+            raise ValueError(f"tensorjit: {where}[{name!r}] must be 0 or more, got {value!r}")
         if name in CHOICES and value not in CHOICES[name]:
             raise ValueError(f"tensorjit: {where}[{name!r}] must be one of "
                              f"{', '.join(map(repr, CHOICES[name]))}, got {value!r}")

@@ -28,7 +28,12 @@ _registered: dict[str, Backend] = {}
 def register_backend(fn: Backend | None = None, name: str | None = None):
     """Register `fn` under `name` (default: its __name__); usable as a decorator."""
     def register(f: Backend) -> Backend:
-        key = name or f.__name__
+        if not callable(f):
+            raise TypeError(f"tensorjit.register_backend: the backend must be a callable (gm, example_inputs) -> "
+                            f"callable, got {type(f).__name__} {f!r:.80}")
+        key = name if name is not None else getattr(f, "__name__", None)
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"tensorjit.register_backend: name must be a non-empty str, got {key!r:.80}")
         if key in _registered or key in _BUILTIN:
             raise ValueError(f"tensorjit: a backend named {key!r} is already registered")
         _registered[key] = f
