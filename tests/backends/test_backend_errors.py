@@ -99,3 +99,13 @@ def test_missing_dependency_is_checked_at_lookup(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
     with pytest.raises(tensorjit.BackendUnavailable, match="pip install onnxruntime"):
         registry.lookup_backend("onnxrt")
+
+
+def test_message_shape_matches_torch_compile():
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as reference:
+        torch.compile(f, backend=bad)(torch.ones(2))
+    with pytest.raises(tensorjit.BackendCompilerFailed) as ours:
+        tensorjit.compile(f, backend=bad)(torch.ones(2))
+    assert type(reference.value).__name__ == type(ours.value).__name__ == "BackendCompilerFailed"
+    assert str(ours.value).splitlines()[:2] == str(reference.value).splitlines()[:2]
