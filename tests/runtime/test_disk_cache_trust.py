@@ -250,3 +250,24 @@ def test_triton_own_cache_is_checked(tmp_path, monkeypatch):
             launcher.check_triton_cache()
     os.chmod(shared, 0o700)
     launcher.check_triton_cache()
+
+
+def test_compile_with_untrusted_cache_matches_eager_forward_and_backward(tmp_path):
+    import tensorjit
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chmod(cache, 0o777)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    x = torch.randn(4, 8)
+    compiled = tensorjit.compile(model, options={"cache_dir": str(cache)})
+    with pytest.warns(RuntimeWarning, match="cannot be trusted"):
+        out = compiled(x)
+    torch.testing.assert_close(out, model(x))
+    out.square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().sum().backward()
+    for got, expected in zip(grads, [p.grad for p in model.parameters()]):
+        torch.testing.assert_close(got, expected)
+    assert not any(name.endswith(".so") for _, _, names in os.walk(cache) for name in names)
