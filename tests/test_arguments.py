@@ -160,3 +160,10 @@ def test_disable_names_the_wrong_argument():
         tensorjit.disable(3)
     with pytest.raises(TypeError, match="tensorjit.disable: recursive must be True or False, got str 'no'"):
         tensorjit.disable(f, recursive="no")
+
+
+def test_progress_option_and_variable_list_their_values():
+    with pytest.raises(ValueError, match=r"options\['progress'\] must be one of 'auto', 'always', 'never', got 'yes'"):
+        tensorjit.compile(f, options={"progress": "yes"})
+    with pytest.warns(RuntimeWarning, match="ignoring TENSORJIT_PROGRESS='yes'; valid values are: auto, always, never"):
+        assert config_module.from_environment({"TENSORJIT_PROGRESS": "yes"}).progress == "auto"

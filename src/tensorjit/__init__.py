@@ -10,8 +10,9 @@ from .api import OptimizedModule, compile, disable, reset
 from .backends.registry import BackendCompilerFailed, BackendUnavailable, list_backends, register_backend
 from .capture.breaks import CaptureError, GraphBreakError
 from .explain import explain
+from .report import report
 
 __all__ = ["compile", "disable", "explain", "reset", "list_backends", "register_backend",
            "GraphBreakError", "CaptureError", "BackendCompilerFailed", "BackendUnavailable", "OptimizedModule",
-           "config", "logs"]
+           "config", "logs", "report"]
 __version__ = "0.1.0"

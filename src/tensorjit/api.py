@@ -12,7 +12,9 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import os
 import sys
+import time
 import types
 import warnings
 import weakref
@@ -20,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import logs
+from . import logs, progress
 from .backends.registry import BackendCompilerFailed, lookup_backend
 from .capture import codegen as capture_codegen
 from .capture.breaks import CaptureError, GraphBreakError
@@ -100,14 +102,19 @@ class CompiledFunction:
                     f"(cache_size_limit={self.config.cache_size_limit}); it now runs eagerly. "
                     f"Last failing guard: {failure}", stacklevel=3)
                 return self.fn(*args, **kwargs)
+        start = time.perf_counter()
+        code = self.fn.__code__
         try:
-            entry = capture_entry(self, L)
+            with progress.compiling(f"{self.fn.__qualname__} ({os.path.basename(code.co_filename)}:"
+                                    f"{code.co_firstlineno})", self.config.progress):
+                entry = capture_entry(self, L)
         except (GraphBreakError, CaptureError, BackendCompilerFailed):
             if self.config.suppress_errors and not self.fullgraph:
                 warnings.warn(f"tensorjit: capture of {self.fn.__qualname__} failed; running eagerly")
                 self.eager_fallback = True
                 return self.fn(*args, **kwargs)
             raise
+        _note_compile_time(self, entry, time.perf_counter() - start)
         self.entries.append(entry)
         if len(self.entries) == 1:
             self.fast = _fast_path(self.fn, entry) or _always_miss
@@ -505,6 +512,21 @@ def disable(fn: Callable | None = None, recursive: bool = True):
     if fn is None:
         return mark
     return mark(fn)
+
+
+def _note_compile_time(function: CompiledFunction, entry: CacheEntry, seconds: float) -> None:
+    """Split one capture's wall time into capture and backend; log it as `compile_time`."""
+    backend = sum(graph.compile_seconds for graph in entry.graphs)
+    entry.capture_seconds = seconds - backend
+    code = function.fn.__code__
+    logs.emit("compile_time", f"{function.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno}): "
+                              f"capture {entry.capture_seconds:.3f} s, backend {backend:.3f} s "
+                              f"({len(entry.graphs)} graph(s))")
+
+
+def all_compiled() -> list[CompiledFunction]:
+    """Every live compiled function of this process, resume functions included."""
+    return list(_all_compiled)
 
 
 def reset() -> None:

@@ -16,6 +16,7 @@ import functools
 import os
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,9 @@ class Config:
     """Replay the compiled graph through CUDA graphs (mode="reduce-overhead")."""
     fallback_random: bool = False
     """Run random ops through ATen so compiled random numbers match eager bit for bit."""
+    progress: str = "auto"
+    """A live progress line on stderr for compiles over 2 s: "auto" (when stderr is a terminal),
+    "always" or "never" (`tensorjit.progress`)."""
     profile_kernels: bool = False
     """Name every generated kernel and extern call in torch.profiler traces (costs ~1 us a step)."""
 
@@ -60,7 +64,7 @@ class Config:
         return changed
 
 
-CHOICES: dict[str, tuple[str, ...]] = {"partitioner": ("min_cut", "save_all")}
+CHOICES: dict[str, tuple[str, ...]] = {"partitioner": ("min_cut", "save_all"), "progress": ("auto", "always", "never")}
 """Options whose value is one of a few names."""
 COUNTS = ("cache_size_limit", "inline_depth_limit", "compile_threads")
 """Options that count something: 0 or more."""
@@ -147,6 +151,12 @@ def from_environment(environ: os._Environ | dict[str, str] = os.environ) -> Conf
         cfg.cache_dir = environ["TENSORJIT_CACHE_DIR"]
     if "TENSORJIT_CXX" in environ:
         cfg.cpp_compiler = environ["TENSORJIT_CXX"]
+    if "TENSORJIT_PROGRESS" in environ:
+        if environ["TENSORJIT_PROGRESS"] in CHOICES["progress"]:
+            cfg.progress = environ["TENSORJIT_PROGRESS"]
+        else:  # as an unknown TENSORJIT_LOGS kind: named and ignored, so importing tensorjit still works
+            warnings.warn(f"tensorjit: ignoring TENSORJIT_PROGRESS={environ['TENSORJIT_PROGRESS']!r}; valid values "
+                          f"are: {', '.join(CHOICES['progress'])}", RuntimeWarning)
     if environ.get("TENSORJIT_PROFILE_KERNELS", "") not in ("", "0"):
         cfg.profile_kernels = True
     return cfg
@@ -155,6 +165,11 @@ def from_environment(environ: os._Environ | dict[str, str] = os.environ) -> Conf
 def log_settings_from_environment(environ: os._Environ | dict[str, str] = os.environ) -> str:
     """The raw TENSORJIT_LOGS value (parsed by `tensorjit.logs`)."""
     return environ.get("TENSORJIT_LOGS", "")
+
+
+def report_directory_from_environment(environ: os._Environ | dict[str, str] = os.environ) -> str | None:
+    """TENSORJIT_REPORT: a directory where an HTML report is written at exit (`tensorjit.report`)."""
+    return environ.get("TENSORJIT_REPORT") or None
 
 
 config: Config = from_environment()

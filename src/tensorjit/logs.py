@@ -15,6 +15,8 @@ from .config import log_settings_from_environment
 
 KINDS = ("graph_breaks", "guards", "recompiles", "graph_code", "output_code", "compile_time")
 _enabled: set[str] = set()
+_kept: set[str] = set()
+"""Kinds recorded in `recent()` even when not printed, for a report (`keep`)."""
 _events: list[tuple[str, str]] = []
 
 
@@ -43,6 +45,11 @@ def set_logs(spec: str | set[str] | None = None, **flags: bool) -> None:
 
 def enabled(kind: str) -> bool:
     return kind in _enabled
+
+
+def keep(kind: str) -> None:
+    """Record events of `kind` for `recent()` even while they are not printed."""
+    _kept.add(kind)
 
 
 def emit(kind: str, text: str) -> None:
@@ -80,7 +87,7 @@ def graph_code(name: str, gm: Any) -> None:
 
 def output_code(name: str, language: str, source: str) -> None:
     """The code a generator produced for one graph (C++ library, Triton kernels, wrapper)."""
-    if "output_code" in _enabled:
+    if "output_code" in _enabled or "output_code" in _kept:
         emit("output_code", f"{language} code of {name}:\n{source}")
 
 

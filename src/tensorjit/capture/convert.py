@@ -56,6 +56,8 @@ class CacheEntry:
     run: Callable  # (args, kwargs, L) -> result or TailCall
     graphs: list[CompiledGraph] = field(default_factory=list)
     break_reason: BreakReason | None = None
+    capture_seconds: float = 0.0
+    """Wall time of capturing this entry, the backends' compile time excluded."""
 
 
 class _BreakAt(Exception):
