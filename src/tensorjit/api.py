@@ -23,14 +23,15 @@ from typing import Any, Callable
 import torch
 
 from . import logs, progress
-from .backends.registry import lookup_backend
+from .backends.registry import BackendCompilerFailed, lookup_backend
 from .capture import codegen as capture_codegen
 from .capture.breaks import CaptureError, GraphBreakError
 from .capture.convert import CacheEntry, capture_entry
 from .capture.dynamic import record_changed_dims
 from .capture.resume import TailCall, resume_code
 from .capture.skipfiles import mark_disabled
-from .config import MODES, Config, check_option_names, config as default_config
+from .arguments import check_compile_arguments, check_disable_arguments
+from .config import MODES, Config, config as default_config
 
 _all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
 
@@ -107,7 +108,7 @@ class CompiledFunction:
             with progress.compiling(f"{self.fn.__qualname__} ({os.path.basename(code.co_filename)}:"
                                     f"{code.co_firstlineno})", self.config.progress):
                 entry = capture_entry(self, L)
-        except (GraphBreakError, CaptureError):
+        except (GraphBreakError, CaptureError, BackendCompilerFailed):
             if self.config.suppress_errors and not self.fullgraph:
                 warnings.warn(f"tensorjit: capture of {self.fn.__qualname__} failed; running eagerly")
                 self.eager_fallback = True
@@ -360,19 +361,12 @@ class OptimizedModule(torch.nn.Module):
         return dir(self._orig_mod)
 
 
-def _resolve_config(mode: str | None, options: dict | None, dynamic) -> Config:
-    if mode is not None and options:
-        raise ValueError("tensorjit: give either mode or options, not both (as torch.compile)")
+def _resolve_config(mode: str | None, options: dict | None) -> Config:
     cfg = default_config.replace()
     if mode is not None:
-        if mode not in MODES:
-            raise ValueError(f"tensorjit: unknown mode {mode!r}; valid modes are: {', '.join(MODES)}")
         cfg = cfg.replace(**MODES[mode])
     if options:
-        check_option_names(options)
         cfg = cfg.replace(**options)
-    if dynamic not in (None, True, False):
-        raise ValueError(f"tensorjit: dynamic must be None, True or False, got {dynamic!r}")
     return cfg
 
 
@@ -397,7 +391,8 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
             backend: str | Callable = "inductor", mode: str | None = None, options: dict | None = None,
             disable: bool = False):
     """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`."""
-    config = _resolve_config(mode, options, dynamic)
+    check_compile_arguments(model, fullgraph, dynamic, mode, options, disable)
+    config = _resolve_config(mode, options)
     backend_fn, backend_name = _resolve_backend(backend)
     if backend_name == "inductor":  # the mode and options reach the code generator
         backend_fn = functools.partial(backend_fn, config=config)
@@ -491,6 +486,8 @@ def disable(fn: Callable | None = None, recursive: bool = True):
 
     With recursive=False only fn's own frame runs eagerly; the functions it calls
     through its globals are still compiled."""
+    check_disable_arguments(fn, recursive)
+
     def mark(f):
         target = f.__func__ if isinstance(f, types.MethodType) else f
         if not recursive and isinstance(target, types.FunctionType):

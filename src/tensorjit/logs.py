@@ -23,15 +23,23 @@ _events: list[tuple[str, str]] = []
 def set_logs(spec: str | set[str] | None = None, **flags: bool) -> None:
     """Enable log kinds: a comma-separated string, a set, or keyword flags."""
     global _enabled
+    valid = f"valid kinds are: {', '.join(KINDS)}, all"
     names = set()
     if isinstance(spec, str):
         names = {s.strip() for s in spec.split(",") if s.strip()}
-    elif spec:
+    elif isinstance(spec, (set, frozenset, list, tuple)) and all(isinstance(name, str) for name in spec):
         names = set(spec)
+    elif spec is not None:
+        raise TypeError(f"tensorjit: set_logs takes a comma-separated string or a set of log kinds, got "
+                        f"{type(spec).__name__} {spec!r:.80}; {valid}")
+    wrong = {name: value for name, value in flags.items() if not isinstance(value, bool)}
+    if wrong:  # as torch._logging.set_logs: "Expected bool to enable artifact graph_breaks, received 5"
+        name, value = next(iter(wrong.items()))
+        raise TypeError(f"tensorjit: set_logs({name}=...) must be True or False, got {type(value).__name__} {value!r:.80}")
     names |= {k for k, v in flags.items() if v}
     unknown = names - set(KINDS) - {"all"}
     if unknown:
-        raise ValueError(f"tensorjit: unknown log kind(s) {sorted(unknown)}; valid kinds are: {', '.join(KINDS)}, all")
+        raise ValueError(f"tensorjit: unknown log kind(s) {sorted(unknown)}; {valid}")
     _enabled = set(KINDS) if "all" in names else names
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from .. import logs
+from ..backends.registry import BackendCompilerFailed, call_backend
 from ..config import Config
 from .breaks import BreakReason, CaptureError, GraphBreak, GraphBreakError
 from .codegen import RestoreFunction
@@ -118,7 +119,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
         if break_at is not None:
             raise CaptureError(frame.location() if frame else None, e) from e
         raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason) from None
-    except (GraphBreakError, CaptureError, _BreakAt):
+    except (GraphBreakError, CaptureError, BackendCompilerFailed, _BreakAt):
         raise
     except Exception as e:
         location = _deepest_location(e, frame)
@@ -153,7 +154,7 @@ def _compile_graph(owner, output: OutputGraph, outputs: list) -> tuple[Callable 
     example_inputs = [gi.example for gi in output.inputs]
     logs.graph_code(output.fn_name, gm)
     start = time.perf_counter()
-    compiled = owner.backend(gm, example_inputs)
+    compiled = call_backend(owner.backend, owner.backend_name, gm, example_inputs)
     seconds = time.perf_counter() - start
     record = CompiledGraph(gm, [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in example_inputs], compiled, output.op_count(), seconds)
     return compiled, [record]

@@ -1,7 +1,8 @@
 """CPU path: ATen graph -> Program -> one C++ library -> runner.
 
 Takes a GraphModule and example inputs; returns a callable. Without a C++
-compiler (or on any internal error) it warns once and returns the graph's
+compiler, with an untrusted cache directory (runtime.disk_cache), or on any
+internal error it warns once and returns the graph's
 own forward (ATen execution), which is always correct.
 """
 
@@ -16,6 +17,7 @@ from ..report import timed
 from ..schedule import fuse_loops
 from ..squeeze import squeeze_unit_loops
 from ..wrapper import build_runner
+from ...runtime.disk_cache import UntrustedCache
 from .compiler import CompilerMissing, load_library
 from .kernels import emit_program
 
@@ -39,6 +41,8 @@ def compile_cpu_graph(gm, example_inputs, config):
             if not _warned_missing[0]:
                 warnings.warn(f"tensorjit: {error}; CPU graphs run as ATen ops", RuntimeWarning)
                 _warned_missing[0] = True
+            return gm.forward
+        except UntrustedCache:  # the cache warned once, naming the directory
             return gm.forward
     else:
         library = None
