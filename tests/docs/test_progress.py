@@ -1,6 +1,7 @@
 """The progress line: drawn only for slow compiles, stages add up, a summary at the end."""
 
 import io
+import re
 import time
 
 import torch
@@ -22,10 +23,10 @@ def test_a_slow_compile_draws_a_line_and_a_summary(monkeypatch):
             progress.graph_started()
             with progress.stage("codegen"):
                 progress.kernels(3, 7)
-                time.sleep(0.6)
+                time.sleep(1.2)  # several refreshes even on a loaded machine
     text = stream.getvalue()
     assert "compiling f (x.py:1): codegen · graph 1 · kernels 3/7" in text
-    assert "compiled f (x.py:1) in" in text and "codegen 0.6 s" in text
+    assert re.search(r"compiled f \(x.py:1\) in \d+\.\d s: .*codegen 1\.\d s", text), text
     assert text.endswith("\n")
 
 
