@@ -45,6 +45,8 @@ class CompiledFunction:
         self.dynamic = dynamic
         self.dynamic_dims: dict[str, set[int]] = {}  # source -> dims seen changing (automatic dynamic)
         self.last_shapes: dict[str, tuple] = {}
+        self.dynamic_ints: set[str] = set()  # int arguments seen changing (automatic dynamic)
+        self.last_ints: dict[str, int] = {}
         self.backend = backend
         self.backend_name = backend_name
         self.config = config
@@ -143,7 +145,7 @@ class CompiledFunction:
         return _wrap_callee(obj, self.settings())
 
     def _note_changed_shapes(self, L: tuple) -> None:
-        """Automatic dynamic: sizes that changed since the last capture become symbolic."""
+        """Automatic dynamic: sizes and int arguments that changed since the last capture become symbolic."""
         if self.dynamic is not None:
             return
         env = {"L": L, "G": self.fn.__globals__, "C": self.fn.__closure__ or (), "S": sys.modules,
@@ -155,6 +157,13 @@ class CompiledFunction:
                 continue
             if isinstance(value, torch.Tensor):
                 record_changed_dims(self.dynamic_dims, expression, shape, tuple(value.shape))
+        for expression, before in self.last_ints.items():
+            try:
+                value = eval(expression, env)
+            except Exception:
+                continue
+            if type(value) is int and value != before:
+                self.dynamic_ints.add(expression)
 
     def resume_function(self, index: int, depth: int, local_names: list[str]) -> "CompiledFunction":
         """The compiled resume function continuing this code at instruction `index`.

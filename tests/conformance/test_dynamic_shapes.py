@@ -165,3 +165,44 @@ def test_dynamic_stride_and_slicing():
     run = Run(fn)
     for size in (5, 8, 11):
         run(torch.randn(size))
+
+
+@pytest.mark.parametrize("fn, values, graphs", [
+    (lambda x, n: x * n + x.shape[0], (2, 3, 4, 5), 2),       # an int that changes: symbolic after one change
+    (lambda x, k: x.topk(k).values.sum() * 2, (1, 2, 3, 4), 2),
+    (lambda x, n: x.roll(n) * n, (2, -3, 4, 7), 2),
+    (lambda x, n: x[:n].sum() + x[n], (2, 3, 4, 5), 2),       # slicing and indexing keep it symbolic
+    (lambda x, n: x * n, (2, 3, 1, 0, 5), 2),                 # 0 and 1 stay specialized, still correct
+], ids=["arith", "topk", "roll", "index", "zero-one"])
+def test_changing_int_argument_recompiles_once_as_dynamo_does(fn, values, graphs):
+    run = Run(fn)
+    for value in values:
+        run(torch.randn(9), value)
+    assert run.graphs == graphs
+
+
+def test_int_used_by_python_control_flow_is_specialized_per_value():
+    def fn(x, n):
+        for _ in range(n):
+            x = x * 2
+        return x
+
+    run = Run(fn)
+    for n in (2, 3, 4):
+        run(torch.randn(3), n)
+    assert run.graphs == 3  # as torch.compile: range(n) needs n's value
+
+
+def test_dynamic_true_makes_int_arguments_symbolic_from_the_start():
+    run = Run(lambda x, n: (x * n).sum() + n, dynamic=True)
+    for n in (2, 3, 4):
+        run(torch.randn(5), n)
+    assert run.graphs == 1
+
+
+def test_symbolic_ints_reach_the_inductor_backend_correctly():
+    fn = lambda x, n: (x[:n] * n).sum(0) + x[n]  # noqa: E731
+    compiled = compile(fn, backend="inductor")
+    for n in (2, 3, 4, 6):
+        x = torch.randn(8, 3)
+        assert_same(fn(x, n), compiled(x, n))

@@ -25,7 +25,7 @@ from .values.builtins import BuiltinValue, has_handler
 from .values.containers import DictValue, ListValue, SetValue, TupleValue
 from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
 from .values.objects import EnvironValue, NNModuleValue, ObjectValue
-from .values.tensors import TensorValue
+from .values.tensors import SymbolicIntValue, TensorValue
 
 _CONSTANT_TYPES = (int, float, bool, str, type(None), bytes, complex, torch.dtype, torch.device,
                    range, slice, type(Ellipsis), enum.Enum, torch.memory_format, torch.layout)
@@ -57,6 +57,12 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     if isinstance(obj, torch.Tensor):
         node, fake = tx.output.add_input(obj, source)
         return TensorValue(node, fake, source)
+    policy = tx.output.policy
+    if tx.output.shape_env is not None and policy is not None and policy.int_symbolic(source, obj):
+        node = tx.output.add_int_input(obj, source)
+        value = SymbolicIntValue(node, node.meta["example_value"])
+        value.source = source  # rebuilt from the argument itself, not from the graph's outputs
+        return value
     if isinstance(obj, _CONSTANT_TYPES) or isinstance(obj, torch.Size):
         guard(Guard(source, "constant", obj))
         return ConstantValue(obj, source)

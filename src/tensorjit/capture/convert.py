@@ -94,7 +94,8 @@ def _root_frame(owner, L: tuple, capture: Capture) -> Frame:
 
 def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
     fn = owner.fn
-    output = OutputGraph(fn.__code__.co_name, DynamicPolicy(owner.dynamic, owner.dynamic_dims))
+    output = OutputGraph(fn.__code__.co_name, DynamicPolicy(owner.dynamic, owner.dynamic_dims,
+                                                                owner.dynamic_ints if owner.origin is None else None))
     for guard in global_state_guards():
         output.guard(guard)
     capture = Capture(owner.config, output, break_at)
@@ -142,6 +143,8 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
             output.guard(Guard(None, "expression", expression))
     owner.last_shapes = {gi.source.expression(): tuple(gi.example.shape) for gi in output.inputs
                          if isinstance(gi.example, torch.Tensor)}
+    owner.last_ints = {source.expression(): obj for source, (obj, _) in output.wrapped.items()
+                       if type(obj) is int and isinstance(source, LocalSource)}
     guards = output.guards.build(fn.__globals__, fn.__closure__)
     logs.guards(output.fn_name, guards)
     return guards

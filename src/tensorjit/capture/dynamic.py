@@ -54,11 +54,26 @@ class SizeSource(Source):
 
 
 class DynamicPolicy:
-    """Which dimensions of a tensor input are symbolic in this capture."""
+    """Which dimensions of a tensor input, and which int arguments, are symbolic in this capture.
 
-    def __init__(self, dynamic: bool | None, history: dict[str, set[int]]) -> None:
+    An int argument is symbolic with dynamic=True, or with dynamic=None once a recompile
+    was caused by its value changing (as torch.compile does: `f(x, 2)` then `f(x, 3)` gives
+    a graph for 2 and one for any n). 0 and 1 stay specialized, and ints read from
+    attributes or globals are constants, as are the values a resume function receives
+    (the results of the Python that ran at a break: symbolic, they would turn int-only
+    code after the break into graphs of its own)."""
+
+    def __init__(self, dynamic: bool | None, history: dict[str, set[int]],
+                 ints: set[str] | None = None) -> None:
         self.dynamic = dynamic
         self.history = history  # source expression -> dims seen changing
+        self.ints = ints  # int arguments seen changing; None: no int is symbolic (a resume function)
+
+    def int_symbolic(self, source: Source, value) -> bool:
+        from .sources import LocalSource
+        if self.ints is None or type(value) is not int or value in (0, 1) or not isinstance(source, LocalSource):
+            return False
+        return self.dynamic is True or (self.dynamic is None and source.expression() in self.ints)
 
     def dims(self, source: Source, tensor: torch.Tensor) -> list[int]:
         if self.dynamic is False or isinstance(tensor, torch.nn.Parameter):
@@ -70,7 +85,7 @@ class DynamicPolicy:
         return [d for d in candidates if d < tensor.dim() and tensor.shape[d] >= 2]
 
     def any_possible(self) -> bool:
-        return self.dynamic is True or (self.dynamic is None and any(self.history.values()))
+        return self.dynamic is True or (self.dynamic is None and (any(self.history.values()) or bool(self.ints)))
 
 
 def new_shape_env() -> ShapeEnv:
@@ -90,6 +105,13 @@ def shape_guards(shape_env: ShapeEnv, fakes: list, sources: list[Source]) -> lis
     # static sizes of tensors with some dynamic ones need their guards too.
     return list(shape_env.produce_guards(fakes, [ExpressionSource(s.expression()) for s in sources],
                                          ignore_static=False))
+
+
+def symbolic_int(shape_env: ShapeEnv, value: int, source: Source) -> torch.SymInt:
+    """A SymInt standing for the int argument read through `source` (hint: `value`)."""
+    named = ExpressionSource(source.expression())
+    symbol = shape_env.create_symbol(value, named, dynamic_dim=DimDynamic.DYNAMIC, positive=None)
+    return shape_env.create_symintnode(symbol, hint=value, source=named)
 
 
 def record_changed_dims(history: dict[str, set[int]], source: str, before: tuple, after: tuple) -> None:

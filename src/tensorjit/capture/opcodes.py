@@ -302,6 +302,10 @@ def LIST_TO_TUPLE(f, i):
 # -- subscripts ---------------------------------------------------------------------------
 def getitem(f: Frame, obj: Value, index: Value) -> Value:
     if isinstance(obj, TensorValue):
+        if isinstance(index, SymbolicIntValue) and index.python_type() is int:
+            # Tensor.__getitem__ takes a SymInt index through __index__, which would specialize
+            # it; select is the same view and keeps the index symbolic.
+            return record_call(f, torch.select, [obj, ConstantValue(0), index], {})
         return record_call(f, operator.getitem, [obj, index], {})
     if isinstance(index, TensorValue):
         raise GraphBreak("data-dependent-op", "indexing a Python container with a tensor")

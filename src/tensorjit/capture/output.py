@@ -113,10 +113,21 @@ class OutputGraph:
                     self.symbols[symbol] = node
                     self.inputs.append(GraphInput(SizeSource(source, dim), int(example.shape[dim]), node))
 
+    def add_int_input(self, value: int, source: Source) -> torch.fx.Node:
+        """A graph placeholder for an int argument that is symbolic in this capture."""
+        from .dynamic import symbolic_int
+        self.guard(Guard(source, "type", int))
+        example = symbolic_int(self.shape_env, value, source)
+        node = self._placeholder(str(source))
+        node.meta["example_value"] = example
+        self.symbols[example.node.expr] = node
+        self.inputs.append(GraphInput(source, value, node))
+        return node
+
     def symbolic_inputs(self) -> tuple[list, list]:
-        """Fake tensors and sources of the tensor inputs, for the shape guards."""
+        """Fake tensors, symbolic ints and their sources, for the shape guards."""
         pairs = [(gi.node.meta["example_value"], gi.source) for gi in self.inputs
-                 if isinstance(gi.node.meta["example_value"], torch.Tensor)]
+                 if isinstance(gi.node.meta["example_value"], (torch.Tensor, torch.SymInt))]
         return [f for f, _ in pairs], [s for _, s in pairs]
 
     def _first_non_placeholder(self) -> torch.fx.Node | None:

@@ -23,7 +23,7 @@ import torch
 from ..breaks import GraphBreak
 from .base import CallableConstant, ConstantValue, NULL, Value
 from .containers import DictValue, IteratorValue, ListValue, SetValue, SliceValue, TupleValue
-from .tensors import TensorValue, record_call
+from .tensors import SymbolicIntValue, TensorValue, record_call
 
 _HANDLERS: dict[Any, Callable] = {}
 
@@ -89,7 +89,9 @@ def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
     if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
         if any(isinstance(a, TensorValue) for a in args):
             return _builtin_on_tensor(tx, fn, args, kwargs)
-        raise GraphBreak("unsupported-call", f"{getattr(fn, '__qualname__', fn)} on symbolic values")
+        if not all(a.is_constant() or isinstance(a, SymbolicIntValue) for a in [*args, *kwargs.values()]):
+            raise GraphBreak("unsupported-call", f"{getattr(fn, '__qualname__', fn)} on symbolic values")
+        # symbolic ints read by a pure builtin: their values are used (and guarded), as in torch
     try:
         result = fn(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
     except Exception as e:
@@ -485,4 +487,9 @@ def _scalar_conversion(tx, value: Value | None = None, *rest: Value) -> Value:
         return ConstantValue(fn(value.constant(), *[r.constant() for r in rest]))
     if fn is py.bool:
         return ConstantValue(value.truth(tx))
+    if isinstance(value, SymbolicIntValue):
+        if fn is py.int and not rest and value.python_type() is int:
+            return value
+        # str(n), float(n): Python needs the value; reading it specializes (a guard on it)
+        return ConstantValue(fn(value.constant(), *[r.constant() for r in rest]))
     raise GraphBreak("unsupported-call", f"{fn.__name__}() of {value!r}")

@@ -217,6 +217,8 @@ def to_node_argument(tx, value: Value) -> Any:
 def _example_of(tx, argument: Any) -> Any:
     if isinstance(argument, torch.fx.Node):
         return argument.meta["example_value"]
+    if isinstance(argument, slice):  # not a pytree node: its symbolic bounds are reached here
+        return slice(*(_example_of(tx, part) for part in (argument.start, argument.stop, argument.step)))
     return argument
 
 
