@@ -178,3 +178,22 @@ def test_break_in_a_loop_continues_after_the_loop():
         return total.sum() * 2
 
     check(fn, torch.randn(3), 3)
+
+
+def breaking_helper(t, s):
+    return t * untraceable(t) + s
+
+
+def test_callee_of_a_resumed_pending_call_is_compiled_too():
+    """A resume function receives a pending call's NULL as CALL_ADAPTER; when it then breaks
+    at that call, the function being called (not the adapter) is compiled at the break."""
+    def fn(x):
+        y = x.sin()
+        return breaking_helper(y, untraceable(y)) * 2
+
+    backend = Counting()
+    compiled = tensorjit.compile(fn, backend=backend)
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), fn(x))
+    # x.sin(); the compiled helper after its own break; the final multiplication
+    assert backend.graphs == 3

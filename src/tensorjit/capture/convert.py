@@ -228,6 +228,8 @@ def _rebuilt_stack(frame: Frame, index: int, stack: list[Value]) -> tuple[list[V
         values.append(_ConstantMarker(CALL_ADAPTER) if isinstance(value, NullValue) else value)
     callee = _callee_slot(inst, len(stack))
     if cpython.NULL_AFTER_CALLABLE:
+        if callee is not None and _is_adapter(stack[callee]):  # a resume function's [ADAPTER, fn, ...]
+            callee += 1
         for position, value in enumerate(stack):
             if value is not NULL or position == 0:
                 continue
@@ -240,6 +242,10 @@ def _rebuilt_stack(frame: Frame, index: int, stack: list[Value]) -> tuple[list[V
     wrapped = {callee} if callee is not None and 0 <= callee < len(values) and \
         not isinstance(values[callee], _ConstantMarker) else set()
     return values, wrapped
+
+
+def _is_adapter(value: Value) -> bool:
+    return getattr(value, "obj", None) is CALL_ADAPTER
 
 
 def _null_consumer(frame: Frame, index: int, depth: int, position: int) -> str | None:
