@@ -14,6 +14,8 @@ themselves. The facts, by version:
 - Truth: on 3.13 POP_JUMP_IF_TRUE/FALSE and UNARY_NOT take an exact bool (a TO_BOOL
   precedes them, or a COMPARE_OP that converts); given any other object they read it
   as true, so code that enters one of them with a rebuilt stack converts first.
+- ENTER_EXECUTOR (3.13's entry into optimised traces) lives only in the code's adaptive
+  copy: `co_code`, which `dis` and `bytecode` read, never holds it.
 - 3.14 (not run yet; anticipated where cheap): BINARY_SUBSCR becomes BINARY_OP with
   NB_SUBSCR, small ints and immortal constants get their own loads.
 """
