@@ -17,7 +17,7 @@ from . import cpython
 from .breaks import GraphBreak
 from .cpython import PY, PY311, PY312, PY313, PY314
 from .interpreter import Frame, GeneratorValue, Instruction, Return
-from .values.base import ConstantValue, NULL, NullValue, Value
+from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
 from .values.builtins import BuiltinValue
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
@@ -126,10 +126,6 @@ def LOAD_FAST_AND_CLEAR(f, i):
     if type(value) is LazyValue:
         value = value.realize(f)
     f.push(value)
-
-
-UNBOUND = NullValue()
-"""What LOAD_FAST_AND_CLEAR pushes for an unbound local (a NULL that no call consumes)."""
 
 
 def _is_null(value: Value) -> bool:
