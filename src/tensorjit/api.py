@@ -199,7 +199,7 @@ class CompiledFunction:
 
 
 _MISS = object()
-SUPPORTED_PYTHONS = ((3, 11), (3, 12))
+SUPPORTED_PYTHONS = ((3, 11), (3, 12), (3, 13))
 """CPython versions whose bytecode capture handles (`_unsupported_python` for the others)."""
 _warned_unsupported_python: list = []
 

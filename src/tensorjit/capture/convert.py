@@ -11,7 +11,6 @@ Python and continues in a resume function (see `resume.py`).
 from __future__ import annotations
 
 import dis
-import sys
 import time
 import types
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from .. import logs
+from . import cpython
 from ..backends.registry import BackendCompilerFailed, call_backend
 from ..config import Config
 from .breaks import BreakReason, CaptureError, GraphBreak, GraphBreakError
@@ -32,11 +32,9 @@ from .resume import Successor, TailCall, hidden_parameters, resume_code, transfo
 from .dynamic import DynamicPolicy, shape_guards
 from .guards import Guard
 from .sources import LocalSource
-from .values.base import NULL, Value
+from .values.base import NULL, NullValue, Value
 from .values.lazy import LazyValue
 from .values.objects import CellValue, RealCellValue
-
-PY = sys.version_info[:2]
 
 
 @dataclass
@@ -186,16 +184,7 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
     index = frame.ip
     inst = frame.instructions[index]
     stack = list(frame.stack)
-    callee = _callee_slot(inst, len(stack))
-    values: list[Value] = []
-    wrapped: set[int] = set()
-    for j, value in enumerate(stack):
-        if value is NULL:
-            values.append(_ConstantMarker(CALL_ADAPTER))
-        else:
-            values.append(value)
-            if j == callee:
-                wrapped.add(j)
+    values, wrapped = _rebuilt_stack(frame, index, stack)
     local_names = [n for n in code.co_varnames if n in frame.locals and not n.startswith("__tj_")] + \
         [n for n in code.co_cellvars if frame.cells[n].contents is not None]
     for name in local_names:
@@ -208,7 +197,7 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
     restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)
     successors = [(s, owner.resume_function(s.index, s.depth, local_names)) for s in _successors(frame, index, len(stack))]
     entry_index = index
-    while entry_index > 0 and frame.instructions[entry_index - 1].opname in ("KW_NAMES", "PRECALL"):
+    while entry_index > 0 and frame.instructions[entry_index - 1].opname in cpython.CALL_PREFIXES:
         entry_index -= 1
     tcode = transformed_code(code, index, len(stack), local_names, [s for s, _ in successors], entry_index)
     transformed = types.FunctionType(tcode, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
@@ -229,7 +218,81 @@ class _ConstantMarker(Value):
         return cg.constant(self.obj)
 
 
+def _rebuilt_stack(frame: Frame, index: int, stack: list[Value]) -> tuple[list[Value], set[int]]:
+    """The values the entry code pushes back at a break before instruction `index`, and the
+    slots whose callables are compiled too (`wrap_callee`).
+
+    A NULL cannot travel through the tuples that carry the stack, so a call's NULL becomes
+    CALL_ADAPTER, which calls its first argument: before the callable up to 3.12
+    (`[ADAPTER, fn, args]`), and on 3.13, where the NULL follows the callable, in the
+    callable's place with the callable moved into the self slot. On 3.13 CALL_FUNCTION_EX
+    ignores (and never releases) its second slot: there the NULL becomes None, which is
+    immortal."""
+    inst = frame.instructions[index]
+    values: list[Value] = []
+    for value in stack:
+        values.append(_ConstantMarker(CALL_ADAPTER) if isinstance(value, NullValue) else value)
+    callee = _callee_slot(inst, len(stack))
+    if cpython.NULL_AFTER_CALLABLE:
+        if callee is not None and _is_adapter(stack[callee]):  # a resume function's [ADAPTER, fn, ...]
+            callee += 1
+        for position, value in enumerate(stack):
+            if value is not NULL or position == 0:
+                continue
+            if _null_consumer(frame, index, len(stack), position) == "CALL_FUNCTION_EX":
+                values[position] = _ConstantMarker(None)
+            else:
+                values[position - 1], values[position] = _ConstantMarker(CALL_ADAPTER), stack[position - 1]
+                if callee == position - 1:
+                    callee = position
+    wrapped = {callee} if callee is not None and 0 <= callee < len(values) and \
+        not isinstance(values[callee], _ConstantMarker) else set()
+    return values, wrapped
+
+
+def _is_adapter(value: Value) -> bool:
+    return getattr(value, "obj", None) is CALL_ADAPTER
+
+
+def _null_consumer(frame: Frame, index: int, depth: int, position: int) -> str | None:
+    """The instruction that will pop the call NULL at stack `position` (3.13), found by
+    following the code from `index` as it runs when every condition falls through and every
+    loop ends at once: the NULL belongs to the first instruction that pops below it."""
+    instructions = frame.instructions
+    for _ in range(100_000):
+        if index >= len(instructions):
+            return None
+        inst = instructions[index]
+        if inst.opname in _TERMINAL:
+            return None
+        if inst.opname == "FOR_ITER":
+            depth -= 1  # the iterator
+            index = inst.target + cpython.FOR_ITER_EXHAUSTED_SKIP
+            continue
+        jumps = inst.opname in cpython.UNCONDITIONAL_JUMPS
+        depth += _stack_effect(inst, jump=jumps)
+        if depth <= position:
+            return inst.opname
+        index = inst.target if jumps else index + 1
+    return None
+
+
+def _stack_effect(inst, jump: bool) -> int:
+    if inst.arg is not None or inst.opcode >= dis.HAVE_ARGUMENT:
+        return dis.stack_effect(inst.opcode, inst.arg, jump=jump)
+    return dis.stack_effect(inst.opcode, jump=jump)
+
+
 def _callee_slot(inst, depth: int) -> int | None:
+    """The stack slot of the callable that instruction `inst` calls, if it is a call."""
+    if cpython.NULL_AFTER_CALLABLE:
+        if inst.opname == "CALL":
+            return depth - inst.arg - 2  # [callable, self|NULL, args...]
+        if inst.opname == "CALL_KW":
+            return depth - inst.arg - 3  # [callable, self|NULL, args..., names]
+        if inst.opname == "CALL_FUNCTION_EX":
+            return depth - (4 if inst.arg & 1 else 3)  # [callable, unused, args, kwargs?]
+        return None
     if inst.opname == "CALL":
         return depth - inst.arg - 1  # [NULL|method, callable|self, args...]: the callable's slot
     if inst.opname == "CALL_FUNCTION_EX":
@@ -237,10 +300,7 @@ def _callee_slot(inst, depth: int) -> int | None:
     return None
 
 
-_CONDITIONAL = {"POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE",
-                "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_NONE",
-                "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
-                "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE"}
+_CONDITIONAL = cpython.CONDITIONAL_JUMPS
 _TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
 
 
@@ -254,14 +314,14 @@ def _successors(frame: Frame, index: int, depth: int) -> list[Successor]:
     if name in ("JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"):
         return [Successor(index + 1, depth - 1, False), Successor(inst.target, depth, True)]
     if name == "FOR_ITER":
-        exhausted = inst.target + (1 if PY >= (3, 12) else 0)
+        exhausted = inst.target + cpython.FOR_ITER_EXHAUSTED_SKIP
         return [Successor(index + 1, depth + 1, False), Successor(exhausted, depth - 1, True)]
     if name == "CALL":  # [NULL|callable, callable|self, *args] -> result (PRECALL's share included on 3.11)
         return [Successor(index + 1, depth - inst.arg - 1, False)]
+    if name == "CALL_KW":  # [callable, self|NULL, *args, names] -> result
+        return [Successor(index + 1, depth - inst.arg - 2, False)]
     if name == "CALL_FUNCTION_EX":
         return [Successor(index + 1, depth - (3 + (inst.arg & 1)) + 1, False)]
     if inst.target is not None:
         raise GraphBreak("unsupported-break", f"cannot break at jump {name}")
-    effect = dis.stack_effect(inst.opcode, inst.arg, jump=False) if inst.arg is not None or \
-        inst.opcode >= dis.HAVE_ARGUMENT else dis.stack_effect(inst.opcode, jump=False)
-    return [Successor(index + 1, depth + effect, False)]
+    return [Successor(index + 1, depth + _stack_effect(inst, jump=False), False)]

@@ -1,4 +1,4 @@
-"""The symbolic interpreter of CPython 3.11 / 3.12 bytecode.
+"""The symbolic interpreter of CPython 3.11, 3.12 and 3.13 bytecode.
 
 A `Frame` executes one function's instructions over symbolic `Value`s: the
 root frame is the compiled function itself, and every Python call it can see

@@ -8,15 +8,16 @@ an opcode with no handler for the running Python is a graph break.
 from __future__ import annotations
 
 import operator
-import sys
 import types
 from typing import Callable
 
 import torch
 
+from . import cpython
 from .breaks import GraphBreak
+from .cpython import PY, PY311, PY312, PY313, PY314
 from .interpreter import Frame, GeneratorValue, Instruction, Return
-from .values.base import ConstantValue, NULL, NullValue, Value
+from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
 from .values.builtins import BuiltinValue
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
@@ -26,7 +27,6 @@ from .values.objects import CellValue, GradModeValue, NNModuleValue, ObjectValue
 from .values.records import RecordValue
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
-PY = sys.version_info[:2]
 HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}
 
 
@@ -42,7 +42,9 @@ def opcode(*versions: tuple[int, int]):
     return register
 
 
-PY311, PY312 = (3, 11), (3, 12)
+UP_TO_312 = (PY311, PY312)
+FROM_312 = (PY312, PY313, PY314)
+FROM_313 = (PY313, PY314)
 
 
 # -- stack and no-ops ------------------------------------------------------------------
@@ -81,24 +83,36 @@ def END_FOR(f, i):
     f.popn(2)
 
 
+@opcode(*FROM_313)
+def END_FOR(f, i):  # noqa: F811 (3.13: a POP_TOP follows and pops the iterator)
+    f.pop()
+
+
 # -- locals, globals, cells -------------------------------------------------------------
 @opcode()
 def LOAD_CONST(f, i):
     f.push(f.wrap_constant_object(i.argval))
 
 
-@opcode(PY312)
+@opcode(PY312, PY313)
 def RETURN_CONST(f, i):
     _return(f, f.wrap_constant_object(i.argval))
 
 
 @opcode()
 def LOAD_FAST(f, i):
-    value = f.locals.get(i.argval)
+    _load_fast(f, i.argval)
+
+
+def _load_fast(f: Frame, name: str) -> None:
+    value = f.locals.get(name)
+    if value is None and cpython.NULL_AFTER_CALLABLE and name in f.cells:
+        f.push(f.cells[name])  # 3.13 compiles LOAD_CLOSURE (a closure's cell) as LOAD_FAST
+        return
     if value is None:
-        raise GraphBreak("unbound-local", f"local variable {i.argval!r} referenced before assignment")
+        raise GraphBreak("unbound-local", f"local variable {name!r} referenced before assignment")
     if type(value) is LazyValue:
-        value = f.locals[i.argval] = value.realize(f)
+        value = f.locals[name] = value.realize(f)
     f.push(value)
 
 
@@ -106,9 +120,9 @@ if PY >= (3, 12):
     HANDLERS["LOAD_FAST_CHECK"] = LOAD_FAST
 
 
-@opcode(PY312)
+@opcode(*FROM_312)
 def LOAD_FAST_AND_CLEAR(f, i):
-    value = f.locals.pop(i.argval, NULL)
+    value = f.locals.pop(i.argval, UNBOUND)
     if type(value) is LazyValue:
         value = value.realize(f)
     f.push(value)
@@ -116,16 +130,65 @@ def LOAD_FAST_AND_CLEAR(f, i):
 
 def _is_null(value: Value) -> bool:
     """NULL, or the stand-in that generated code pushes for it (see CALL_ADAPTER)."""
-    return value is NULL or isinstance(value, ObjectValue) and value.obj is CALL_ADAPTER
+    return isinstance(value, NullValue) or isinstance(value, ObjectValue) and value.obj is CALL_ADAPTER
 
 
 @opcode()
 def STORE_FAST(f, i):
-    value = f.pop()
-    if _is_null(value):  # 3.12 comprehensions restore an unbound variable this way
-        f.locals.pop(i.argval, None)
+    _store_fast(f, i.argval, f.pop())
+
+
+def _store_fast(f: Frame, name: str, value: Value) -> None:
+    if _is_null(value):  # 3.12+ comprehensions restore an unbound variable this way
+        f.locals.pop(name, None)
     else:
-        f.locals[i.argval] = value
+        f.locals[name] = value
+
+
+@opcode(*FROM_313)
+def LOAD_FAST_LOAD_FAST(f, i):
+    first, second = i.argval
+    _load_fast(f, first)
+    _load_fast(f, second)
+
+
+@opcode(*FROM_313)
+def STORE_FAST_LOAD_FAST(f, i):
+    store, load = i.argval
+    _store_fast(f, store, f.pop())
+    _load_fast(f, load)
+
+
+@opcode(*FROM_313)
+def STORE_FAST_STORE_FAST(f, i):
+    first, second = i.argval
+    _store_fast(f, first, f.pop())
+    _store_fast(f, second, f.pop())
+
+
+@opcode(PY314)
+def LOAD_SMALL_INT(f, i):
+    f.push(ConstantValue(i.arg))
+
+
+@opcode(PY314)
+def LOAD_CONST_IMMORTAL(f, i):
+    LOAD_CONST(f, i)
+
+
+@opcode(PY314)
+def LOAD_CONST_MORTAL(f, i):
+    LOAD_CONST(f, i)
+
+
+def _push_call_pair(f: Frame, callable_value: Value) -> None:
+    """A callable with the NULL of the call convention, in the version's order."""
+    if cpython.NULL_AFTER_CALLABLE:
+        f.push(callable_value)
+        f.push(NULL)
+    else:
+        f.push(NULL)
+        f.push(callable_value)
 
 
 @opcode()
@@ -135,11 +198,11 @@ def DELETE_FAST(f, i):
 
 @opcode()
 def LOAD_GLOBAL(f, i):
-    name = i.argval
-    push_null = bool(i.arg & 1)
-    if push_null and PY >= (3, 11):
-        f.push(NULL)
-    f.push(f.load_global(name))
+    value = f.load_global(i.argval)
+    if i.arg & 1:
+        _push_call_pair(f, value)
+    else:
+        f.push(value)
 
 
 @opcode()
@@ -175,8 +238,7 @@ def STORE_DEREF(f, i):
 # -- attributes -----------------------------------------------------------------------
 def _load_method(f: Frame, name: str) -> None:
     obj = f.pop()
-    f.push(NULL)
-    f.push(f.getattr(obj, name))
+    _push_call_pair(f, f.getattr(obj, name))
 
 
 @opcode(PY311)
@@ -192,7 +254,7 @@ def LOAD_ATTR(f, i):
         f.push(f.getattr(f.pop(), i.argval))
 
 
-@opcode(PY312)
+@opcode(*FROM_312)
 def LOAD_SUPER_ATTR(f, i):
     obj = f.pop()
     cls = f.pop()
@@ -200,8 +262,9 @@ def LOAD_SUPER_ATTR(f, i):
     from .values.objects import SuperValue
     attr = SuperValue(cls.constant(), obj).getattr(f, i.argval)
     if i.arg & 1:
-        f.push(NULL)
-    f.push(attr)
+        _push_call_pair(f, attr)
+    else:
+        f.push(attr)
 
 
 @opcode()
@@ -224,7 +287,10 @@ _BINARY = [operator.add, operator.and_, operator.floordiv, operator.lshift, oper
 def BINARY_OP(f, i):
     b = f.pop()
     a = f.pop()
-    f.push(f.binary_op(_BINARY[i.arg], a, b))
+    if i.arg == cpython.NB_SUBSCR and PY >= PY314:
+        f.push(getitem(f, a, b))
+    else:
+        f.push(f.binary_op(_BINARY[i.arg], a, b))
 
 
 _COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
@@ -283,7 +349,7 @@ def UNARY_NOT(f, i):
     f.push(ConstantValue(not f.pop().truth(f)))
 
 
-@opcode(PY312)
+@opcode(*FROM_312)
 def CALL_INTRINSIC_1(f, i):
     name = i.argval if isinstance(i.argval, str) else ""
     if i.arg == 5 or name == "INTRINSIC_UNARY_POSITIVE":
@@ -331,7 +397,7 @@ def BINARY_SUBSCR(f, i):
     f.push(getitem(f, obj, index))
 
 
-@opcode(PY312)
+@opcode(*FROM_312)
 def BINARY_SLICE(f, i):
     stop, start, obj = f.pop(), f.pop(), f.pop()
     f.push(getitem(f, obj, SliceValue([start, stop])))
@@ -364,7 +430,7 @@ def STORE_SUBSCR(f, i):
     setitem(f, obj, index, value)
 
 
-@opcode(PY312)
+@opcode(*FROM_312)
 def STORE_SLICE(f, i):
     stop, start, obj, value = f.pop(), f.pop(), f.pop(), f.pop()
     setitem(f, obj, SliceValue([start, stop]), value)
@@ -497,16 +563,35 @@ def UNPACK_EX(f, i):
         f.push(item)
 
 
-@opcode()
-def FORMAT_VALUE(f, i):
-    spec = f.pop().constant() if (i.arg & 0x04) else ""
-    value = f.pop()
+_CONVERSIONS = {0: lambda raw: raw, 1: str, 2: repr, 3: ascii}
+
+
+def _format_constant(value: Value, conversion: int, spec: str) -> Value:
     if isinstance(value, TensorValue):
         raise GraphBreak("data-dependent-op", "formatting a tensor into a string reads its values")
-    raw = value.constant()
-    conversion = i.arg & 0x03
-    raw = {0: raw, 1: str(raw), 2: repr(raw), 3: ascii(raw)}[conversion]
-    f.push(ConstantValue(format(raw, spec)))
+    return ConstantValue(format(_CONVERSIONS[conversion](value.constant()), spec))
+
+
+@opcode(*UP_TO_312)
+def FORMAT_VALUE(f, i):
+    spec = f.pop().constant() if (i.arg & 0x04) else ""
+    f.push(_format_constant(f.pop(), i.arg & 0x03, spec))
+
+
+@opcode(*FROM_313)
+def CONVERT_VALUE(f, i):
+    f.push(_format_constant(f.pop(), i.arg, ""))
+
+
+@opcode(*FROM_313)
+def FORMAT_SIMPLE(f, i):
+    f.push(_format_constant(f.pop(), 0, ""))
+
+
+@opcode(*FROM_313)
+def FORMAT_WITH_SPEC(f, i):
+    spec = f.pop().constant()
+    f.push(_format_constant(f.pop(), 0, spec))
 
 
 # -- iteration and jumps ---------------------------------------------------------------------
@@ -525,9 +610,7 @@ def FOR_ITER(f, i):
         f.push(value)
         return
     f.pop()
-    f.ip = i.target
-    if PY >= (3, 12):
-        f.ip += 1  # skip END_FOR, as CPython does
+    f.ip = i.target + cpython.FOR_ITER_EXHAUSTED_SKIP  # past END_FOR (and 3.13's POP_TOP), as CPython does
 
 
 @opcode()
@@ -592,26 +675,38 @@ def PRECALL(f, i):
     pass
 
 
-@opcode()
+@opcode(*UP_TO_312)
 def KW_NAMES(f, i):
     f.kw_names = f.code.co_consts[i.arg]  # dis cannot resolve this argument on 3.11
 
 
 @opcode()
 def CALL(f, i):
-    argc = i.arg
+    names, f.kw_names = f.kw_names, None
+    _call(f, i.arg, names or ())
+
+
+@opcode(*FROM_313)
+def CALL_KW(f, i):
+    _call(f, i.arg, f.pop().constant())
+
+
+def _call(f: Frame, argc: int, names: tuple) -> None:
+    """Pop a call's callable, NULL or self, and arguments (the last `names` by keyword)."""
     items = f.popn(argc + 2)
     first, second, args = items[0], items[1], items[2:]
-    if first is NULL:
+    if cpython.NULL_AFTER_CALLABLE:  # [callable, self_or_null, args]
+        fn = first
+        if second is not NULL:
+            args = [second, *args]
+    elif first is NULL:  # [NULL, callable, args]
         fn = second
-    else:
+    else:  # [method, self, args]
         fn, args = first, [second, *args]
     kwargs = {}
-    if f.kw_names:
-        names = f.kw_names
+    if names:
         kwargs = dict(zip(names, args[len(args) - len(names):]))
         args = args[:len(args) - len(names)]
-        f.kw_names = None
     f.push(call_function(f, fn, args, kwargs))
 
 
@@ -633,21 +728,22 @@ CALL_ADAPTER = _call_adapter
 def CALL_FUNCTION_EX(f, i):
     kwargs = f.pop() if i.arg & 1 else DictValue({})
     args = f.pop()
-    fn = f.pop()
-    if f.stack and (f.stack[-1] is NULL or isinstance(f.stack[-1], ObjectValue) and f.stack[-1].obj is CALL_ADAPTER):
+    if cpython.NULL_AFTER_CALLABLE:  # [callable, unused, args, kwargs?]: 3.13 ignores the second slot
         f.pop()
+        fn = f.pop()
+    else:
+        fn = f.pop()
+        if f.stack and (f.stack[-1] is NULL or isinstance(f.stack[-1], ObjectValue) and f.stack[-1].obj is CALL_ADAPTER):
+            f.pop()
     if not isinstance(kwargs, DictValue):
         raise GraphBreak("unsupported-call", "**kwargs from a non-dict")
     positional = f.iterate(args).unpack(f) if not isinstance(args, SequenceValue) else list(args.items)
     f.push(call_function(f, fn, positional, {str(k): v for k, v in kwargs.items.items()}))
 
 
-@opcode()
+@opcode(*UP_TO_312)
 def MAKE_FUNCTION(f, i):
-    code_value = f.pop()
-    if PY == (3, 11):
-        pass
-    code = code_value.constant()
+    code = f.pop().constant()
     flags = i.arg
     cells = f.pop().items if flags & 0x08 else []
     if flags & 0x04:
@@ -656,6 +752,32 @@ def MAKE_FUNCTION(f, i):
     defaults = f.pop().items if flags & 0x01 else []
     f.push(NestedFunctionValue(code, f.globals, code.co_name, list(defaults), kwdefaults, list(cells),
                                code.co_qualname))
+
+
+@opcode(*FROM_313)
+def MAKE_FUNCTION(f, i):  # noqa: F811 (3.13: the parts arrive through SET_FUNCTION_ATTRIBUTE)
+    code = f.pop().constant()
+    f.push(NestedFunctionValue(code, f.globals, code.co_name, [], {}, [], code.co_qualname))
+
+
+@opcode(*FROM_313)
+def SET_FUNCTION_ATTRIBUTE(f, i):
+    function = f.pop()
+    part = f.pop()
+    if i.arg == 0x08:
+        function._cells = list(part.items)
+    elif i.arg == 0x02:
+        function._kwdefaults = dict(part.items.items())
+    elif i.arg == 0x01:
+        function._defaults = list(part.items)
+    # 0x04 (annotations) and 0x10 (3.14's annotate function) do not change what a call does
+    f.push(function)
+
+
+@opcode(*FROM_313)
+def TO_BOOL(f, i):
+    """A no-op here: the jump or `not` after it asks for the truth (a break there converts, see
+    `cpython.NEEDS_EXACT_BOOL`), and TO_BOOL on a tensor would end the graph one step early."""
 
 
 @opcode()

@@ -15,13 +15,13 @@ tables, line tables and jump offsets right.
 
 from __future__ import annotations
 
-import sys
 import types
 from dataclasses import dataclass
 
 from bytecode import Bytecode, CellVar, ControlFlowGraph, Instr, Label
 
-PY = sys.version_info[:2]
+from . import cpython
+
 CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
 
 
@@ -59,11 +59,7 @@ def _store(name: str, cellvars: set[str]) -> Instr:
 
 def _call_constant(fn: str, args: list[Instr], n: int, lineno: int) -> list[Instr]:
     """Call the hidden parameter `fn` with the `n` values that the instructions `args` push."""
-    body = [Instr("PUSH_NULL", lineno=lineno), Instr("LOAD_FAST", fn, lineno=lineno), *args]
-    if PY == (3, 11):
-        body.append(Instr("PRECALL", n, lineno=lineno))
-    body.append(Instr("CALL", n, lineno=lineno))
-    return body
+    return cpython.call_sequence([Instr("LOAD_FAST", fn, lineno=lineno)], args, n, lineno)
 
 
 def _item(state: str, index: int, lineno: int) -> list[Instr]:
@@ -109,8 +105,8 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     for n, successor in enumerate(successors):
         label = Label()
         block = [label]
-        if successor.is_jump and instr.name == "FOR_ITER" and PY >= (3, 12):
-            block.append(Instr("NOP", lineno=lineno))  # CPython 3.12 skips one END_FOR-sized slot
+        if successor.is_jump and instr.name == "FOR_ITER":  # CPython skips END_FOR (and 3.13's POP_TOP)
+            block += [Instr("NOP", lineno=lineno)] * cpython.FOR_ITER_EXHAUSTED_SKIP
         block += [Instr("BUILD_TUPLE", successor.depth, lineno=lineno),
                  Instr("STORE_FAST", "__tj_stack", lineno=lineno)]
         local_loads = [_load(n, cellvars) for n in local_names] + [Instr("BUILD_TUPLE", len(local_names), lineno=lineno)]
@@ -130,6 +126,10 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     if fallthrough:
         bc.insert(position + 1, Instr("JUMP_FORWARD", fallthrough[0], lineno=lineno))
     bc.insert(_position(bc, entry), at_break)
+    if instr.name in cpython.NEEDS_EXACT_BOOL:
+        # The rebuilt stack holds the value capture could not decide (a tensor, say): the
+        # original's TO_BOOL (or converting COMPARE_OP) is before the break point.
+        bc.insert(_position(bc, instr), Instr("TO_BOOL", lineno=lineno))
     start = _after_resume(bc)
     bc[start:start] = prologue
     for _, _, block in exits:

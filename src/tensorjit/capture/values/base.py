@@ -115,13 +115,15 @@ class CallableConstant(Value):
 
 
 class NullValue(Value):
-    """The NULL that CPython 3.11+ pushes below a callable."""
+    """The NULL that CPython 3.11+ pushes beside a callable (below it up to 3.12, above on 3.13)."""
 
     def __repr__(self) -> str:
         return "NULL"
 
 
 NULL = NullValue()
+UNBOUND = NullValue()
+"""What LOAD_FAST_AND_CLEAR pushes for an unbound local: a NULL that no call consumes."""
 
 
 def is_constant(*values: Value) -> bool:
