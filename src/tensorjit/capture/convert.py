@@ -21,6 +21,7 @@ import torch
 
 from .. import logs
 from ..config import Config
+from .aliasing import check_aliasing
 from .breaks import BreakReason, CaptureError, GraphBreak, GraphBreakError
 from .codegen import RestoreFunction
 from .guards import CompiledGuards, global_state_guards
@@ -101,7 +102,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
     try:
         frame = _root_frame(owner, L, capture)
         result = frame.run()
-        return _finish_return(owner, output, result, grad_before)
+        return _finish_return(owner, output, result, grad_before, frame.location())
     except StopCapture:
         try:
             return _finish_break(owner, output, frame, grad_before)
@@ -157,7 +158,24 @@ def _compile_graph(owner, output: OutputGraph, outputs: list) -> tuple[Callable 
     return compiled, [record]
 
 
-def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool) -> CacheEntry:
+def _eager_if_aliased(owner, output: OutputGraph, location) -> CacheEntry | None:
+    """An entry that runs this call pattern eagerly when inputs the graph writes share memory."""
+    reason = check_aliasing(output)
+    if reason is None:
+        return None
+    if owner.fullgraph:
+        raise GraphBreakError(BreakReason("aliased-inputs", reason, "pass tensors that do not overlap",
+                                          [location] if location else []))
+    logs.emit("graph_breaks", f"{location}: {reason}")
+    fn = owner.fn
+    return CacheEntry(_build_guards(owner, output), lambda args, kwargs, L: fn(*args, **kwargs))
+
+
+def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool,
+                   location=None) -> CacheEntry:
+    eager = _eager_if_aliased(owner, output, location)
+    if eager is not None:
+        return eager
     restore = RestoreFunction(output, [result], grad_mode_after=None, single=True,
                               call_graph=output.op_count() > 0)
     compiled, graphs = _compile_graph(owner, output, restore.graph_outputs)
@@ -194,6 +212,9 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
         [n for n in code.co_cellvars if frame.cells[n].contents is not None]
     for name in local_names:
         values.append(frame.locals[name] if name in frame.locals else frame.cells[name].contents)
+    eager = _eager_if_aliased(owner, output, frame.location())
+    if eager is not None:
+        return eager
     grad_now = torch.is_grad_enabled()
     restore = RestoreFunction(output, values, grad_mode_after=grad_now if grad_now != grad_before else None,
                               single=False, call_graph=output.op_count() > 0, wrap_indices=wrapped,

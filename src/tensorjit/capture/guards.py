@@ -21,6 +21,16 @@ import torch
 
 from .sources import AttrSource, ItemSource, Source
 
+
+def storages_unshared(written: tuple, tensors: tuple) -> bool:
+    """No tensor of `written` shares its buffer with another of `tensors` (which holds them)."""
+    pointers = [t.untyped_storage().data_ptr() for t in tensors]
+    for t in written:
+        pointer = t.untyped_storage().data_ptr()
+        if pointer and pointers.count(pointer) > 1:
+            return False
+    return True
+
 _weakrefable_failures = (TypeError,)
 
 
@@ -55,6 +65,10 @@ class Guard:
             return f"shape guard {self.payload}"
         if self.kind == "no_hooks":
             return f"{where} has no hooks"
+        if self.kind == "aliasing":
+            (written, inputs), unshared = self.payload
+            names = ", ".join(map(str, written))
+            return f"{names} {'share' if unshared else 'shares'} memory with {'no' if unshared else 'another'} input"
         if self.kind == "tensor_dynamic":
             return f"{where}: tensor with dynamic sizes, {tensor_signature_text(self.payload)}"
         return f"{self.kind} guard on {where}"
@@ -142,6 +156,9 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
     if kind == "expression":
         em.check(guard.payload)
         return
+    if kind == "aliasing":
+        _emit_aliasing(em, guard)
+        return
     v = em.value_of(guard.source)
     if kind == "type":
         em.check(f"type({v}) is {em.constant(guard.payload, 'T')}")
@@ -184,8 +201,16 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         raise AssertionError(f"unknown guard kind {kind}")
 
 
+def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
+    """Inputs the graph writes to share memory with no other input (or do, as they did at capture)."""
+    (written, inputs), unshared = guard.payload
+    written_text = "".join(f"{em.value_of(s)}, " for s in written)
+    inputs_text = "".join(f"{em.value_of(s)}, " for s in inputs)
+    em.check(f"_storages_unshared(({written_text}), ({inputs_text})) is {unshared}")
+
+
 _ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "no_hooks": 2, "tensor": 3,
-          "tensor_dynamic": 3, "same": 4, "expression": 5}
+          "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5}
 
 
 @dataclass
@@ -206,7 +231,7 @@ class GuardSet:
             while s is not None:
                 n, s = n + 1, s.base()
             return n
-        return sorted(self.guards, key=lambda g: (g.kind == "expression", depth(g), _ORDER[g.kind]))
+        return sorted(self.guards, key=lambda g: (g.kind in ("aliasing", "expression"), depth(g), _ORDER[g.kind]))
 
     def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True) -> "CompiledGuards":
         ordered = self.ordered()
@@ -225,7 +250,8 @@ def _compile_checks(guards: list[Guard], fn_globals: dict, closure):
     env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
                _grad_enabled=torch.is_grad_enabled,
                _inference_mode=torch.is_inference_mode_enabled,
-               _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled)
+               _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled,
+               _storages_unshared=storages_unshared)
     params = ", ".join(f"{k}={k}" for k in env)
     body = "\n".join(em.lines) or "    pass"
     text = f"def check(L, {params}):\n{body}\n    return True\n"

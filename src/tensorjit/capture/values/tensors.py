@@ -233,7 +233,7 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
     else:
         op, fn = "call_function", target
     try:
-        with tx.output.fake_mode:
+        with tx.output.fake_mode, tx.output.writes:
             if method:
                 result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
             else:
