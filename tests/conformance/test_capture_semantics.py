@@ -133,3 +133,141 @@ def test_alias_partial_overlap_under_fullgraph_raises():
     compiled = compile(add_then_read, backend="eager", fullgraph=True)
     with pytest.raises(GraphBreakError, match="share memory"):
         compiled(*overlapping_views())
+
+
+# -- 5. attribute lookup on nn.Module follows Python's order ---------------------------------
+
+class ShadowedNames(torch.nn.Module):
+    """Names defined twice: on the class and on the instance (dict or nn.Module tables)."""
+
+    offset = 1.0
+    head = None  # a class attribute: the submodule assigned below is never reached
+
+    def __init__(self):
+        super().__init__()
+        self.activation = torch.nn.ReLU()  # in _modules: the method below wins
+        self.scale = 0.5  # in __dict__: shadows the method below
+        self.offset = 3.0  # in __dict__: shadows the class attribute
+        self.linear = torch.nn.Linear(4, 4)  # in _modules: the method below wins
+        self.head = torch.nn.Linear(4, 4)
+        self._buffers["doubled"] = torch.full((4,), 7.0)  # the property below wins
+        self.__dict__["gain"] = 100.0  # a property is a data descriptor: it wins over __dict__
+
+    def activation(self, x):
+        return torch.tanh(x) * 2
+
+    def scale(self):
+        return 10.0
+
+    def linear(self, x):
+        return x - 1
+
+    @property
+    def doubled(self):
+        return torch.ones(4) * 2
+
+    @property
+    def gain(self):
+        return 2.0
+
+    def forward(self, x):
+        y = self.activation(x) * self.scale + self.offset + self.doubled * self.gain
+        y = self.linear(y)
+        return y if self.head is None else self.head(y)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_attribute_order(backend):
+    if backend != "eager":
+        require_backend(backend)
+    torch.manual_seed(0)
+    module = ShadowedNames()
+    x = torch.randn(2, 4)
+    counter = CountingBackend() if backend == "eager" else backend
+    compiled = compile(module, backend=counter)
+    assert_same(module(x), compiled(x))
+    assert_same(module(x), compiled(x))
+    if backend == "eager":
+        assert counter.graph_count == 1
+
+
+def test_module_attribute_order_in_submodule():
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = ShadowedNames()
+            self.norm = torch.nn.LayerNorm(4)  # an ordinary submodule still found
+
+        def forward(self, x):
+            return self.norm(self.inner(x)) + self.inner.scale
+
+    torch.manual_seed(0)
+    module = Outer()
+    x = torch.randn(3, 4)
+    compiled = compile(module, backend="eager")
+    assert_same(module(x), compiled(x))
+
+
+class PropertySetter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._temperature = 1.0
+
+    @property
+    def temperature(self):
+        return self._temperature * 10
+
+    @temperature.setter
+    def temperature(self, value):
+        self._temperature = value + 1
+
+    def forward(self, x):
+        self.temperature = 2.0  # runs the setter: eager reads 30 below, not 2
+        return x * self.temperature
+
+
+class AssignsOverMethod(torch.nn.Module):
+    def act(self, x):
+        return x * 5
+
+    def forward(self, x):
+        self.act = torch.nn.ReLU()  # kept in _modules: `self.act` still finds the method
+        return self.act(x)
+
+
+class Counted:
+    """A plain object whose __setattr__ counts writes, and a property with a setter."""
+
+    def __init__(self):
+        object.__setattr__(self, "writes", 0)
+        self._v = 0
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, "writes", self.writes + 1)
+        object.__setattr__(self, name, value)
+
+    @property
+    def v(self):
+        return self._v * 10
+
+    @v.setter
+    def v(self, value):
+        self._v = value + 1
+
+
+def test_module_property_setter_runs():
+    compare(PropertySetter(), lambda: (torch.ones(2),), "eager")
+
+
+def test_module_assignment_keeps_method_first():
+    compare(AssignsOverMethod(), lambda: (-torch.ones(2),), "eager")
+
+
+def test_object_setattr_and_property_setter():
+    def fn(x):
+        c = Counted()
+        c.v = 2
+        c.extra = 3
+        return x * c.v + c.writes + c.extra
+
+    compare(fn, lambda: (torch.ones(2),), "eager")

@@ -284,13 +284,10 @@ class Frame:
             return IteratorValue(obj.items)
         return IteratorValue(obj.unpack(self))
 
-    def store_attribute(self, obj: Value, name: str, value: Value) -> Value:
-        if isinstance(obj, (UserObjectValue, RecordValue)):
-            obj.setattr(self, name, value)
-        elif isinstance(obj, ObjectValue) and obj.source is not None:
-            self.output.record_attribute_write(obj, name, value)
-        else:
-            raise GraphBreak("store-attr", f"setting attribute {name!r} on {obj!r}")
+    def store_attribute(self, obj: Value, name: str, value: Value, custom: bool = True) -> Value:
+        """`obj.name = value`; custom=False is `object.__setattr__` (no class __setattr__)."""
+        from .attributes import store_attribute
+        store_attribute(self, obj, name, value, custom)
         return ConstantValue(None)
 
     def set_grad_enabled(self, enabled: bool) -> Value:

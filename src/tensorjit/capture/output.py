@@ -52,6 +52,7 @@ class OutputGraph:
         self.guards = GuardSet()
         self.side_effects: list[SideEffect] = []
         self.attribute_overlay: dict[tuple[int, str], Any] = {}
+        self.module_table_writes: set[tuple[int, str]] = set()  # overlay keys nn.Module.__setattr__ put in a table
         self.keep_alive: list[Any] = []
         self.fn_name = fn_name
         self._names: dict[str, int] = {}

@@ -407,7 +407,7 @@ def _cast(tx, typ: Value, value: Value) -> Value:
 
 @builtin(py.object.__setattr__)
 def _object_setattr(tx, obj: Value, name: Value, value: Value) -> Value:
-    tx.store_attribute(obj, name.constant(), value)
+    tx.store_attribute(obj, name.constant(), value, custom=False)
     return ConstantValue(None)
 
 

@@ -54,10 +54,10 @@ class ObjectValue(Value):
     def attribute_source(self, name: str):
         return AttrSource(self.source, name) if self.source is not None else None
 
-    def getattr(self, tx, name: str) -> Value:
-        overlay = tx.output.attribute_overlay.get((id(self.obj), name))
-        if overlay is not None:
-            return overlay
+    def getattr(self, tx, name: str, overlay: bool = True) -> Value:
+        written = tx.output.attribute_overlay.get((id(self.obj), name)) if overlay else None
+        if written is not None:
+            return written
         obj = self.obj
         if isinstance(obj, type):
             return self._class_attribute(tx, obj, name)
@@ -108,10 +108,18 @@ class NNModuleValue(ObjectValue):
     """An nn.Module read through a source: its parameters and buffers become graph inputs."""
 
     def getattr(self, tx, name: str) -> Value:
-        overlay = tx.output.attribute_overlay.get((id(self.obj), name))
-        if overlay is not None:
-            return overlay
         module = self.obj
+        # Python's order: a class attribute (method, property, plain value) or an instance
+        # __dict__ entry is found by ordinary lookup; the parameter, buffer and submodule
+        # tables only through nn.Module.__getattr__, when that lookup fails. A submodule
+        # assigned under the name of a method is therefore shadowed by the method.
+        on_class = lookup_static(type(module), name)[1] is not None
+        key = (id(module), name)
+        overlay = tx.output.attribute_overlay.get(key)
+        if overlay is not None and not (on_class and key in tx.output.module_table_writes):
+            return overlay
+        if on_class or name in module.__dict__:
+            return super().getattr(tx, name, overlay=False)
         for table in ("_parameters", "_buffers", "_modules"):
             entries = module.__dict__.get(table)
             if entries is not None and name in entries:
@@ -352,7 +360,7 @@ class BuiltinMethodOfObject(Value):
         if self.name in ("__init__",):
             return ConstantValue(None)
         if self.name == "__setattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
-            return tx.store_attribute(self.obj, args[0].constant(), args[1])
+            return tx.store_attribute(self.obj, args[0].constant(), args[1], custom=False)
         raise GraphBreak("call", f"object.{self.name} through super()")
 
 
