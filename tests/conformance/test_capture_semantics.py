@@ -7,6 +7,8 @@ user objects, dict views, capture-time stand-ins leaking into Python values,
 nn.Module attribute lookup order, module hooks, closures across graph breaks.
 """
 
+import collections.abc
+
 import pytest
 import torch
 
@@ -271,3 +273,47 @@ def test_object_setattr_and_property_setter():
         return x * c.v + c.writes + c.extra
 
     compare(fn, lambda: (torch.ones(2),), "eager")
+
+
+# -- 4. capture-time stand-ins (fake tensors) never reach Python --------------------------------
+
+TENSOR_FACTS = {
+    "class name": lambda x: x.__class__.__name__,
+    "class module": lambda x: x.__class__.__module__,
+    "class is Tensor": lambda x: x.__class__ is torch.Tensor,
+    "f-string of class": lambda x: f"{x.__class__.__name__}:{type(x).__name__}",
+    "type of a result": lambda x: type(x * 2).__name__,
+    "class of a result": lambda x: (x * 2).__class__.__name__,
+    "grad_fn without grad": lambda x: (x * 2).grad_fn,
+    "isinstance FakeTensor": lambda x: isinstance(x, torch._subclasses.FakeTensor),
+    "is_cpu and nbytes": lambda x: (x.is_cpu, x.nbytes),
+}
+
+
+@pytest.mark.parametrize("fact", list(TENSOR_FACTS), ids=list(TENSOR_FACTS))
+def test_tensor_facts_are_eagers(fact):
+    read = TENSOR_FACTS[fact]
+
+    def fn(x):
+        return x + 1, read(x)
+
+    compare(fn, lambda: (torch.ones(2),), "eager")
+
+
+def test_parameter_class_is_parameter():
+    weight = torch.nn.Parameter(torch.ones(2))
+
+    def fn(x):
+        return x * weight, weight.__class__.__name__, type(weight).__name__, (weight * 2).__class__.__name__
+
+    compare(fn, lambda: (torch.ones(2),), "eager")
+
+
+def test_grad_fn_with_grad_is_eagers():
+    def fn(x):
+        y = x * 2
+        return y, type(y.grad_fn).__name__
+
+    compiled = compile(fn, backend="eager")
+    x = torch.ones(2, requires_grad=True)
+    assert fn(x)[1] == compiled(x)[1] == "MulBackward0"

@@ -56,7 +56,7 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     guard = tx.output.guard
     if isinstance(obj, torch.Tensor):
         node, fake = tx.output.add_input(obj, source)
-        return TensorValue(node, fake, source)
+        return TensorValue(node, fake, source, type(obj))
     if isinstance(obj, _CONSTANT_TYPES) or isinstance(obj, torch.Size):
         guard(Guard(source, "constant", obj))
         return ConstantValue(obj, source)
