@@ -317,3 +317,70 @@ def test_grad_fn_with_grad_is_eagers():
     compiled = compile(fn, backend="eager")
     x = torch.ones(2, requires_grad=True)
     assert fn(x)[1] == compiled(x)[1] == "MulBackward0"
+
+
+# -- 2. builtins on user objects ---------------------------------------------------------------
+
+class Plain:
+    def __init__(self):
+        self.a = 1
+
+    def method(self):
+        return 2
+
+
+class WithCall:
+    def __call__(self):
+        return 1
+
+
+class WithLenIter:
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        return iter([1, 2, 3])
+
+
+class WithBool:
+    def __bool__(self):
+        return False
+
+
+OBJECT_FACTS = {
+    "callable": lambda o: callable(o),
+    "callable of method": lambda o: callable(o.__init__),
+    "hasattr": lambda o: (hasattr(o, "a"), hasattr(o, "method"), hasattr(o, "__call__"), hasattr(o, "zz")),
+    "isinstance ABC": lambda o: tuple(isinstance(o, abc) for abc in (
+        collections.abc.Callable, collections.abc.Sized, collections.abc.Iterable, collections.abc.Hashable)),
+    "type": lambda o: type(o).__name__,
+    "getattr default": lambda o: (getattr(o, "zz", 7), getattr(o, "a", 7)),
+    "bool": lambda o: bool(o),
+    "id stable": lambda o: id(o) == id(o),
+    "hash stable": lambda o: hash(o) == hash(o),
+    "dir": lambda o: [n for n in dir(o) if not n.startswith("__")],
+}
+CLASSES = [Plain, WithCall, WithLenIter, WithBool]
+
+
+@pytest.mark.parametrize("made_inside", [False, True], ids=["existing", "made-inside"])
+@pytest.mark.parametrize("cls", CLASSES, ids=[c.__name__ for c in CLASSES])
+@pytest.mark.parametrize("fact", list(OBJECT_FACTS), ids=list(OBJECT_FACTS))
+def test_builtins_on_user_objects(fact, cls, made_inside):
+    read = OBJECT_FACTS[fact]
+    existing = cls()
+
+    def fn(x):
+        return x + 1, read(cls() if made_inside else existing)
+
+    compare(fn, lambda: (torch.ones(1),), "eager")
+
+
+def test_callable_picks_the_branch():
+    """The issue's repro: callable(obj) chose the wrong branch of the program."""
+    obj = Plain()
+
+    def fn(x):
+        return x + 1 if callable(obj) else x - 1
+
+    compare(fn, lambda: (torch.zeros(1),), "eager")

@@ -167,7 +167,19 @@ def _type(tx, obj: Value) -> Value:
 
 @builtin(py.callable)
 def _callable(tx, obj: Value) -> Value:
-    return ConstantValue(callable(obj.constant()) if obj.is_constant() else hasattr(obj, "call"))
+    """As Python decides it: whether type(obj) defines __call__ (every Value has a `call` method)."""
+    from .objects import BuiltinMethodOfObject, DictReadValue, ObjectValue, lookup_static
+    if obj.is_constant():
+        return ConstantValue(callable(obj.constant()))
+    if isinstance(obj, ObjectValue):
+        return ConstantValue(callable(obj.obj))
+    if isinstance(obj, (BuiltinMethodOfObject, DictReadValue)) or type(obj).__name__.endswith("MethodValue"):
+        return ConstantValue(True)  # bound methods of values that have no Python type of their own
+    try:
+        cls = obj.python_type()
+    except GraphBreak:
+        raise GraphBreak("unsupported-call", f"callable() of {obj!r}, whose type is not known") from None
+    return ConstantValue(lookup_static(cls, "__call__")[1] is not None)
 
 
 @builtin(py.hasattr)
