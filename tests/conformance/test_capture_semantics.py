@@ -384,3 +384,119 @@ def test_callable_picks_the_branch():
         return x + 1 if callable(obj) else x - 1
 
     compare(fn, lambda: (torch.zeros(1),), "eager")
+
+
+# -- 3. dict views and iterators see later mutation --------------------------------------------
+
+GLOBAL_TABLE = {"a": 1, "z": 5}
+
+
+def values_then_add(x):
+    d = {"a": 1}
+    v = d.values()
+    d["b"] = 2
+    return x + sum(v)
+
+
+def keys_then_add(x):
+    d = {"a": 1}
+    k = d.keys()
+    d["b"] = 2
+    return x + len(k), list(k), "b" in k, bool(k)
+
+
+def items_then_pop(x):
+    d = {"a": 1, "b": 2}
+    items = d.items()
+    d.pop("a")
+    return x, list(items), items == {("b", 2)}
+
+
+def key_set_operations(x):
+    d = {"a": 1, "b": 2}
+    k = d.keys()
+    d["c"] = 3
+    return x, k - {"a"}, k & {"c"}, k.isdisjoint({"q"})
+
+
+def tensor_values(x):
+    d = {"a": x}
+    v = d.values()
+    d["b"] = x * 2
+    return sum(v)
+
+
+def global_dict_values(x):
+    v = GLOBAL_TABLE.values()
+    GLOBAL_TABLE["q"] = 7
+    result = x + sum(v)
+    GLOBAL_TABLE.pop("q")
+    return result
+
+
+def views_returned(x):
+    d = {"a": 1}
+    v = d.values()  # dict_values compare by identity: compare the type and the contents
+    d["b"] = 2
+    return x, d.keys(), d.items(), type(v).__name__, list(v)
+
+
+def list_iterator_sees_append(x):
+    xs = [1, 2]
+    it = iter(xs)
+    first = next(it)
+    xs.append(3)
+    return x + sum(it), first
+
+
+def views_across_a_break(x):
+    d = {"a": 1}
+    k = d.keys()
+    xs = [1, 2]
+    it = iter(xs)
+    alias = xs
+    print("graph break")
+    d["b"] = 2
+    alias.append(3)
+    return x + len(k), list(it), xs is alias
+
+
+VIEW_PROGRAMS = [values_then_add, keys_then_add, items_then_pop, key_set_operations, tensor_values,
+                 global_dict_values, views_returned, list_iterator_sees_append, views_across_a_break]
+
+
+@pytest.mark.parametrize("fn", [
+    pytest.param(f, marks=xfail_on_reference("a dict view made before a break misses later writes"))
+    if f is views_across_a_break else f for f in VIEW_PROGRAMS], ids=[f.__name__ for f in VIEW_PROGRAMS])
+def test_views_are_live(fn):
+    compare(fn, lambda: (torch.ones(1),), "eager")
+
+
+@pytest.mark.parametrize("kind", ["dict", "set"])
+def test_iterating_a_resized_container_raises(kind):
+    def fn(x):
+        container = {"a": 1} if kind == "dict" else {1}
+        it = iter(container)
+        if kind == "dict":
+            container["b"] = 2
+        else:
+            container.add(2)
+        return x, list(it)
+
+    compiled = compile(fn, backend="eager")
+    with pytest.raises(RuntimeError, match="changed size during iteration"):
+        fn(torch.ones(1))
+    with pytest.raises(RuntimeError, match="changed size during iteration"):
+        compiled(torch.ones(1))
+
+
+def test_containers_keep_identity_across_a_break():
+    def fn(x):
+        a = [1]
+        b = a
+        d = {"k": a}
+        print("graph break")
+        b.append(2)
+        return x, a, d, a is b, d["k"] is a
+
+    compare(fn, lambda: (torch.ones(1),), "eager")

@@ -22,7 +22,7 @@ import torch
 
 from ..breaks import GraphBreak
 from .base import CallableConstant, ConstantValue, NULL, Value
-from .containers import DictValue, IteratorValue, ListValue, SetValue, SliceValue, TupleValue
+from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, SliceValue, TupleValue
 from .tensors import TensorValue, record_call
 
 _HANDLERS: dict[Any, Callable] = {}
@@ -130,6 +130,8 @@ def _len(tx, obj: Value) -> Value:
         return ConstantValue(len(obj.items))
     if isinstance(obj, (DictValue, SetValue)):
         return ConstantValue(len(obj.items))
+    if isinstance(obj, DictViewValue):
+        return ConstantValue(len(obj.mapping.items))
     if isinstance(obj, TensorValue):
         if obj.example.dim() == 0:
             raise GraphBreak("op-error", "len() of a 0-d tensor")

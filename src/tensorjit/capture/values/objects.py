@@ -182,7 +182,7 @@ class UserObjectValue(Value):
         return True
 
     def reconstruct(self, cg) -> str:
-        attrs = "{" + ", ".join(f"{k!r}: {v.reconstruct(cg)}" for k, v in self.attributes.items()) + "}"
+        attrs = "{" + ", ".join(f"{k!r}: {cg.value(v)}" for k, v in self.attributes.items()) + "}"
         return f"{cg.helper('new_object')}({cg.constant(self.cls)}, {attrs})"
 
     def __repr__(self) -> str:
@@ -207,7 +207,7 @@ class CellValue(Value):
         self.contents = value
 
     def reconstruct_cell(self, cg) -> str:
-        return f"{cg.helper('CellType')}({self.contents.reconstruct(cg) if self.contents else ''})"
+        return f"{cg.helper('CellType')}({cg.value(self.contents) if self.contents else ''})"
 
 
 class RealCellValue(Value):
@@ -280,7 +280,7 @@ class SuperValue(Value):
         raise GraphBreak("attribute-error", f"'super' object has no attribute {name!r}")
 
     def reconstruct(self, cg) -> str:
-        return f"super({cg.constant(self.cls)}, {self.obj.reconstruct(cg)})"
+        return f"super({cg.constant(self.cls)}, {cg.value(self.obj)})"
 
 
 _DICT_READS = {"get", "__getitem__", "__contains__"}
@@ -485,7 +485,7 @@ class NullContextValue(Value):
 
     def reconstruct(self, cg) -> str:
         import contextlib
-        return f"{cg.constant(contextlib.nullcontext)}({self.result.reconstruct(cg)})"
+        return f"{cg.constant(contextlib.nullcontext)}({cg.value(self.result)})"
 
     def reconstruct_entered_exit(self, cg) -> str:
         import contextlib
@@ -509,6 +509,6 @@ class PartialValue(Value):
 
     def reconstruct(self, cg) -> str:
         import functools
-        parts = [self.func.reconstruct(cg)] + [a.reconstruct(cg) for a in self.args] + \
-            [f"{k}={v.reconstruct(cg)}" for k, v in self.kwargs.items()]
+        parts = [cg.value(self.func)] + [cg.value(a) for a in self.args] + \
+            [f"{k}={cg.value(v)}" for k, v in self.kwargs.items()]
         return f"{cg.constant(functools.partial)}({', '.join(parts)})"
