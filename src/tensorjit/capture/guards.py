@@ -65,6 +65,10 @@ class Guard:
             return f"shape guard {self.payload}"
         if self.kind == "no_hooks":
             return f"{where} has no hooks"
+        if self.kind == "no_backward_hooks":
+            return f"{where} has no backward hooks"
+        if self.kind in ("no_global_hooks", "no_global_backward_hooks"):
+            return "no global module hooks" if self.kind == "no_global_hooks" else "no global backward hooks"
         if self.kind == "aliasing":
             (written, inputs), unshared = self.payload
             names = ", ".join(map(str, written))
@@ -159,6 +163,10 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
     if kind == "aliasing":
         _emit_aliasing(em, guard)
         return
+    if kind in ("no_global_hooks", "no_global_backward_hooks"):  # register_module_forward_hook & co.
+        tables = _GLOBAL_HOOK_TABLES if kind == "no_global_hooks" else _GLOBAL_HOOK_TABLES[2:]
+        em.check("not (" + " or ".join(f"_module_globals.{t}" for t in tables) + ")")
+        return
     v = em.value_of(guard.source)
     if kind == "type":
         em.check(f"type({v}) is {em.constant(guard.payload, 'T')}")
@@ -191,6 +199,8 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
     elif kind == "no_hooks":  # an inlined module: a hook added later must recompile
         em.check(f"not ({v}._forward_hooks or {v}._forward_pre_hooks or {v}._backward_hooks "
                  f"or {v}._backward_pre_hooks)")
+    elif kind == "no_backward_hooks":  # a module whose forward hooks were inlined
+        em.check(f"not ({v}._backward_hooks or {v}._backward_pre_hooks)")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
     elif kind == "keys":
@@ -199,6 +209,10 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"{v} is {em.value_of(guard.other)}")
     else:
         raise AssertionError(f"unknown guard kind {kind}")
+
+
+_GLOBAL_HOOK_TABLES = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                       "_global_backward_pre_hooks")
 
 
 def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
@@ -210,7 +224,8 @@ def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
 
 
 _ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "no_hooks": 2, "tensor": 3,
-          "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5}
+          "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5,
+          "no_backward_hooks": 2, "no_global_hooks": 0, "no_global_backward_hooks": 0}
 
 
 @dataclass
@@ -251,7 +266,7 @@ def _compile_checks(guards: list[Guard], fn_globals: dict, closure):
                _grad_enabled=torch.is_grad_enabled,
                _inference_mode=torch.is_inference_mode_enabled,
                _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled,
-               _storages_unshared=storages_unshared)
+               _storages_unshared=storages_unshared, _module_globals=torch.nn.modules.module)
     params = ", ".join(f"{k}={k}" for k in env)
     body = "\n".join(em.lines) or "    pass"
     text = f"def check(L, {params}):\n{body}\n    return True\n"

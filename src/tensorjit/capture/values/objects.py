@@ -128,19 +128,8 @@ class NNModuleValue(ObjectValue):
         return super().getattr(tx, name)
 
     def call(self, tx, args, kwargs) -> Value:
-        module = self.obj
-        if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks):
-            raise GraphBreak("module-hooks", f"{type(module).__name__} has forward hooks")
-        if self.source is not None:
-            from ..guards import Guard
-            tx.output.guard(Guard(self.source, "no_hooks"))
-        forward = type(module).forward
-        if not isinstance(forward, types.FunctionType):
-            raise GraphBreak("module-forward", f"{type(module).__name__}.forward is not a Python function")
-        source = AttrSource(AttrSource(self.source, "__class__"), "forward") if self.source else None
-        return tx.call(FunctionValue(forward, source), [self, *args], kwargs)
+        from ..module_call import call_module
+        return call_module(tx, self, args, kwargs)
 
     def __repr__(self) -> str:
         return f"NNModuleValue({type(self.obj).__name__})"
