@@ -149,22 +149,26 @@ class CompiledFunction:
             if isinstance(value, torch.Tensor):
                 record_changed_dims(self.dynamic_dims, expression, shape, tuple(value.shape))
 
-    def resume_function(self, index: int, depth: int, local_names: list[str]) -> "CompiledFunction":
+    def resume_function(self, index: int, depth: int, local_names: list[str],
+                        cell_names: list[str] = ()) -> "CompiledFunction":
         """The compiled resume function continuing this code at instruction `index`.
 
         Resume functions are always copies of the original function's code, and are
-        shared: a break in a loop resumes in the same function on every iteration."""
+        shared: a break in a loop resumes in the same function on every iteration.
+        The variables in `cell_names` (among `local_names`) arrive as cells, not values."""
         if self.origin is not None:  # a resume function: translate to the original's numbering
             root, shift = self.origin
-            return root.resume_function(index - shift, depth, local_names)
-        key = (index, depth, tuple(local_names))
+            return root.resume_function(index - shift, depth, local_names, cell_names)
+        key = (index, depth, tuple(local_names), tuple(cell_names))
         resume = self._resume.get(key)
         if resume is None:
-            code = resume_code(self.fn.__code__, index, depth, local_names)
+            code = resume_code(self.fn.__code__, index, depth, local_names, cell_names)
             fn = types.FunctionType(code, self.fn.__globals__, code.co_name, None, self.fn.__closure__)
             resume = self._resume[key] = CompiledFunction(fn, self.backend, self.config, self.fullgraph,
                                                           self.backend_name, self.dynamic)
-            resume.origin = (self, depth + 1)  # its prologue: a load per stack item and a jump
+            # its prologue: a load per stack item and a jump; less the MAKE_CELL of each cell it receives
+            resume.origin = (self, depth + 1 - len(cell_names))
+            resume.cell_arguments = frozenset(cell_names)
         return resume
 
     def all_entries(self):

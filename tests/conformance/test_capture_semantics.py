@@ -645,3 +645,109 @@ def test_hook_with_a_break_in_it_still_compiles_forward():
 
     counter, _ = _run_module(make)
     assert counter.graph_count >= 2  # inner forward, and what follows the hook in Wrapper.forward
+
+
+# -- 6. closures made before a graph break, called after it -------------------------------------
+
+def closure_called_after_break(inp):
+    g = lambda y: inp + y
+    print("graph break")
+    return g(torch.ones(1))
+
+
+def def_closure_called_after_break(inp):
+    def g(y):
+        return inp * y
+
+    print("graph break")
+    return g(torch.full((1,), 3.0))
+
+
+def closure_sees_rebinding(inp):
+    g = lambda y: inp + y
+    print("graph break")
+    inp = inp * 10  # the cell is shared: g reads the new value
+    return g(torch.ones(1)) + inp.sum()
+
+
+def nonlocal_write_across_break(x):
+    total = x
+
+    def add(v):
+        nonlocal total
+        total = total + v
+
+    add(1)
+    print("graph break")
+    add(2)
+    return total * 2
+
+
+def two_closures_share_cells(x):
+    acc = [x]
+    count = 0
+
+    def push(v):
+        nonlocal count
+        acc.append(v)
+        count += 1
+
+    def size():
+        return count
+
+    push(x * 2)
+    print("graph break")
+    push(x * 3)
+    return sum(acc), size()
+
+
+def closure_in_a_loop_with_breaks(x):
+    scale = 2
+    f = lambda t: t * scale
+    for i in range(3):
+        print(i)
+        x = f(x)
+        scale += 1
+    return x
+
+
+CLOSURE_PROGRAMS = {  # program -> graphs torch.compile makes (per call, after the first)
+    closure_called_after_break: 1, def_closure_called_after_break: 1, closure_sees_rebinding: 1,
+    nonlocal_write_across_break: 2, two_closures_share_cells: 2, closure_in_a_loop_with_breaks: None,
+}
+
+
+@pytest.mark.parametrize("fn", list(CLOSURE_PROGRAMS), ids=[f.__name__ for f in CLOSURE_PROGRAMS])
+def test_closures_survive_a_break(fn, capsys):
+    counter = CountingBackend()
+    compiled = compile(fn, backend=counter)
+    for _ in range(3):
+        expected, actual = fn(torch.ones(2)), compiled(torch.ones(2))
+        assert_same(expected, actual)
+    graphs = counter.graph_count
+    assert graphs >= 1, "the code after the break ran eagerly"
+    if CLOSURE_PROGRAMS[fn] is not None:
+        assert graphs == CLOSURE_PROGRAMS[fn]
+    compiled(torch.ones(2))
+    assert counter.graph_count == graphs, "a new closure object each call must not recompile"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_closure_after_break_in_a_module(backend):
+    class Gated(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            gate = lambda y: torch.sigmoid(self.linear(y)) * x
+            print("graph break")
+            return gate(x) + 1
+
+    torch.manual_seed(0)
+    module = Gated()
+    x = torch.randn(2, 3)
+    compiled = compile(module, backend=backend)
+    with torch.no_grad():
+        assert_same(module(x), compiled(x))
+        assert_same(module(x), compiled(x))

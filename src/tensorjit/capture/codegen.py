@@ -136,6 +136,17 @@ class RuntimeCodegen:
         self._keep.append(value)
         return f"({name} := {text})"
 
+    def cell(self, cell) -> str:
+        """An expression for a closure cell (a CellValue or RealCellValue), made once per cell:
+        two closures over one variable, and the frame that resumes after a break, share it."""
+        name = self._built.get(id(cell))
+        if name is not None:
+            return name
+        text = cell.reconstruct_cell(self)
+        name = self._built[id(cell)] = f"__v{len(self._built)}"
+        self._keep.append(cell)
+        return f"({name} := {text})"
+
     # -- the function ------------------------------------------------------------------------
     def side_effect_lines(self) -> tuple[list[str], list[str]]:
         """Lines that read every written value (run first, while sources still see the old

@@ -202,13 +202,17 @@ class CellValue(Value):
 class RealCellValue(Value):
     """A closure cell that exists at run time: of the compiled function or a function it reached."""
 
-    def __init__(self, cell: types.CellType, function_source, index: int, name: str = "") -> None:
+    def __init__(self, cell: types.CellType, function_source, index: int, name: str = "",
+                 cell_source=None) -> None:
         self.cell = cell
         self.function_source = function_source
         self.index = index
         self.name = name
+        self.cell_source = cell_source  # where the cell object itself is read (a resume function's argument)
 
     def contents_source(self):
+        if self.cell_source is not None:
+            return AttrSource(self.cell_source, "cell_contents")
         if self.function_source is None:
             return None
         if self.function_source == "root":
@@ -232,7 +236,7 @@ class RealCellValue(Value):
                                          target_source=self.contents_source())
 
     def reconstruct_cell(self, cg) -> str:
-        return cg.constant(self.cell)
+        return cg.source(self.cell_source) if self.cell_source is not None else cg.constant(self.cell)
 
 
 class SuperValue(Value):
