@@ -265,10 +265,12 @@ def _compile_checks(guards: list[Guard], fn_globals: dict, closure):
     env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
                _grad_enabled=torch.is_grad_enabled,
                _inference_mode=torch.is_inference_mode_enabled,
-               _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled,
-               _storages_unshared=storages_unshared, _module_globals=torch.nn.modules.module)
-    params = ", ".join(f"{k}={k}" for k in env)
+               _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled)
     body = "\n".join(em.lines) or "    pass"
+    for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module)):
+        if name in body:  # bound only where used: every parameter costs each call a little
+            env[name] = helper
+    params = ", ".join(f"{k}={k}" for k in env)
     text = f"def check(L, {params}):\n{body}\n    return True\n"
     namespace: dict[str, Any] = {}
     exec(compile(text, "<tensorjit guards>", "exec"), env, namespace)
