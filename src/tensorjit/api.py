@@ -26,12 +26,12 @@ from .capture import codegen as capture_codegen
 from .capture.breaks import CaptureError, GraphBreakError
 from .capture.convert import CacheEntry, capture_entry
 from .capture.dynamic import record_changed_dims
+from .capture.module_call import any_hooks
 from .capture.resume import TailCall, resume_code
 from .capture.skipfiles import mark_disabled
 from .config import MODES, Config, check_option_names, config as default_config
 
 _all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
-_global_hooks_module = torch.nn.modules.module
 
 
 class CompiledFunction:
@@ -279,7 +279,7 @@ def _wrap_callee(obj, settings: tuple | None = None):
         forward = type(obj).forward
         if not isinstance(forward, types.FunctionType):
             return obj
-        if _has_hooks(obj):  # capture could not inline its hooks: run them here, forward compiled
+        if any_hooks(obj):  # capture could not inline its hooks: run them here, forward compiled
             compiled = _wrap_callee(forward, settings)
             return functools.partial(_hooks_around, compiled, obj)
         compiled = _wrap_callee(forward, settings)
@@ -345,14 +345,6 @@ def _module_caller(settings: tuple) -> CompiledFunction:
     return compiled
 
 
-def _has_hooks(module: torch.nn.Module) -> bool:
-    globals_ = torch.nn.modules.module
-    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks or globals_._global_forward_hooks
-                or globals_._global_forward_pre_hooks or globals_._global_backward_hooks
-                or globals_._global_backward_pre_hooks)
-
-
 _current_backend: tuple | None = None
 _disabled_codes: set = set()
 
@@ -370,10 +362,7 @@ class OptimizedModule(torch.nn.Module):
 
     def __call__(self, *args, **kwargs):
         module = self._target
-        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks \
-                or module._backward_pre_hooks or _global_hooks_module._global_forward_hooks \
-                or _global_hooks_module._global_forward_pre_hooks:
-            # hooks are captured with forward, in one graph (a backward hook breaks it)
+        if any_hooks(module):  # hooks are captured with forward, in one graph (a backward hook breaks it)
             return _module_caller(self._compiled_forward.settings())(module, *args, **kwargs)
         return self._compiled_forward(module, *args, **kwargs)
 

@@ -751,3 +751,23 @@ def test_closure_after_break_in_a_module(backend):
     with torch.no_grad():
         assert_same(module(x), compiled(x))
         assert_same(module(x), compiled(x))
+
+
+@xfail_on_reference("a global backward hook registered after compiling does not run")
+def test_global_backward_hook_runs_for_the_compiled_module():
+    from torch.nn.modules.module import register_module_full_backward_hook
+    seen = []
+    make = lambda: Wrapper(_hooked_linear("none")())
+    expected, actual = make(), make()
+    compiled = compile(actual, backend="eager")
+    x = torch.randn(2, 4)
+    compiled(x)  # compiled before the hook exists
+    handle = register_module_full_backward_hook(lambda m, gi, go: seen.append(type(m).__name__))
+    try:
+        expected(x.clone().requires_grad_()).sum().backward()
+        eager_seen = list(seen)
+        seen.clear()
+        compiled(x.clone().requires_grad_()).sum().backward()
+    finally:
+        handle.remove()
+    assert seen == eager_seen

@@ -31,16 +31,15 @@ from .values.containers import DictValue, TupleValue
 from .values.functions import FunctionValue
 
 _GLOBALS = module_globals.__name__
-_GLOBAL_BACKWARD = ("_global_backward_pre_hooks", "_global_backward_hooks")
 
 
 def call_module(tx, module_value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     module = module_value.obj
-    if not _any_forward_hooks(module):
+    if not any_hooks(module):
         _guard_no_hooks(tx, module_value)
         return _call_forward(tx, module_value, list(args), dict(kwargs))
     if module._backward_hooks or module._backward_pre_hooks or \
-            any(getattr(module_globals, name) for name in _GLOBAL_BACKWARD):
+            module_globals._global_backward_hooks or module_globals._global_backward_pre_hooks:
         raise GraphBreak("module-hooks", f"{type(module).__name__} has backward hooks, which run in the "
                          "autograd engine", "remove the backward hook, or call the module outside the compiled code")
     if module_value.source is not None:
@@ -75,11 +74,13 @@ def call_module(tx, module_value, args: list[Value], kwargs: dict[str, Value]) -
     return output
 
 
-def _any_forward_hooks(module: torch.nn.Module) -> bool:
+def any_hooks(module: torch.nn.Module) -> bool:
+    """Whether calling `module` runs any hook (its own or a global one, forward or backward).
+    Called on every call of a compiled module: plain attribute reads, no loop."""
     return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                 or module._backward_pre_hooks or module_globals._global_forward_hooks
-                or module_globals._global_forward_pre_hooks
-                or any(getattr(module_globals, name) for name in _GLOBAL_BACKWARD))
+                or module_globals._global_forward_pre_hooks or module_globals._global_backward_hooks
+                or module_globals._global_backward_pre_hooks)
 
 
 def _guard_no_hooks(tx, module_value) -> None:
