@@ -28,6 +28,7 @@ from .capture import codegen as capture_codegen
 from .capture.breaks import CaptureError, GraphBreakError
 from .capture.convert import CacheEntry, capture_entry
 from .capture.dynamic import record_changed_dims
+from .capture.module_call import any_hooks
 from .capture.resume import TailCall, resume_code
 from .capture.skipfiles import mark_disabled
 from .arguments import check_compile_arguments, check_disable_arguments
@@ -165,22 +166,26 @@ class CompiledFunction:
             if type(value) is int and value != before:
                 self.dynamic_ints.add(expression)
 
-    def resume_function(self, index: int, depth: int, local_names: list[str]) -> "CompiledFunction":
+    def resume_function(self, index: int, depth: int, local_names: list[str],
+                        cell_names: list[str] = ()) -> "CompiledFunction":
         """The compiled resume function continuing this code at instruction `index`.
 
         Resume functions are always copies of the original function's code, and are
-        shared: a break in a loop resumes in the same function on every iteration."""
+        shared: a break in a loop resumes in the same function on every iteration.
+        The variables in `cell_names` (among `local_names`) arrive as cells, not values."""
         if self.origin is not None:  # a resume function: translate to the original's numbering
             root, shift = self.origin
-            return root.resume_function(index - shift, depth, local_names)
-        key = (index, depth, tuple(local_names))
+            return root.resume_function(index - shift, depth, local_names, cell_names)
+        key = (index, depth, tuple(local_names), tuple(cell_names))
         resume = self._resume.get(key)
         if resume is None:
-            code = resume_code(self.fn.__code__, index, depth, local_names)
+            code = resume_code(self.fn.__code__, index, depth, local_names, cell_names)
             fn = types.FunctionType(code, self.fn.__globals__, code.co_name, None, self.fn.__closure__)
             resume = self._resume[key] = CompiledFunction(fn, self.backend, self.config, self.fullgraph,
                                                           self.backend_name, self.dynamic)
-            resume.origin = (self, depth + 1)  # its prologue: a load per stack item and a jump
+            # its prologue: a load per stack item and a jump; less the MAKE_CELL of each cell it receives
+            resume.origin = (self, depth + 1 - len(cell_names))
+            resume.cell_arguments = frozenset(cell_names)
         return resume
 
     def all_entries(self):
@@ -289,11 +294,13 @@ def _wrap_callee(obj, settings: tuple | None = None):
         return cached[1]
     if isinstance(obj, torch.nn.Module) and not isinstance(obj, OptimizedModule):
         forward = type(obj).forward
-        if isinstance(forward, types.FunctionType) and not (obj._forward_hooks or obj._forward_pre_hooks
-                                                             or obj._backward_hooks):
+        if not isinstance(forward, types.FunctionType):
+            return obj
+        if any_hooks(obj):  # capture could not inline its hooks: run them here, forward compiled
             compiled = _wrap_callee(forward, settings)
-            return obj if compiled is forward else functools.partial(compiled, obj)
-        return obj
+            return functools.partial(_hooks_around, compiled, obj)
+        compiled = _wrap_callee(forward, settings)
+        return obj if compiled is forward else functools.partial(compiled, obj)
     if isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
         inner = _wrap_callee(obj.__func__, settings)
         return obj if inner is obj.__func__ else types.MethodType(inner, obj.__self__)
@@ -303,6 +310,56 @@ def _wrap_callee(obj, settings: tuple | None = None):
 def _is_library(fn) -> bool:
     module = fn.__globals__.get("__name__", "") or ""
     return module.split(".")[0] in ("torch", "tensorjit", "numpy", "logging", "warnings", "builtins")
+
+
+def call_module(module, *args, **kwargs):
+    """Compiled in place of `module(...)` when the module has hooks: capture inlines
+    nn.Module.__call__'s hook protocol around forward (see capture/module_call.py)."""
+    return module(*args, **kwargs)
+
+
+def _hooks_around(forward, module, *args, **kwargs):
+    """`module(*args, **kwargs)` with `forward` (compiled) in place of the module's forward:
+    nn.Module.__call__'s forward hook protocol, run in Python. A module with backward hooks
+    runs wholly through its own __call__ (they wrap forward's inputs and outputs)."""
+    hooks = torch.nn.modules.module
+    if module._backward_hooks or module._backward_pre_hooks or hooks._global_backward_hooks \
+            or hooks._global_backward_pre_hooks:
+        return module(*args, **kwargs)
+    for hook_id, hook in (*hooks._global_forward_pre_hooks.items(), *module._forward_pre_hooks.items()):
+        if hook_id in module._forward_pre_hooks_with_kwargs:
+            result = hook(module, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError("forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
+                                       f"but got {result}.")
+                args, kwargs = result
+        else:
+            result = hook(module, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+    output = forward(module, *args, **kwargs)
+    for hook_id, hook in (*hooks._global_forward_hooks.items(), *module._forward_hooks.items()):
+        if hook_id in module._forward_hooks_with_kwargs or hook_id in hooks._global_forward_hooks_with_kwargs:
+            result = hook(module, args, kwargs, output)
+        else:
+            result = hook(module, args, output)
+        if result is not None:
+            output = result
+    return output
+
+
+_module_callers: list[tuple[tuple, CompiledFunction]] = []
+
+
+def _module_caller(settings: tuple) -> CompiledFunction:
+    """The compiled `call_module` for these compile settings (one cache of entries per settings)."""
+    for known, compiled in _module_callers:
+        if known == settings:
+            return compiled
+    compiled = CompiledFunction(call_module, *settings)
+    _module_callers.append((settings, compiled))
+    return compiled
 
 
 _current_backend: tuple | None = None
@@ -322,8 +379,8 @@ class OptimizedModule(torch.nn.Module):
 
     def __call__(self, *args, **kwargs):
         module = self._target
-        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks:
-            return module._call_impl(*args, **kwargs)  # hooks run eagerly around the original
+        if any_hooks(module):  # hooks are captured with forward, in one graph (a backward hook breaks it)
+            return _module_caller(self._compiled_forward.settings())(module, *args, **kwargs)
         return self._compiled_forward(module, *args, **kwargs)
 
     def forward(self, *args, **kwargs):
@@ -542,4 +599,5 @@ def reset() -> None:
     """Forget every compiled entry (as torch._dynamo.reset)."""
     for compiled in list(_all_compiled):
         compiled.reset()
+    _module_callers.clear()
     logs.clear()

@@ -56,7 +56,7 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     guard = tx.output.guard
     if isinstance(obj, torch.Tensor):
         node, fake = tx.output.add_input(obj, source)
-        return TensorValue(node, fake, source)
+        return TensorValue(node, fake, source, type(obj))
     policy = tx.output.policy
     if tx.output.shape_env is not None and policy is not None and policy.int_symbolic(source, obj):
         node = tx.output.add_int_input(obj, source)
@@ -94,8 +94,31 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         from .sources import AttrSource
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
         return owner.getattr(tx, obj.__name__)
-    guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
+    if isinstance(obj, types.FunctionType) and obj.__closure__:
+        _guard_closure(tx, obj, source)
+    else:
+        guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
     return _wrap_callable_or_object(tx, obj, source)
+
+
+def _guard_closure(tx, fn: types.FunctionType, source: Source) -> None:
+    """A closure is made anew on each call of the function that defines it (a lambda made
+    before a graph break reaches the resume function as a new object every time): guard
+    what inlining reads, its code, globals and the shape of its defaults, not its identity.
+    The contents of its cells and defaults are guarded where they are read."""
+    from .sources import AttrSource
+    guard = tx.output.guard
+    guard(Guard(source, "type", types.FunctionType))
+    guard(Guard(AttrSource(source, "__code__"), "id", fn.__code__))
+    guard(Guard(AttrSource(source, "__globals__"), "id", fn.__globals__))
+    for name in ("__defaults__", "__kwdefaults__"):
+        value = getattr(fn, name)
+        if value is None:
+            guard(Guard(AttrSource(source, name), "constant", None))
+        else:
+            guard(Guard(AttrSource(source, name), "length", len(value)))
+    if fn.__kwdefaults__:
+        guard(Guard(AttrSource(source, "__kwdefaults__"), "keys", tuple(fn.__kwdefaults__)))
 
 
 _SEQUENCE_ITERATORS = {type(iter([])), type(iter(())), type(iter(range(0)))}

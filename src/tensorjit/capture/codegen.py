@@ -19,7 +19,7 @@ import torch
 
 from .breaks import GraphBreak
 from .output import OutputGraph
-from .values.base import Value
+from .values.base import ConstantValue, Value
 from .values.containers import DictValue, ListValue
 from .values.tensors import TensorValue
 
@@ -55,6 +55,14 @@ def new_object(cls, attributes):
     return obj
 
 
+def advanced_iterator(iterable, position: int):
+    """iter(iterable) after `position` items were taken: a list iterator rebuilt over the same list."""
+    iterator = iter(iterable)
+    for _ in range(position):
+        next(iterator)
+    return iterator
+
+
 def replace_contents(container, new):
     if isinstance(container, list):
         container[:] = new
@@ -66,6 +74,7 @@ def replace_contents(container, new):
 HELPERS = {
     "make_function": make_function, "new_object": new_object, "MethodType": types.MethodType,
     "CellType": types.CellType, "enter_grad_mode": enter_grad_mode, "replace_contents": replace_contents,
+    "advanced_iterator": advanced_iterator,
 }
 
 
@@ -77,6 +86,8 @@ class RuntimeCodegen:
         self.graph_outputs: list[TensorValue] = []
         self._output_index: dict[Any, int] = {}
         self._constant_names: dict[int, str] = {}
+        self._built: dict[int, str] = {}  # id of a value made during capture -> the name it was built under
+        self._keep: list[Value] = []  # those values, alive while their ids are keys
 
     # -- what values call while reconstructing ----------------------------------------
     def source(self, source) -> str:
@@ -110,9 +121,31 @@ class RuntimeCodegen:
         return f"__outs[{index}]"
 
     def value(self, value: Value) -> str:
+        """An expression for `value`. A value made during capture (a list, a dict, an object, an
+        iterator) is built once, where it is first mentioned, and named: every other slot that
+        holds it then holds the same object, as two references to one list did in Python."""
         if isinstance(value, TensorValue):
             return self.tensor(value)
-        return value.reconstruct(self)
+        if value.source is not None or isinstance(value, ConstantValue):
+            return value.reconstruct(self)
+        name = self._built.get(id(value))
+        if name is not None:
+            return name
+        text = value.reconstruct(self)
+        name = self._built[id(value)] = f"__v{len(self._built)}"
+        self._keep.append(value)
+        return f"({name} := {text})"
+
+    def cell(self, cell) -> str:
+        """An expression for a closure cell (a CellValue or RealCellValue), made once per cell:
+        two closures over one variable, and the frame that resumes after a break, share it."""
+        name = self._built.get(id(cell))
+        if name is not None:
+            return name
+        text = cell.reconstruct_cell(self)
+        name = self._built[id(cell)] = f"__v{len(self._built)}"
+        self._keep.append(cell)
+        return f"({name} := {text})"
 
     # -- the function ------------------------------------------------------------------------
     def side_effect_lines(self) -> tuple[list[str], list[str]]:

@@ -22,6 +22,7 @@ from .. import logs
 from . import cpython
 from ..backends.registry import BackendCompilerFailed, call_backend
 from ..config import Config
+from .aliasing import check_aliasing
 from .breaks import BreakReason, CaptureError, GraphBreak, GraphBreakError
 from .codegen import RestoreFunction
 from .guards import CompiledGuards, global_state_guards
@@ -83,8 +84,13 @@ def _root_frame(owner, L: tuple, capture: Capture) -> Frame:
     names = code.co_varnames[:len(L)]
     local_values: dict[str, Value] = {n: LazyValue(v, LocalSource(i, n)) for i, (n, v) in enumerate(zip(names, L))}
     cells: dict[str, Any] = {}
+    passed_cells = getattr(owner, "cell_arguments", frozenset())
     for name in code.co_cellvars:
-        cells[name] = CellValue(local_values.pop(name, None))
+        local = local_values.pop(name, None)
+        if name in passed_cells:  # a resume function receives the cell itself, shared with closures
+            cells[name] = RealCellValue(local.obj, None, 0, name, cell_source=local.source)
+        else:
+            cells[name] = CellValue(local)
     for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
         cells[name] = RealCellValue(cell, "root", i, name)
     return Frame(capture, code, fn.__globals__, None, local_values, cells)
@@ -103,7 +109,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
     try:
         frame = _root_frame(owner, L, capture)
         result = frame.run()
-        return _finish_return(owner, output, result, grad_before)
+        return _finish_return(owner, output, result, grad_before, frame.location())
     except StopCapture:
         try:
             return _finish_break(owner, output, frame, grad_before)
@@ -161,7 +167,24 @@ def _compile_graph(owner, output: OutputGraph, outputs: list) -> tuple[Callable 
     return compiled, [record]
 
 
-def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool) -> CacheEntry:
+def _eager_if_aliased(owner, output: OutputGraph, location) -> CacheEntry | None:
+    """An entry that runs this call pattern eagerly when inputs the graph writes share memory."""
+    reason = check_aliasing(output)
+    if reason is None:
+        return None
+    if owner.fullgraph:
+        raise GraphBreakError(BreakReason("aliased-inputs", reason, "pass tensors that do not overlap",
+                                          [location] if location else []))
+    logs.emit("graph_breaks", f"{location}: {reason}")
+    fn = owner.fn
+    return CacheEntry(_build_guards(owner, output), lambda args, kwargs, L: fn(*args, **kwargs))
+
+
+def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool,
+                   location=None) -> CacheEntry:
+    eager = _eager_if_aliased(owner, output, location)
+    if eager is not None:
+        return eager
     restore = RestoreFunction(output, [result], grad_mode_after=None, single=True,
                               call_graph=output.op_count() > 0)
     compiled, graphs = _compile_graph(owner, output, restore.graph_outputs)
@@ -177,29 +200,37 @@ def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool)
 def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -> CacheEntry:
     fn = owner.fn
     code = fn.__code__
-    if code.co_cellvars:
-        # Closures made before the break would keep cells the resumed code no longer
-        # writes; running this call pattern in Python keeps them shared.
-        raise GraphBreak("reconstruct", "a graph break in a function whose variables are captured by closures")
     index = frame.ip
     inst = frame.instructions[index]
+    if code.co_cellvars and inst.opname in _CELL_OPERATIONS:
+        raise GraphBreak("reconstruct", f"a graph break at {inst.opname}, which needs the frame's cells")
     stack = list(frame.stack)
     values, wrapped = _rebuilt_stack(frame, index, stack)
     local_names = [n for n in code.co_varnames if n in frame.locals and not n.startswith("__tj_")] + \
-        [n for n in code.co_cellvars if frame.cells[n].contents is not None]
+        [n for n in code.co_cellvars if _cell_contents(frame.cells[n]) is not None]
     for name in local_names:
-        values.append(frame.locals[name] if name in frame.locals else frame.cells[name].contents)
+        values.append(frame.locals[name] if name in frame.locals else _cell_contents(frame.cells[name]))
+    # Every cell variable also travels as its cell, which closures made before the break share:
+    # the resume function installs it in place of making a new one.
+    cell_names = list(code.co_cellvars)
+    values += [_CellMarker(frame.cells[name]) for name in cell_names]
+    passed_names = [n for n in local_names if n not in code.co_cellvars] + cell_names
+    eager = _eager_if_aliased(owner, output, frame.location())
+    if eager is not None:
+        return eager
     grad_now = torch.is_grad_enabled()
     restore = RestoreFunction(output, values, grad_mode_after=grad_now if grad_now != grad_before else None,
                               single=False, call_graph=output.op_count() > 0, wrap_indices=wrapped,
                               wrap_callee=owner.wrap_callee)
     compiled, graphs = _compile_graph(owner, output, restore.graph_outputs)
     restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)
-    successors = [(s, owner.resume_function(s.index, s.depth, local_names)) for s in _successors(frame, index, len(stack))]
+    successors = [(s, owner.resume_function(s.index, s.depth, passed_names, cell_names))
+                  for s in _successors(frame, index, len(stack))]
     entry_index = index
     while entry_index > 0 and frame.instructions[entry_index - 1].opname in cpython.CALL_PREFIXES:
         entry_index -= 1
-    tcode = transformed_code(code, index, len(stack), local_names, [s for s, _ in successors], entry_index)
+    tcode = transformed_code(code, index, len(stack), local_names, [s for s, _ in successors], entry_index,
+                             cell_names)
     transformed = types.FunctionType(tcode, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
     hidden = dict(zip(hidden_parameters(len(successors)),
                       [restore_fn, TailCall, *[resume for _, resume in successors]]))
@@ -208,6 +239,29 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
     entry = CacheEntry(guards, lambda args, kwargs, L: transformed(*args, **kwargs), graphs)
     entry.transformed_code = tcode
     return entry
+
+
+_CELL_OPERATIONS = {"LOAD_DEREF", "STORE_DEREF", "DELETE_DEREF", "LOAD_CLOSURE", "MAKE_CELL", "LOAD_CLASSDEREF"}
+
+
+def _cell_contents(cell) -> Value | None:
+    """What the entry stores in the frame's own cell at the break (None: nothing).
+
+    A cell received from a previous break (RealCellValue) is the frame's cell already,
+    and holds its contents once restore has replayed the writes to it."""
+    if isinstance(cell, RealCellValue):
+        return None
+    return cell.contents
+
+
+class _CellMarker(Value):
+    """A cell itself (not its contents), rebuilt once and shared by every closure over it."""
+
+    def __init__(self, cell) -> None:
+        self.cell = cell
+
+    def reconstruct(self, cg) -> str:
+        return cg.cell(self.cell)
 
 
 class _ConstantMarker(Value):

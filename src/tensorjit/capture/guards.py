@@ -21,6 +21,16 @@ import torch
 
 from .sources import AttrSource, ItemSource, Source
 
+
+def storages_unshared(written: tuple, tensors: tuple) -> bool:
+    """No tensor of `written` shares its buffer with another of `tensors` (which holds them)."""
+    pointers = [t.untyped_storage().data_ptr() for t in tensors]
+    for t in written:
+        pointer = t.untyped_storage().data_ptr()
+        if pointer and pointers.count(pointer) > 1:
+            return False
+    return True
+
 _weakrefable_failures = (TypeError,)
 
 
@@ -55,6 +65,14 @@ class Guard:
             return f"shape guard {self.payload}"
         if self.kind == "no_hooks":
             return f"{where} has no hooks"
+        if self.kind == "no_backward_hooks":
+            return f"{where} has no backward hooks"
+        if self.kind in ("no_global_hooks", "no_global_backward_hooks"):
+            return "no global module hooks" if self.kind == "no_global_hooks" else "no global backward hooks"
+        if self.kind == "aliasing":
+            (written, inputs), unshared = self.payload
+            names = ", ".join(map(str, written))
+            return f"{names} {'share' if unshared else 'shares'} memory with {'no' if unshared else 'another'} input"
         if self.kind == "tensor_dynamic":
             return f"{where}: tensor with dynamic sizes, {tensor_signature_text(self.payload)}"
         return f"{self.kind} guard on {where}"
@@ -142,6 +160,13 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
     if kind == "expression":
         em.check(guard.payload)
         return
+    if kind == "aliasing":
+        _emit_aliasing(em, guard)
+        return
+    if kind in ("no_global_hooks", "no_global_backward_hooks"):  # register_module_forward_hook & co.
+        tables = _GLOBAL_HOOK_TABLES if kind == "no_global_hooks" else _GLOBAL_HOOK_TABLES[2:]
+        em.check("not (" + " or ".join(f"_module_globals.{t}" for t in tables) + ")")
+        return
     v = em.value_of(guard.source)
     if kind == "type":
         em.check(f"type({v}) is {em.constant(guard.payload, 'T')}")
@@ -174,6 +199,8 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
     elif kind == "no_hooks":  # an inlined module: a hook added later must recompile
         em.check(f"not ({v}._forward_hooks or {v}._forward_pre_hooks or {v}._backward_hooks "
                  f"or {v}._backward_pre_hooks)")
+    elif kind == "no_backward_hooks":  # a module whose forward hooks were inlined
+        em.check(f"not ({v}._backward_hooks or {v}._backward_pre_hooks)")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
     elif kind == "keys":
@@ -184,8 +211,21 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         raise AssertionError(f"unknown guard kind {kind}")
 
 
+_GLOBAL_HOOK_TABLES = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                       "_global_backward_pre_hooks")
+
+
+def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
+    """Inputs the graph writes to share memory with no other input (or do, as they did at capture)."""
+    (written, inputs), unshared = guard.payload
+    written_text = "".join(f"{em.value_of(s)}, " for s in written)
+    inputs_text = "".join(f"{em.value_of(s)}, " for s in inputs)
+    em.check(f"_storages_unshared(({written_text}), ({inputs_text})) is {unshared}")
+
+
 _ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "no_hooks": 2, "tensor": 3,
-          "tensor_dynamic": 3, "same": 4, "expression": 5}
+          "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5,
+          "no_backward_hooks": 2, "no_global_hooks": 0, "no_global_backward_hooks": 0}
 
 
 @dataclass
@@ -206,7 +246,7 @@ class GuardSet:
             while s is not None:
                 n, s = n + 1, s.base()
             return n
-        return sorted(self.guards, key=lambda g: (g.kind == "expression", depth(g), _ORDER[g.kind]))
+        return sorted(self.guards, key=lambda g: (g.kind in ("aliasing", "expression"), depth(g), _ORDER[g.kind]))
 
     def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True) -> "CompiledGuards":
         ordered = self.ordered()
@@ -226,8 +266,11 @@ def _compile_checks(guards: list[Guard], fn_globals: dict, closure):
                _grad_enabled=torch.is_grad_enabled,
                _inference_mode=torch.is_inference_mode_enabled,
                _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled)
-    params = ", ".join(f"{k}={k}" for k in env)
     body = "\n".join(em.lines) or "    pass"
+    for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module)):
+        if name in body:  # bound only where used: every parameter costs each call a little
+            env[name] = helper
+    params = ", ".join(f"{k}={k}" for k in env)
     text = f"def check(L, {params}):\n{body}\n    return True\n"
     namespace: dict[str, Any] = {}
     exec(compile(text, "<tensorjit guards>", "exec"), env, namespace)

@@ -30,7 +30,8 @@ from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, Loc
 from .values.base import ConstantValue, NULL, NullValue, Value
 from .values.lazy import LazyValue
 from .values.builtins import BuiltinValue
-from .values.containers import DictValue, IteratorValue, ListValue, SequenceValue, SetValue, TupleValue
+from .values.containers import (DictValue, IteratorValue, ListValue, SequenceValue, SetValue, TupleValue,
+                                live_iterator)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue, TorchFunctionValue
 from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue,
                              SuperValue, UserObjectValue, lookup_static)
@@ -282,15 +283,12 @@ class Frame:
             return self.iterate(self.call_dunder(obj, "__iter__", []))
         if isinstance(obj, GeneratorValue):
             return IteratorValue(obj.items)
-        return IteratorValue(obj.unpack(self))
+        return live_iterator(obj) or IteratorValue(obj.unpack(self))
 
-    def store_attribute(self, obj: Value, name: str, value: Value) -> Value:
-        if isinstance(obj, (UserObjectValue, RecordValue)):
-            obj.setattr(self, name, value)
-        elif isinstance(obj, ObjectValue) and obj.source is not None:
-            self.output.record_attribute_write(obj, name, value)
-        else:
-            raise GraphBreak("store-attr", f"setting attribute {name!r} on {obj!r}")
+    def store_attribute(self, obj: Value, name: str, value: Value, custom: bool = True) -> Value:
+        """`obj.name = value`; custom=False is `object.__setattr__` (no class __setattr__)."""
+        from .attributes import store_attribute
+        store_attribute(self, obj, name, value, custom)
         return ConstantValue(None)
 
     def set_grad_enabled(self, enabled: bool) -> Value:

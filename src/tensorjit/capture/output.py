@@ -15,6 +15,7 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from .aliasing import WriteWatch
 from .breaks import GraphBreak
 from .guards import Guard, GuardSet, TensorSignature
 from .sources import Source
@@ -44,12 +45,14 @@ class OutputGraph:
         self.policy = policy
         self.shape_env = new_shape_env() if policy is not None and policy.any_possible() else None
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=self.shape_env)
+        self.writes = WriteWatch()  # entered inside fake_mode: which storages the graph's ops write
         self.symbols: dict = {}  # sympy symbol -> placeholder node of that size
         self.inputs: list[GraphInput] = []
         self.inputs_by_id: dict[int, Any] = {}
         self.guards = GuardSet()
         self.side_effects: list[SideEffect] = []
         self.attribute_overlay: dict[tuple[int, str], Any] = {}
+        self.module_table_writes: set[tuple[int, str]] = set()  # overlay keys nn.Module.__setattr__ put in a table
         self.keep_alive: list[Any] = []
         self.fn_name = fn_name
         self._names: dict[str, int] = {}

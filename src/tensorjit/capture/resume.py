@@ -18,7 +18,7 @@ from __future__ import annotations
 import types
 from dataclasses import dataclass
 
-from bytecode import Bytecode, CellVar, ControlFlowGraph, Instr, Label
+from bytecode import Bytecode, CellVar, ControlFlowGraph, FreeVar, Instr, Label
 
 from . import cpython
 
@@ -77,11 +77,16 @@ class Successor:
 
 
 def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, local_names: list[str],
-                     successors: list[Successor], entry_index: int | None = None) -> types.CodeType:
+                     successors: list[Successor], entry_index: int | None = None,
+                     cell_names: list[str] = ()) -> types.CodeType:
     """The entry's code for a break before instruction `break_index`.
 
     `entry_index` is where the prologue jumps: the break instruction, or the KW_NAMES
-    and PRECALL that must run before a CALL. The code calls `restore`, the `TailCall`
+    and PRECALL that must run before a CALL. After the stack and `local_names`, `restore`
+    returns the cell of each of `cell_names`: kept in hidden locals, they are what the
+    resume functions receive for those variables (with the other locals, in place of the
+    cell variables' values), so closures made before the break share them with the code
+    after it. The code calls `restore`, the `TailCall`
     class and one resume function per successor through hidden keyword-only parameters
     (`hidden_parameters`), which the caller fills in as defaults."""
     bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
@@ -91,13 +96,20 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     lineno = instr.lineno if isinstance(instr.lineno, int) else code.co_firstlineno
     cellvars = set(code.co_cellvars)
     args = list(code.co_varnames[:_total_args(code)])
-    arg_loads = [_load(a, cellvars) for a in args] + [Instr("BUILD_TUPLE", len(args), lineno=lineno)]
+    # In a resume function, cell variables arrive as cells (no MAKE_CELL): L holds the cells.
+    made = {_cell_name(x.arg) for x in bc if isinstance(x, Instr) and x.name == "MAKE_CELL"}
+    arg_loads = [Instr("LOAD_CLOSURE", CellVar(a)) if a in cellvars and a not in made else _load(a, cellvars)
+                 for a in args] + [Instr("BUILD_TUPLE", len(args), lineno=lineno)]
     prologue = _call_constant("__tj_restore", arg_loads, 1, lineno) + \
         [Instr("STORE_FAST", "__tj_state", lineno=lineno)]
     for j in range(stack_depth):
         prologue += _item("__tj_state", j, lineno)
     for k, name in enumerate(local_names):
         prologue += _item("__tj_state", stack_depth + k, lineno) + [_store(name, cellvars)]
+    for k, name in enumerate(cell_names):
+        prologue += _item("__tj_state", stack_depth + len(local_names) + k, lineno) + \
+            [Instr("STORE_FAST", f"__tj_cell_{name}", lineno=lineno)]
+    passed = [n for n in local_names if n not in cell_names]
     at_break = Label()
     prologue.append(Instr("JUMP_FORWARD", at_break, lineno=lineno))
 
@@ -109,7 +121,9 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
             block += [Instr("NOP", lineno=lineno)] * cpython.FOR_ITER_EXHAUSTED_SKIP
         block += [Instr("BUILD_TUPLE", successor.depth, lineno=lineno),
                  Instr("STORE_FAST", "__tj_stack", lineno=lineno)]
-        local_loads = [_load(n, cellvars) for n in local_names] + [Instr("BUILD_TUPLE", len(local_names), lineno=lineno)]
+        local_loads = [_load(n, cellvars) for n in passed] + \
+            [Instr("LOAD_FAST", f"__tj_cell_{name}", lineno=lineno) for name in cell_names] + \
+            [Instr("BUILD_TUPLE", len(passed) + len(cell_names), lineno=lineno)]
         block += _call_constant("__tj_tail", [Instr("LOAD_FAST", f"__tj_resume{n}", lineno=lineno),
                                             Instr("LOAD_FAST", "__tj_stack", lineno=lineno),
                                             *local_loads], 3, lineno)
@@ -149,10 +163,16 @@ def hidden_parameters(successors: int) -> list[str]:
 
 
 def resume_code(code: types.CodeType, resume_index: int, stack_depth: int,
-                local_names: list[str]) -> types.CodeType:
+                local_names: list[str], cell_names: list[str] = ()) -> types.CodeType:
+    """A copy of `code` taking the stack and `local_names`, continuing at `resume_index`.
+    The variables of `cell_names` arrive as cells: their MAKE_CELL is left out, so the
+    argument slot keeps the cell that closures made before the break also hold."""
     bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
-    real = _real_instructions(bc)
+    real = _real_instructions(bc)  # `resume_index` counts the original's instructions
     target = real[resume_index]
+    if cell_names:
+        bc[:] = [x for x in bc if not (isinstance(x, Instr) and x.name == "MAKE_CELL"
+                                       and _cell_name(x.arg) in cell_names)]
     lineno = target.lineno if isinstance(target.lineno, int) else code.co_firstlineno
     label = Label()
     bc.insert(_position(bc, target), label)
@@ -183,6 +203,10 @@ def _assemble(bc: Bytecode, code: types.CodeType) -> types.CodeType:
     reachable walk covers the prologue and exit blocks."""
     reachable = ControlFlowGraph.from_bytecode(bc).compute_stacksize(compute_exception_stack_depths=False)
     return bc.to_code(stacksize=max(reachable, code.co_stacksize), compute_exception_stack_depths=False)
+
+
+def _cell_name(arg) -> str:
+    return arg.name if isinstance(arg, (CellVar, FreeVar)) else str(arg)
 
 
 def _total_args(code: types.CodeType) -> int:

@@ -22,7 +22,7 @@ import torch
 
 from ..breaks import GraphBreak
 from .base import CallableConstant, ConstantValue, NULL, Value
-from .containers import DictValue, IteratorValue, ListValue, SetValue, SliceValue, TupleValue
+from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, SliceValue, TupleValue
 from .tensors import SymbolicIntValue, TensorValue, record_call
 
 _HANDLERS: dict[Any, Callable] = {}
@@ -132,6 +132,8 @@ def _len(tx, obj: Value) -> Value:
         return ConstantValue(len(obj.items))
     if isinstance(obj, (DictValue, SetValue)):
         return ConstantValue(len(obj.items))
+    if isinstance(obj, DictViewValue):
+        return ConstantValue(len(obj.mapping.items))
     if isinstance(obj, TensorValue):
         if obj.example.dim() == 0:
             raise GraphBreak("op-error", "len() of a 0-d tensor")
@@ -169,7 +171,19 @@ def _type(tx, obj: Value) -> Value:
 
 @builtin(py.callable)
 def _callable(tx, obj: Value) -> Value:
-    return ConstantValue(callable(obj.constant()) if obj.is_constant() else hasattr(obj, "call"))
+    """As Python decides it: whether type(obj) defines __call__ (every Value has a `call` method)."""
+    from .objects import BuiltinMethodOfObject, DictReadValue, ObjectValue, lookup_static
+    if obj.is_constant():
+        return ConstantValue(callable(obj.constant()))
+    if isinstance(obj, ObjectValue):
+        return ConstantValue(callable(obj.obj))
+    if isinstance(obj, (BuiltinMethodOfObject, DictReadValue)) or type(obj).__name__.endswith("MethodValue"):
+        return ConstantValue(True)  # bound methods of values that have no Python type of their own
+    try:
+        cls = obj.python_type()
+    except GraphBreak:
+        raise GraphBreak("unsupported-call", f"callable() of {obj!r}, whose type is not known") from None
+    return ConstantValue(lookup_static(cls, "__call__")[1] is not None)
 
 
 @builtin(py.hasattr)
@@ -409,7 +423,7 @@ def _cast(tx, typ: Value, value: Value) -> Value:
 
 @builtin(py.object.__setattr__)
 def _object_setattr(tx, obj: Value, name: Value, value: Value) -> Value:
-    tx.store_attribute(obj, name.constant(), value)
+    tx.store_attribute(obj, name.constant(), value, custom=False)
     return ConstantValue(None)
 
 

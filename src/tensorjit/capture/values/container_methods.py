@@ -12,7 +12,7 @@ from typing import Callable
 
 from ..breaks import GraphBreak
 from .base import ConstantValue, Value
-from .containers import DictValue, IteratorValue, ListValue, SetValue, TupleValue
+from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, TupleValue
 
 _METHODS: dict[tuple[type, str], Callable] = {}
 
@@ -150,17 +150,34 @@ def _contains(tx, d: DictValue, key: Value) -> Value:
 
 @method(DictValue, "keys")
 def _keys(tx, d: DictValue) -> Value:
-    return ListValue([ConstantValue(k) for k in d.items])
+    return DictViewValue(d, "keys")
 
 
 @method(DictValue, "values")
 def _values(tx, d: DictValue) -> Value:
-    return ListValue(list(d.items.values()))
+    return DictViewValue(d, "values")
 
 
 @method(DictValue, "items")
 def _items(tx, d: DictValue) -> Value:
-    return ListValue([TupleValue([ConstantValue(k), v]) for k, v in d.items.items()])
+    return DictViewValue(d, "items")
+
+
+@method(DictViewValue, "__len__")
+def _view_len(tx, view: DictViewValue) -> Value:
+    return ConstantValue(len(view.mapping.items))
+
+
+@method(DictViewValue, "__contains__")
+def _view_contains(tx, view: DictViewValue, item: Value) -> Value:
+    if view.kind == "keys":
+        return ConstantValue(item.constant() in view.mapping.items)
+    return ConstantValue(item.constant() in view.constant())
+
+
+@method(DictViewValue, "isdisjoint")
+def _view_isdisjoint(tx, view: DictViewValue, other: Value) -> Value:
+    return ConstantValue(view.constant().isdisjoint(other.constant()))
 
 
 @method(DictValue, "update")

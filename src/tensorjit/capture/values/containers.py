@@ -89,7 +89,7 @@ class TupleValue(SequenceValue):
     def reconstruct(self, cg) -> str:
         if self.source is not None:
             return cg.source(self.source)
-        parts = ", ".join(v.reconstruct(cg) for v in self.items)
+        parts = ", ".join(cg.value(v) for v in self.items)
         if self.cls is tuple:
             return f"({parts},)" if self.items else "()"
         cls = cg.constant(self.cls)
@@ -138,7 +138,7 @@ class ListValue(SequenceValue):
     def reconstruct(self, cg) -> str:
         if self.source is not None:
             return cg.source(self.source)
-        return "[" + ", ".join(v.reconstruct(cg) for v in self.items) + "]"
+        return "[" + ", ".join(cg.value(v) for v in self.items) + "]"
 
     def __repr__(self) -> str:
         return f"ListValue({self.items!r})"
@@ -189,7 +189,7 @@ class DictValue(Value):
     def reconstruct(self, cg) -> str:
         if self.source is not None:
             return cg.source(self.source)
-        body = ", ".join(f"{cg.constant(k)}: {v.reconstruct(cg)}" for k, v in self.items.items())
+        body = ", ".join(f"{cg.constant(k)}: {cg.value(v)}" for k, v in self.items.items())
         if self.cls is dict:
             return "{" + body + "}"
         return f"{cg.constant(self.cls)}({{{body}}})"
@@ -247,29 +247,95 @@ class SliceValue(Value):
         return slice(*_constants(self.parts))
 
     def reconstruct(self, cg) -> str:
-        return f"slice({', '.join(p.reconstruct(cg) for p in self.parts)})"
+        return f"slice({', '.join(cg.value(p) for p in self.parts)})"
+
+
+class DictViewValue(Value):
+    """`d.keys()`, `d.values()` or `d.items()`: a live view, reading the dict's contents when used."""
+
+    def __init__(self, mapping: DictValue, kind: str) -> None:
+        self.mapping = mapping
+        self.kind = kind
+
+    def python_type(self) -> type:
+        return type(getattr({}, self.kind)())
+
+    def current(self) -> list[Value]:
+        entries = self.mapping.items
+        if self.kind == "keys":
+            return [ConstantValue(k) for k in entries]
+        if self.kind == "values":
+            return list(entries.values())
+        return [TupleValue([ConstantValue(k), v]) for k, v in entries.items()]
+
+    def unpack(self, tx) -> list[Value]:
+        return self.current()
+
+    def truth(self, tx) -> bool:
+        return bool(self.mapping.items)
+
+    def is_constant(self) -> bool:
+        return self.kind == "keys" or self.mapping.is_constant()
+
+    def constant(self) -> Any:
+        """A real view of the same kind over the current contents (set operations, equality)."""
+        if self.kind == "keys":
+            return dict.fromkeys(self.mapping.items).keys()
+        return getattr({k: v.constant() for k, v in self.mapping.items.items()}, self.kind)()
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("__len__", "__contains__", "isdisjoint"):
+            return ContainerMethodValue(self, name)
+        raise GraphBreak("getattr", f"dict view attribute {name!r}")
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.value(self.mapping)}.{self.kind}()"
+
+    def __repr__(self) -> str:
+        return f"DictViewValue({self.kind}, {self.mapping!r})"
 
 
 class IteratorValue(Value):
-    """An iterator over items known at capture time; `position` counts items taken."""
+    """An iterator; `position` counts items taken.
 
-    def __init__(self, items: list[Value]) -> None:
-        self.items = items
+    Over a list (`over`), it reads the list as it is at each step, as Python's list
+    iterator does; over a dict, set or dict view it fails, as Python does, when the
+    size changed since it was made. Otherwise its items are fixed at capture time."""
+
+    def __init__(self, items: list[Value] | None, over: Value | None = None) -> None:
+        self._items = items
+        self.over = over
+        self.size = _size(over) if over is not None else None
         self.position = 0
+
+    @property
+    def items(self) -> list[Value]:
+        over = self.over
+        if over is None:
+            return self._items
+        if isinstance(over, ListValue):
+            return over.items
+        if _size(over) != self.size:
+            kind = "set" if isinstance(over, SetValue) else "dictionary"
+            error = RuntimeError(f"{kind} changed size during iteration")
+            raise GraphBreak("op-error", str(error), exception=error)
+        return over.current() if isinstance(over, DictViewValue) else over.unpack(None)
 
     def python_type(self) -> type:
         return type(iter([]))
 
     def next(self) -> Value | None:
-        if self.position >= len(self.items):
+        items = self.items
+        if self.position >= len(items):
             return None
-        value = self.items[self.position]
+        value = items[self.position]
         self.position += 1
         return value
 
     def unpack(self, tx) -> list[Value]:
-        rest = self.items[self.position:]
-        self.position = len(self.items)
+        items = self.items
+        rest = items[self.position:]
+        self.position = len(items)
         return rest
 
     def getattr(self, tx, name):
@@ -278,8 +344,21 @@ class IteratorValue(Value):
         return super().getattr(tx, name)
 
     def reconstruct(self, cg) -> str:
-        rest = ", ".join(v.reconstruct(cg) for v in self.items[self.position:])
+        if isinstance(self.over, ListValue):  # over the same list, so it sees later appends
+            return f"{cg.helper('advanced_iterator')}({cg.value(self.over)}, {self.position})"
+        rest = ", ".join(cg.value(v) for v in self.items[self.position:])
         return f"iter([{rest}])"
+
+
+def _size(container: Value) -> int:
+    return len(container.mapping.items) if isinstance(container, DictViewValue) else len(container.items)
+
+
+def live_iterator(container: Value) -> IteratorValue | None:
+    """iter(container) for the containers whose iterators see (or refuse) later mutation."""
+    if isinstance(container, (ListValue, DictValue, SetValue, DictViewValue)):
+        return IteratorValue(None, over=container)
+    return None
 
 
 class ContainerMethodValue(Value):
@@ -293,7 +372,7 @@ class ContainerMethodValue(Value):
         return type([].append)
 
     def reconstruct(self, cg) -> str:
-        return f"{self.owner.reconstruct(cg)}.{self.name}"
+        return f"{cg.value(self.owner)}.{self.name}"
 
     def call(self, tx, args, kwargs) -> Value:
         from .container_methods import call_container_method

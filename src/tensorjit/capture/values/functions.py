@@ -110,6 +110,8 @@ class FunctionValue(Value):
 
     def getattr(self, tx, name: str) -> Value:
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            if self.source is not None:  # guarded: a closure is guarded by its code, not its identity
+                return tx.wrap(getattr(self.fn, name), AttrSource(self.source, name))
             return ConstantValue(getattr(self.fn, name))
         if name in ("__code__", "__defaults__", "__kwdefaults__", "__globals__", "__closure__", "__wrapped__",
                     "__annotations__", "__dict__"):
@@ -160,9 +162,10 @@ class NestedFunctionValue(Value):
         raise GraphBreak("getattr", f"attribute {name!r} of a nested function")
 
     def reconstruct(self, cg) -> str:
-        defaults = "(" + "".join(d.reconstruct(cg) + ", " for d in self._defaults) + ")"
-        cells = "(" + "".join(c.reconstruct_cell(cg) + ", " for c in self._cells) + ")"
-        kwdefaults = "{" + ", ".join(f"{k!r}: {v.reconstruct(cg)}" for k, v in self._kwdefaults.items()) + "}"
+        # Built in the order the call evaluates them: a value shared by two is made where it comes first.
+        defaults = "(" + "".join(cg.value(d) + ", " for d in self._defaults) + ")"
+        kwdefaults = "{" + ", ".join(f"{k!r}: {cg.value(v)}" for k, v in self._kwdefaults.items()) + "}"
+        cells = "(" + "".join(cg.cell(c) + ", " for c in self._cells) + ")"
         return (f"{cg.helper('make_function')}({cg.constant(self.code)}, {cg.constant(self.globals)}, "
                 f"{self.name!r}, {defaults}, {kwdefaults}, {cells})")
 
@@ -194,7 +197,7 @@ class MethodValue(Value):
     def reconstruct(self, cg) -> str:
         if self.source is not None:
             return cg.source(self.source)
-        return f"{cg.helper('MethodType')}({self.function.reconstruct(cg)}, {self.owner.reconstruct(cg)})"
+        return f"{cg.helper('MethodType')}({cg.value(self.function)}, {cg.value(self.owner)})"
 
     def __repr__(self) -> str:
         return f"MethodValue({self.function!r} of {self.owner!r})"

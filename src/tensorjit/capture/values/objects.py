@@ -54,10 +54,10 @@ class ObjectValue(Value):
     def attribute_source(self, name: str):
         return AttrSource(self.source, name) if self.source is not None else None
 
-    def getattr(self, tx, name: str) -> Value:
-        overlay = tx.output.attribute_overlay.get((id(self.obj), name))
-        if overlay is not None:
-            return overlay
+    def getattr(self, tx, name: str, overlay: bool = True) -> Value:
+        written = tx.output.attribute_overlay.get((id(self.obj), name)) if overlay else None
+        if written is not None:
+            return written
         obj = self.obj
         if isinstance(obj, type):
             return self._class_attribute(tx, obj, name)
@@ -108,10 +108,18 @@ class NNModuleValue(ObjectValue):
     """An nn.Module read through a source: its parameters and buffers become graph inputs."""
 
     def getattr(self, tx, name: str) -> Value:
-        overlay = tx.output.attribute_overlay.get((id(self.obj), name))
-        if overlay is not None:
-            return overlay
         module = self.obj
+        # Python's order: a class attribute (method, property, plain value) or an instance
+        # __dict__ entry is found by ordinary lookup; the parameter, buffer and submodule
+        # tables only through nn.Module.__getattr__, when that lookup fails. A submodule
+        # assigned under the name of a method is therefore shadowed by the method.
+        on_class = lookup_static(type(module), name)[1] is not None
+        key = (id(module), name)
+        overlay = tx.output.attribute_overlay.get(key)
+        if overlay is not None and not (on_class and key in tx.output.module_table_writes):
+            return overlay
+        if on_class or name in module.__dict__:
+            return super().getattr(tx, name, overlay=False)
         for table in ("_parameters", "_buffers", "_modules"):
             entries = module.__dict__.get(table)
             if entries is not None and name in entries:
@@ -120,19 +128,8 @@ class NNModuleValue(ObjectValue):
         return super().getattr(tx, name)
 
     def call(self, tx, args, kwargs) -> Value:
-        module = self.obj
-        if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks):
-            raise GraphBreak("module-hooks", f"{type(module).__name__} has forward hooks")
-        if self.source is not None:
-            from ..guards import Guard
-            tx.output.guard(Guard(self.source, "no_hooks"))
-        forward = type(module).forward
-        if not isinstance(forward, types.FunctionType):
-            raise GraphBreak("module-forward", f"{type(module).__name__}.forward is not a Python function")
-        source = AttrSource(AttrSource(self.source, "__class__"), "forward") if self.source else None
-        return tx.call(FunctionValue(forward, source), [self, *args], kwargs)
+        from ..module_call import call_module
+        return call_module(tx, self, args, kwargs)
 
     def __repr__(self) -> str:
         return f"NNModuleValue({type(self.obj).__name__})"
@@ -174,7 +171,7 @@ class UserObjectValue(Value):
         return True
 
     def reconstruct(self, cg) -> str:
-        attrs = "{" + ", ".join(f"{k!r}: {v.reconstruct(cg)}" for k, v in self.attributes.items()) + "}"
+        attrs = "{" + ", ".join(f"{k!r}: {cg.value(v)}" for k, v in self.attributes.items()) + "}"
         return f"{cg.helper('new_object')}({cg.constant(self.cls)}, {attrs})"
 
     def __repr__(self) -> str:
@@ -199,19 +196,23 @@ class CellValue(Value):
         self.contents = value
 
     def reconstruct_cell(self, cg) -> str:
-        return f"{cg.helper('CellType')}({self.contents.reconstruct(cg) if self.contents else ''})"
+        return f"{cg.helper('CellType')}({cg.value(self.contents) if self.contents else ''})"
 
 
 class RealCellValue(Value):
     """A closure cell that exists at run time: of the compiled function or a function it reached."""
 
-    def __init__(self, cell: types.CellType, function_source, index: int, name: str = "") -> None:
+    def __init__(self, cell: types.CellType, function_source, index: int, name: str = "",
+                 cell_source=None) -> None:
         self.cell = cell
         self.function_source = function_source
         self.index = index
         self.name = name
+        self.cell_source = cell_source  # where the cell object itself is read (a resume function's argument)
 
     def contents_source(self):
+        if self.cell_source is not None:
+            return AttrSource(self.cell_source, "cell_contents")
         if self.function_source is None:
             return None
         if self.function_source == "root":
@@ -235,7 +236,7 @@ class RealCellValue(Value):
                                          target_source=self.contents_source())
 
     def reconstruct_cell(self, cg) -> str:
-        return cg.constant(self.cell)
+        return cg.source(self.cell_source) if self.cell_source is not None else cg.constant(self.cell)
 
 
 class SuperValue(Value):
@@ -272,7 +273,7 @@ class SuperValue(Value):
         raise GraphBreak("attribute-error", f"'super' object has no attribute {name!r}")
 
     def reconstruct(self, cg) -> str:
-        return f"super({cg.constant(self.cls)}, {self.obj.reconstruct(cg)})"
+        return f"super({cg.constant(self.cls)}, {cg.value(self.obj)})"
 
 
 _DICT_READS = {"get", "__getitem__", "__contains__"}
@@ -352,7 +353,7 @@ class BuiltinMethodOfObject(Value):
         if self.name in ("__init__",):
             return ConstantValue(None)
         if self.name == "__setattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
-            return tx.store_attribute(self.obj, args[0].constant(), args[1])
+            return tx.store_attribute(self.obj, args[0].constant(), args[1], custom=False)
         raise GraphBreak("call", f"object.{self.name} through super()")
 
 
@@ -477,7 +478,7 @@ class NullContextValue(Value):
 
     def reconstruct(self, cg) -> str:
         import contextlib
-        return f"{cg.constant(contextlib.nullcontext)}({self.result.reconstruct(cg)})"
+        return f"{cg.constant(contextlib.nullcontext)}({cg.value(self.result)})"
 
     def reconstruct_entered_exit(self, cg) -> str:
         import contextlib
@@ -501,6 +502,6 @@ class PartialValue(Value):
 
     def reconstruct(self, cg) -> str:
         import functools
-        parts = [self.func.reconstruct(cg)] + [a.reconstruct(cg) for a in self.args] + \
-            [f"{k}={v.reconstruct(cg)}" for k, v in self.kwargs.items()]
+        parts = [cg.value(self.func)] + [cg.value(a) for a in self.args] + \
+            [f"{k}={cg.value(v)}" for k, v in self.kwargs.items()]
         return f"{cg.constant(functools.partial)}({', '.join(parts)})"

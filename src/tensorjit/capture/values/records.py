@@ -98,7 +98,7 @@ class RecordValue(Value):
         return bool(self.items())
 
     def reconstruct(self, cg) -> str:
-        arguments = ", ".join(f"{k}={v.reconstruct(cg)}" for k, v in self.fields.items())
+        arguments = ", ".join(f"{k}={cg.value(v)}" for k, v in self.fields.items())
         return f"{cg.constant(self.cls)}({arguments})"
 
     def __repr__(self) -> str:

@@ -10,7 +10,9 @@ anything else is a compile-time constant).
 
 from __future__ import annotations
 
+import inspect
 import operator
+import types
 from typing import Any, Callable
 
 import torch
@@ -44,20 +46,27 @@ _DATA_DEPENDENT_FUNCTIONS = {torch.nonzero, torch.unique, torch.masked_select, t
 # Metadata that is known at capture time (shapes are static, and guarded).
 _METADATA_ATTRIBUTES = {
     "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_sparse", "layout",
-    "is_leaf", "is_quantized", "is_meta", "is_nested", "names", "itemsize",
+    "is_leaf", "is_quantized", "is_meta", "is_nested", "names", "itemsize", "nbytes", "is_cpu", "is_xpu",
+    "is_mps", "is_mkldnn", "is_sparse_csr", "is_ipu", "is_maia", "is_mtia", "is_vulkan", "is_xla",
 }
 _VIEW_ATTRIBUTES = {"T": "t", "mT": "mT", "H": "H", "mH": "mH", "real": "real", "imag": "imag"}
 
 
 class TensorValue(Value):
-    __slots__ = ("node", "example", "source")
+    """A tensor of the graph. `example` is a fake tensor, a stand-in Python must never see:
+    the class user code sees is `python_type()` (the real input's class, or torch.Tensor)."""
 
-    def __init__(self, node: torch.fx.Node, example: torch.Tensor, source=None) -> None:
+    __slots__ = ("node", "example", "source", "cls")
+
+    def __init__(self, node: torch.fx.Node, example: torch.Tensor, source=None, cls: type | None = None) -> None:
         self.node = node
         self.example = example
         self.source = source
+        self.cls = cls
 
     def python_type(self) -> type:
+        if self.cls is not None:
+            return self.cls
         return torch.nn.Parameter if isinstance(self.example, torch.nn.Parameter) else torch.Tensor
 
     def truth(self, tx) -> bool:
@@ -86,9 +95,13 @@ class TensorValue(Value):
         if name in ("data",):
             return record_call(tx, "detach", [self], {}, method=True)
         if name in ("__class__",):
-            return tx.wrap_constant_object(type(example))
+            return tx.wrap_constant_object(self.python_type())
+        if name == "grad_fn" and not example.requires_grad:
+            return ConstantValue(None)
         if not hasattr(torch.Tensor, name):
             raise GraphBreak("attribute-error", f"Tensor has no attribute {name!r}", exception=AttributeError(name))
+        if not _is_method(name):  # grad_fn, _base, _version, output_nr...: facts of the run-time tensor
+            raise GraphBreak("tensor-attribute", f"Tensor.{name} is known only at run time")
         return TensorMethodValue(self, name)
 
     def reconstruct(self, cg) -> str:
@@ -96,6 +109,13 @@ class TensorValue(Value):
 
     def __repr__(self) -> str:
         return f"TensorValue({self.node.name}, {tuple(self.example.shape)}, {self.example.dtype})"
+
+
+def _is_method(name: str) -> bool:
+    """Whether Tensor.`name` is a method (not a data attribute such as grad_fn or _version)."""
+    static = inspect.getattr_static(torch.Tensor, name)
+    return callable(static) and not isinstance(static, (property, types.GetSetDescriptorType,
+                                                        types.MemberDescriptorType))
 
 
 def _attr(source, name):
@@ -235,7 +255,7 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
     else:
         op, fn = "call_function", target
     try:
-        with tx.output.fake_mode:
+        with tx.output.fake_mode, tx.output.writes:
             if method:
                 result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
             else:
@@ -266,7 +286,7 @@ def wrap_result(tx, node: torch.fx.Node, result: Any, args: list[Value]) -> Valu
     if isinstance(result, torch.Tensor):
         for a in args:  # in-place ops and `out=` return an argument: keep its identity
             if isinstance(a, TensorValue) and a.example is result:
-                return TensorValue(node, result, a.source)
+                return TensorValue(node, result, a.source, a.cls)
         return TensorValue(node, result)
     if isinstance(result, (tuple, list)) and any(isinstance(r, (torch.Tensor, torch.SymInt)) for r in result):
         items = []

@@ -1,0 +1,76 @@
+"""Attribute assignment (`obj.name = value`) in Python's order.
+
+`type(obj).__setattr__` decides first: a Python `__setattr__` of the user's class
+is inlined; `nn.Module.__setattr__` puts modules, parameters and buffers into the
+module's tables (where lookup finds them only after class attributes, see
+`NNModuleValue.getattr`) and sends everything else on; `object.__setattr__`
+calls a data descriptor's setter (a property's `fset`) before it writes the
+instance. Only that last, plain write is recorded as a side effect.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from .breaks import GraphBreak
+from .values.base import ConstantValue, Value
+from .values.functions import FunctionValue
+from .values.objects import NNModuleValue, ObjectValue, UserObjectValue, lookup_static
+from .values.records import RecordValue
+from .values.tensors import TensorValue
+
+# Descriptors whose write is the plain write capture records (slots, C-level attributes).
+_PLAIN_DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType)
+
+
+def store_attribute(tx, obj: Value, name: str, value: Value, custom: bool = True) -> None:
+    """`setattr(obj, name, value)`; with custom=False, `object.__setattr__(obj, name, value)`."""
+    cls = _type_of(obj)
+    if custom and cls is not None:
+        setter = lookup_static(cls, "__setattr__")[0]
+        if isinstance(setter, types.FunctionType) and setter is not torch.nn.Module.__setattr__:
+            tx.call(FunctionValue(setter, None), [obj, ConstantValue(name), value], {})
+            return
+        if isinstance(obj, NNModuleValue) and _goes_to_module_table(obj.obj, name, value):
+            _store_plain(tx, obj, name, value)
+            tx.output.module_table_writes.add((id(obj.obj), name))
+            return
+    descriptor = lookup_static(cls, name)[0] if cls is not None else None
+    if isinstance(descriptor, property):
+        if descriptor.fset is None:
+            raise GraphBreak("attribute-error", f"property {name!r} of {cls.__name__} has no setter",
+                             exception=AttributeError(name))
+        tx.call(FunctionValue(descriptor.fset, None), [obj, value], {})
+        return
+    if hasattr(type(descriptor), "__set__") and not isinstance(descriptor, _PLAIN_DESCRIPTORS):
+        raise GraphBreak("store-attr", f"assignment to {name!r} goes through a {type(descriptor).__name__}")
+    _store_plain(tx, obj, name, value)
+    if isinstance(obj, NNModuleValue):
+        tx.output.module_table_writes.discard((id(obj.obj), name))
+
+
+def _type_of(obj: Value) -> type | None:
+    try:
+        return obj.python_type()
+    except GraphBreak:
+        return None
+
+
+def _goes_to_module_table(module: torch.nn.Module, name: str, value: Value) -> bool:
+    """Whether nn.Module.__setattr__ keeps `value` in _modules, _parameters or _buffers."""
+    if isinstance(value, NNModuleValue) or name in module._modules or name in module._parameters:
+        return True
+    if isinstance(value, TensorValue):
+        return value.python_type() is torch.nn.Parameter or name in module._buffers
+    return name in module._buffers and value.is_constant() and value.constant() is None
+
+
+def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
+    if isinstance(obj, (UserObjectValue, RecordValue)):
+        obj.setattr(tx, name, value)
+    elif isinstance(obj, ObjectValue) and obj.source is not None:
+        tx.output.record_attribute_write(obj, name, value)
+    else:
+        raise GraphBreak("store-attr", f"setting attribute {name!r} on {obj!r}")
