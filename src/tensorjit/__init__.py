@@ -10,7 +10,8 @@ from .api import OptimizedModule, compile, disable, reset
 from .backends.registry import list_backends, register_backend
 from .capture.breaks import CaptureError, GraphBreakError
 from .explain import explain
+from . import compiler
 
 __all__ = ["compile", "disable", "explain", "reset", "list_backends", "register_backend",
-           "GraphBreakError", "CaptureError", "OptimizedModule", "config", "logs"]
+           "GraphBreakError", "CaptureError", "OptimizedModule", "config", "logs", "compiler"]
 __version__ = "0.1.0"

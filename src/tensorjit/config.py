@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass
@@ -28,6 +28,9 @@ class Config:
     """Trace `.item()` into the graph instead of breaking there."""
     suppress_errors: bool = False
     """On an internal capture error, warn and run eagerly instead of raising."""
+    guard_filter_fn: Callable | None = None
+    """Unsafe: called with each new entry's guards (GuardEntry records), returns one keep flag per guard
+    (tensorjit.compiler.skip_guard_on_globals_unsafe and the like, or torch.compiler's)."""
 
     # -- autograd ------------------------------------------------------------
     partitioner: str = "min_cut"

@@ -55,6 +55,7 @@ class GraphBreak(Exception):
         self.reason = BreakReason(kind, explanation, hint)
         self.exception = exception
         self.root_step: int | None = None
+        self.is_error: bool | None = None  # error_on_graph_break of the innermost marked frame
 
 
 class GraphBreakError(RuntimeError):

@@ -21,6 +21,7 @@ import torch
 
 from .breaks import GraphBreak
 from .codegen import GradExit
+from .markers import break_is_error
 from .values.base import ConstantValue, NULL, Value
 from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, SetValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
@@ -94,7 +95,12 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
         frame.yielded = []
         frame.run()
         return GeneratorValue(frame.yielded)
-    return frame.run()
+    try:
+        return frame.run()
+    except GraphBreak as e:
+        if e.is_error is None:  # the innermost frame marked with error_on_graph_break decides
+            e.is_error = break_is_error(code)
+        raise
 
 
 def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:

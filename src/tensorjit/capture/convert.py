@@ -22,7 +22,9 @@ import torch
 from .. import logs
 from ..config import Config
 from .breaks import BreakReason, CaptureError, GraphBreak, GraphBreakError
+from . import markers
 from .codegen import RestoreFunction
+from .guard_filter import filter_guards
 from .guards import CompiledGuards, global_state_guards
 from .interpreter import Capture, Frame, StopCapture
 from .opcodes import CALL_ADAPTER
@@ -58,9 +60,10 @@ class CacheEntry:
 
 
 class _BreakAt(Exception):
-    def __init__(self, step: int, reason: BreakReason) -> None:
+    def __init__(self, step: int, reason: BreakReason, is_error: bool = False) -> None:
         self.step = step
         self.reason = reason
+        self.is_error = is_error
 
 
 def capture_entry(owner, L: tuple) -> CacheEntry:
@@ -68,7 +71,7 @@ def capture_entry(owner, L: tuple) -> CacheEntry:
     try:
         return _attempt(owner, L, None)
     except _BreakAt as stop:
-        if owner.fullgraph:
+        if owner.fullgraph or stop.is_error:
             raise GraphBreakError(stop.reason) from None
         logs.graph_break(stop.reason)
         entry = _attempt(owner, L, stop.step)
@@ -115,7 +118,8 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             reason.user_stack = frame.user_stack()
         if break_at is not None:
             raise CaptureError(frame.location() if frame else None, e) from e
-        raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason) from None
+        raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason,
+                       _break_is_error(e, fn.__code__)) from None
     except (GraphBreakError, CaptureError, _BreakAt):
         raise
     except Exception as e:
@@ -123,6 +127,14 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
         raise CaptureError(location, e) from e
     finally:
         torch._C._set_grad_enabled(grad_before)
+
+
+def _break_is_error(e: GraphBreak, code) -> bool:
+    """error_on_graph_break: the innermost marked frame decides, then the flag of the context manager."""
+    for decision in (e.is_error, markers.break_is_error(code)):
+        if decision is not None:
+            return decision
+    return markers.error_on_graph_break
 
 
 def _deepest_location(e: BaseException, frame):
@@ -139,7 +151,10 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
             output.guard(Guard(None, "expression", expression))
     owner.last_shapes = {gi.source.expression(): tuple(gi.example.shape) for gi in output.inputs
                          if isinstance(gi.example, torch.Tensor)}
-    guards = output.guards.build(fn.__globals__, fn.__closure__)
+    guard_set = output.guards
+    if owner.config.guard_filter_fn is not None:
+        guard_set = filter_guards(guard_set, output.wrapped, owner.config.guard_filter_fn)
+    guards = guard_set.build(fn.__globals__, fn.__closure__)
     logs.guards(output.fn_name, guards)
     return guards
 

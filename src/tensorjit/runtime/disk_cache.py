@@ -77,3 +77,38 @@ def get_or_build(key_parts: Iterable, build_fn: Callable[[str], None], *, suffix
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return str(path)
+
+
+def verified_entries(cache_dir: str | None = None) -> list[tuple[str, Path]]:
+    """Every artifact that verifies against its sidecar, as (path relative to the root, path)."""
+    root = cache_root(cache_dir)
+    found = []
+    for sidecar in sorted(root.glob("*/*.sha256")):
+        path = sidecar.with_name(sidecar.name[:-len(".sha256")])
+        if is_valid(path):
+            found.append((str(path.relative_to(root)), path))
+    return found
+
+
+def install(relative: str, data: bytes, cache_dir: str | None = None) -> bool:
+    """Write an artifact (and its sidecar) brought from elsewhere; False if a valid one is already there."""
+    root = cache_root(cache_dir)
+    path = (root / relative).resolve()
+    if root.resolve() not in path.parents or len(path.relative_to(root.resolve()).parts) != 2:
+        raise ValueError(f"tensorjit: cache artifact path {relative!r} is outside the cache layout")
+    if is_valid(path):
+        return False
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    with open(path.parent / f"{path.name.split('.')[0]}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            descriptor, temp = tempfile.mkstemp(dir=path.parent)
+            with os.fdopen(descriptor, "wb") as out:
+                out.write(data)
+            os.replace(temp, path)
+            sidecar_temp = path.parent / f"{path.name}.{os.getpid()}.sidecar"
+            sidecar_temp.write_text(f"{len(data)} {hashlib.sha256(data).hexdigest()}\n")
+            os.replace(sidecar_temp, path.with_name(path.name + ".sha256"))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return True
