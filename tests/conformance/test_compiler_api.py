@@ -411,3 +411,103 @@ def test_list_options_and_mode_options():
 
 def teardown_module(module):
     reset()
+
+
+# -- cache artifacts -----------------------------------------------------------------------------------
+needs_cpp = pytest.mark.skipif(not REFERENCE and __import__("shutil").which("g++") is None, reason="needs g++")
+
+
+@pytest.fixture
+def kernel_cache(tmp_path, monkeypatch):
+    """tensorjit's kernel cache in a temporary directory (torch's caches stay as they are)."""
+    if not REFERENCE:
+        from tensorjit.config import config
+        monkeypatch.setattr(config, "cache_dir", str(tmp_path / "first"))
+    return tmp_path
+
+
+def _sine_program(x):
+    return (x.sin() * 2 + 1).sum(-1)
+
+
+@needs_cpp
+def test_save_and_load_cache_artifacts_round_trip(kernel_cache):
+    x = torch.randn(4, 8)
+    compile(_sine_program, backend="inductor")(x)
+    saved = compiler.save_cache_artifacts()
+    assert saved is not None
+    data, info = saved
+    assert isinstance(data, bytes) and len(data) > 0
+    assert compiler.load_cache_artifacts(data) is not None
+    assert info is not None
+
+
+@needs_cpp
+@pytest.mark.skipif(REFERENCE, reason="checks tensorjit's kernel cache directory")
+def test_loaded_artifacts_spare_the_cpp_compiler(kernel_cache, monkeypatch):
+    from tensorjit.codegen.cpp import compiler as cpp_compiler
+    from tensorjit.config import config
+    from tensorjit.runtime import disk_cache
+
+    x = torch.randn(4, 8)
+    compile(_sine_program, backend="inductor")(x)
+    data, info = compiler.save_cache_artifacts()
+    assert len(info) >= 1
+    monkeypatch.setattr(config, "cache_dir", str(kernel_cache / "second"))  # another machine's empty cache
+    assert disk_cache.verified_entries(config.cache_dir) == []
+    loaded = compiler.load_cache_artifacts(data)
+    assert loaded.kernel_artifacts == info.kernel_artifacts
+    assert len(disk_cache.verified_entries(config.cache_dir)) == len(info)
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError("the C++ compiler ran although the kernel was loaded from artifacts")
+    monkeypatch.setattr(cpp_compiler, "build", no_compiler)
+    reset()
+    torch.testing.assert_close(compile(_sine_program, backend="inductor")(x), _sine_program(x))
+
+
+@pytest.mark.skipif(REFERENCE, reason="tensorjit's artifact format")
+def test_load_cache_artifacts_rejects_corrupt_bytes(kernel_cache):
+    from tensorjit.compiler.artifacts import MAGIC
+    with pytest.raises(ValueError):
+        compiler.load_cache_artifacts(b"not artifacts")
+    header = b'[{"path": "ab/abcd.so", "size": 3, "sha256": "00"}]'
+    with pytest.raises(ValueError, match="corrupt"):
+        compiler.load_cache_artifacts(MAGIC + len(header).to_bytes(8, "little") + header + b"abc")
+
+
+def test_error_on_graph_break_with_block_inside_the_compiled_function():
+    def strict_block(x):
+        x = x + 1
+        with error_on_graph_break(True):
+            y = x * 2
+            graph_break()
+        return y
+
+    with pytest.raises(GraphBreakError):
+        compile(strict_block, backend=CountingBackend())(torch.ones(2))
+    backend = CountingBackend()  # the flag did not outlive the failed capture
+    assert torch.equal(compile(_program_with_a_break, backend=backend)(torch.ones(2)), torch.full((2,), 4.0))
+    assert backend.graph_count == 2
+
+
+def _program_with_a_break(x):
+    y = x + 1
+    graph_break()
+    return y * 2
+
+
+def test_error_on_graph_break_false_block_inside_a_strict_region():
+    def lenient_block(x):
+        with error_on_graph_break(False):
+            y = x + 1
+            graph_break()
+            y = y * 2
+        return y - 1
+
+    backend = CountingBackend()
+    compiled = compile(lenient_block, backend=backend)
+    with error_on_graph_break(True):
+        assert torch.equal(compiled(torch.ones(2)), torch.full((2,), 3.0))
+        assert torch.equal(compiled(torch.ones(2)), torch.full((2,), 3.0))
+    assert backend.graph_count == 2

@@ -59,11 +59,11 @@ class GraphBreak(Exception):
 
 
 class GraphBreakError(RuntimeError):
-    """A graph break under fullgraph=True."""
+    """A graph break under fullgraph=True or error_on_graph_break(True)."""
 
-    def __init__(self, reason: BreakReason) -> None:
+    def __init__(self, reason: BreakReason, under: str = "fullgraph=True") -> None:
         callers = "".join(f"\n  called from {loc}" for loc in reversed(reason.user_stack[:-1]))
-        super().__init__(f"graph break under fullgraph=True at {reason}{callers}")
+        super().__init__(f"graph break under {under} at {reason}{callers}")
         self.reason = reason
 
 

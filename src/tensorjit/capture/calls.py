@@ -184,6 +184,13 @@ _GRAD_MODES = {torch.no_grad: _no_grad, torch.enable_grad: _enable_grad,
                torch.autograd.profiler.record_function: _null_context, contextlib.nullcontext: _null_context}
 
 
+def register_call_handler(obj, handler: Callable) -> None:
+    """Give calls of `obj` (a class or function met as an object) a meaning: handler(tx, args, kwargs) -> Value."""
+    if obj in _GRAD_MODES:
+        raise AssertionError(f"duplicate call handler for {obj}")
+    _GRAD_MODES[obj] = handler
+
+
 def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         names = cls._fields

@@ -72,7 +72,8 @@ def capture_entry(owner, L: tuple) -> CacheEntry:
         return _attempt(owner, L, None)
     except _BreakAt as stop:
         if owner.fullgraph or stop.is_error:
-            raise GraphBreakError(stop.reason) from None
+            raise GraphBreakError(stop.reason, "fullgraph=True" if owner.fullgraph else
+                                  "error_on_graph_break(True)") from None
         logs.graph_break(stop.reason)
         entry = _attempt(owner, L, stop.step)
         entry.break_reason = stop.reason
@@ -100,6 +101,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
     capture = Capture(owner.config, output, break_at)
     capture.root_globals = fn.__globals__
     grad_before = torch.is_grad_enabled()
+    strict_before = markers.error_on_graph_break  # a block entered symbolically may not reach its exit
     frame = None
     try:
         frame = _root_frame(owner, L, capture)
@@ -127,6 +129,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
         raise CaptureError(location, e) from e
     finally:
         torch._C._set_grad_enabled(grad_before)
+        markers.error_on_graph_break = strict_before
 
 
 def _break_is_error(e: GraphBreak, code) -> bool:

@@ -22,7 +22,7 @@ import weakref
 from typing import Any, Callable
 
 from .breaks import GraphBreak
-from .values.base import CallableConstant, Value
+from .values.base import CallableConstant, ConstantValue, Value
 
 error_on_graph_break = False  # set by tensorjit.compiler.error_on_graph_break as a context manager
 _strict_codes: dict = {}  # code object -> flag, for functions decorated with error_on_graph_break
@@ -126,6 +126,45 @@ class SubstitutedValue(CallableConstant):
             result = self.fn(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
             return tx.wrap_constant_object(result)
         return tx.call(tx.wrap_constant_object(self.traceable), list(args), dict(kwargs))
+
+
+class ErrorOnGraphBreakValue(Value):
+    """`with error_on_graph_break(flag):` inside a compiled function: the flag holds while its body is captured."""
+
+    def __init__(self, factory: type, flag: bool) -> None:
+        self.factory = factory
+        self.flag = flag
+        self.previous: bool | None = None
+
+    def enter(self, tx) -> Value:
+        global error_on_graph_break
+        self.previous, error_on_graph_break = error_on_graph_break, self.flag
+        return ConstantValue(None)
+
+    def exit(self, tx) -> Value:
+        global error_on_graph_break
+        error_on_graph_break = self.previous
+        return ConstantValue(None)
+
+    def getattr(self, tx, name: str) -> Value:
+        from .values.objects import ContextMethodValue
+        if name in ("__enter__", "__exit__"):
+            return ContextMethodValue(self, "enter" if name == "__enter__" else "exit")
+        raise GraphBreak("getattr", f"attribute {name!r} of error_on_graph_break")
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.constant(self.factory)}({self.flag!r})"
+
+    def reconstruct_entered_exit(self, cg) -> str:
+        # A break inside the block: the flag only matters while capturing, and capture restores it
+        # itself, so the resumed code's __exit__ has nothing to undo. (The code resumed inside the
+        # block is captured under the flag of the code around the compiled function.)
+        return cg.constant(exit_error_on_graph_break)
+
+
+def exit_error_on_graph_break(*exc) -> bool:
+    """The __exit__ of an error_on_graph_break block a graph break interrupted."""
+    return False
 
 
 def _name(fn: Any) -> str:

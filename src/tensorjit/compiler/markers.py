@@ -17,6 +17,7 @@ import torch
 from .. import api
 from ..capture import markers as capture_markers
 from ..capture.breaks import GraphBreak
+from ..capture.calls import register_call_handler
 from ..capture.values.builtins import builtin
 from ..capture.values.functions import COMPILING_QUERIES
 
@@ -77,6 +78,15 @@ class error_on_graph_break:
             raise TypeError(f"error_on_graph_break decorates Python functions, not {type(fn).__name__}")
         capture_markers.mark_error_on_graph_break(code, self.flag)
         return fn
+
+
+@builtin(capture_markers.exit_error_on_graph_break)
+def _exit_in_capture(tx, *exc):
+    return tx.wrap_constant_object(False)
+
+
+register_call_handler(error_on_graph_break, lambda tx, args, kwargs: capture_markers.ErrorOnGraphBreakValue(
+    error_on_graph_break, (args[0] if args else kwargs["error_on_graph_break"]).constant()))
 
 
 def allow_in_graph(fn):
