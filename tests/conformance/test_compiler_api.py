@@ -115,6 +115,17 @@ def test_set_stance_skip_guard_eval_unsafe_keeps_results():
     assert backend.graph_count == 1
 
 
+def test_set_stance_skip_guard_eval_unsafe_skips_the_only_entrys_guards():
+    backend = CountingBackend()
+    compiled = compile(lambda x, n: x * n, backend=backend, dynamic=False)
+    compiled(torch.ones(2), 2)
+    with compiler.set_stance(skip_guard_eval_unsafe=True):
+        # unsafe by request: the one entry runs although `n` differs (torch does the same)
+        assert torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 2.0))
+    assert torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 3.0))
+    assert backend.graph_count == 2
+
+
 # -- disable and torch's disable marks -------------------------------------------------------------
 def _program_calling(helper):
     def program(x):

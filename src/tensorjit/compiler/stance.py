@@ -48,7 +48,7 @@ class set_stance:
     - "eager_then_compile" / "aot_eager_then_compile": run a function's first call eagerly, then
       compile, with the sizes that changed between the calls dynamic.
 
-    skip_guard_eval_unsafe is accepted; guards are still evaluated (it never changes results).
+    skip_guard_eval_unsafe: a function with one entry runs it without evaluating its guards (unsafe).
     force_backend (with "default" only) compiles with that backend while the stance holds.
     """
 
