@@ -177,6 +177,16 @@ def test_graph_break_splits_the_graph():
     assert backend.graph_count == 2
 
 
+def test_torch_dynamo_graph_break_splits_the_graph_too():
+    def program(x):
+        y = x + 1
+        torch._dynamo.graph_break()
+        return y * 2
+    backend = CountingBackend()
+    assert torch.equal(compile(program, backend=backend)(torch.ones(2)), torch.full((2,), 4.0))
+    assert backend.graph_count == 2
+
+
 def test_error_on_graph_break_decorator_makes_breaks_errors():
     @error_on_graph_break(True)
     def strict(x):

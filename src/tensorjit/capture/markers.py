@@ -84,11 +84,27 @@ def marked_value(obj: Any, source) -> Value | None:
         original = getattr(obj, "__torch_dynamo_original__", obj)
         fold = bool(getattr(obj, "__torch_dynamo_can_constant_fold_through__", False))
         return SubstitutedValue(original, source, polyfill, fold)
+    if (getattr(obj, "__module__", None), getattr(obj, "__name__", None)) == TORCH_GRAPH_BREAK:
+        return GraphBreakCallValue(obj, source)
     if getattr(obj, "_dynamo_marked_constant", False) is True:
         return ConstantResultValue(obj, source)
     if is_allowed_in_graph(obj):
         return InGraphValue(obj, source)
     return None
+
+
+TORCH_GRAPH_BREAK = ("torch._dynamo.decorators", "graph_break")
+
+
+class GraphBreakCallValue(CallableConstant):
+    """torch._dynamo.graph_break(): a graph break asked for by name (tensorjit's own is a builtin handler)."""
+
+    def call(self, tx, args, kwargs) -> Value:
+        message = args[0] if args else kwargs.get("msg")
+        text = f": {message.constant()}" if message is not None and message.is_constant() and message.constant() \
+            else ""
+        raise GraphBreak("graph_break", f"call to torch._dynamo.graph_break(){text}",
+                         "remove the call to keep the code in one graph")
 
 
 class InGraphValue(CallableConstant):
