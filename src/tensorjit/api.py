@@ -113,9 +113,13 @@ class CompiledFunction:
                                f"filename: '{code.co_filename}', function name: '{code.co_name}', "
                                f"line number: {code.co_firstlineno}")
         if name in ("eager_then_compile", "aot_eager_then_compile") and not self.entries and not self.warmed_up:
-            # The first call runs eagerly; the sizes it saw let the next capture tell which dims vary.
+            # The first call runs eagerly (or through aot_eager); the sizes it saw let the next
+            # capture tell which dims vary.
             self.warmed_up = True
             self.last_shapes = {f"L[{i}]": tuple(v.shape) for i, v in enumerate(L) if isinstance(v, torch.Tensor)}
+            if name == "aot_eager_then_compile":
+                first = self._with_backend("aot_eager")
+                return first._compile_and_run(args, kwargs, first.binder(*args, **kwargs))
             return self.fn(*args, **kwargs)
         return self._compile_and_run(args, kwargs, L)
 

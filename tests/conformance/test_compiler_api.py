@@ -85,6 +85,19 @@ def test_set_stance_eager_then_compile_infers_dynamic_sizes():
     assert backend.graph_count == 1  # first call eager; the size that changed is dynamic
 
 
+def test_set_stance_aot_eager_then_compile():
+    backend = CountingBackend()
+    x = torch.randn(3, requires_grad=True)
+    compiled = compile(lambda t: (t.sin() * 3).sum(), backend=backend)
+    with compiler.set_stance("aot_eager_then_compile"):
+        compiled(x).backward()
+        torch.testing.assert_close(x.grad, x.detach().cos() * 3)
+        assert backend.graph_count == 0  # the first call goes through aot_eager, not this backend
+        compiled(torch.randn(4))
+        compiled(torch.randn(5))
+    assert backend.graph_count == 1
+
+
 def test_set_stance_rejects_unknown_stances_and_force_backend_off_default():
     try:
         with pytest.raises(RuntimeError, match="stance"):  # torch raises at the next call, tensorjit at once

@@ -45,8 +45,8 @@ class set_stance:
     - "force_eager": ignore tensorjit.compile: every compiled function runs eagerly;
     - "eager_on_recompile": use compiled entries whose guards hold, else run eagerly;
     - "fail_on_recompile": use compiled entries whose guards hold, else raise RuntimeError;
-    - "eager_then_compile" / "aot_eager_then_compile": run a function's first call eagerly, then
-      compile, with the sizes that changed between the calls dynamic.
+    - "eager_then_compile" / "aot_eager_then_compile": run a function's first call eagerly (or
+      through the aot_eager backend), then compile, with the sizes that changed between the calls dynamic.
 
     skip_guard_eval_unsafe: a function with one entry runs it without evaluating its guards (unsafe).
     force_backend (with "default" only) compiles with that backend while the stance holds.
