@@ -325,6 +325,24 @@ def test_is_compiling_inside_and_outside():
     assert compiler.is_exporting() is False
 
 
+@pytest.mark.parametrize("query", ["torch.compiler.is_compiling", "torch._dynamo.is_compiling",
+                                   "torch._utils.is_compiling"])
+def test_library_is_compiling_checks_take_the_compiled_path(query):
+    check = {"torch.compiler.is_compiling": torch.compiler.is_compiling,
+             "torch._dynamo.is_compiling": torch._dynamo.is_compiling,
+             "torch._utils.is_compiling": torch._utils.is_compiling}[query]
+
+    def library_function(x):
+        if check():
+            return x + 1
+        return x - 1
+    backend = CountingBackend()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch._utils.is_compiling is deprecated
+        assert torch.equal(compile(library_function, backend=backend)(torch.zeros(2)), torch.ones(2))
+    assert backend.graph_count == 1
+
+
 # -- backends, limits, options -------------------------------------------------------------------------
 def test_set_and_get_default_backend():
     assert compiler.get_default_backend() == "inductor"

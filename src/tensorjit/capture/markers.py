@@ -84,8 +84,11 @@ def marked_value(obj: Any, source) -> Value | None:
         original = getattr(obj, "__torch_dynamo_original__", obj)
         fold = bool(getattr(obj, "__torch_dynamo_can_constant_fold_through__", False))
         return SubstitutedValue(original, source, polyfill, fold)
-    if (getattr(obj, "__module__", None), getattr(obj, "__name__", None)) == TORCH_GRAPH_BREAK:
+    named = (getattr(obj, "__module__", None), getattr(obj, "__name__", None))
+    if named == TORCH_GRAPH_BREAK:
         return GraphBreakCallValue(obj, source)
+    if named == TORCH_DYNAMO_IS_COMPILING:  # named, not imported: the product never imports torch._dynamo
+        return CompilingQueryValue(obj, source)
     if getattr(obj, "_dynamo_marked_constant", False) is True:
         return ConstantResultValue(obj, source)
     if is_allowed_in_graph(obj):
@@ -94,6 +97,14 @@ def marked_value(obj: Any, source) -> Value | None:
 
 
 TORCH_GRAPH_BREAK = ("torch._dynamo.decorators", "graph_break")
+TORCH_DYNAMO_IS_COMPILING = ("torch._dynamo.external_utils", "is_compiling")
+
+
+class CompilingQueryValue(CallableConstant):
+    """torch._dynamo.is_compiling(): True while capturing, as torch.compiler.is_compiling()."""
+
+    def call(self, tx, args, kwargs) -> Value:
+        return ConstantValue(True)
 
 
 class GraphBreakCallValue(CallableConstant):
