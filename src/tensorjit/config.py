@@ -52,6 +52,15 @@ class Config:
     profile_kernels: bool = False
     """Name every generated kernel and extern call in torch.profiler traces (costs ~1 us a step)."""
 
+    @property
+    def recompile_limit(self) -> int:
+        """torch._dynamo.config's name for cache_size_limit (the same value)."""
+        return self.cache_size_limit
+
+    @recompile_limit.setter
+    def recompile_limit(self, value: int) -> None:
+        self.cache_size_limit = value
+
     def replace(self, **changes: Any) -> "Config":
         """Return a copy with `changes` applied; unknown names raise, listing the valid ones."""
         check_option_names(changes)

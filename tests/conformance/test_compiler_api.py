@@ -563,3 +563,32 @@ def test_error_on_graph_break_false_block_inside_a_strict_region():
         assert torch.equal(compiled(torch.ones(2)), torch.full((2,), 3.0))
         assert torch.equal(compiled(torch.ones(2)), torch.full((2,), 3.0))
     assert backend.graph_count == 2
+
+
+def test_set_stance_inside_a_compiled_function_is_an_error():
+    def program(x):
+        compiler.set_stance("force_eager")
+        return x + 1
+    try:
+        with pytest.raises((RuntimeError, AssertionError), match="set_stance"):  # torch: AssertionError
+            compile(program, backend=CountingBackend())(torch.ones(2))
+    finally:
+        compiler.set_stance("default")
+
+
+@pytest.mark.skipif(REFERENCE, reason="torch's is torch._dynamo.config.recompile_limit")
+def test_config_recompile_limit_is_cache_size_limit():
+    from tensorjit.config import config
+    old = config.recompile_limit
+    try:
+        config.recompile_limit = 3
+        assert config.cache_size_limit == 3
+        backend = CountingBackend()
+        compiled = compile(lambda x: x - 1, backend=backend, dynamic=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for n in range(1, 6):
+                compiled(torch.ones(n))
+        assert backend.graph_count == 3
+    finally:
+        config.recompile_limit = old

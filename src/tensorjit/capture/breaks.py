@@ -78,3 +78,7 @@ class CaptureError(RuntimeError):
             "to run such code eagerly instead."
         )
         self.location = location
+
+
+class CompilerUsageError(RuntimeError):
+    """A compiler API used where it must not be (set_stance inside a compiled function): raised as is."""

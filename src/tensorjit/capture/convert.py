@@ -21,7 +21,7 @@ import torch
 
 from .. import logs
 from ..config import Config
-from .breaks import BreakReason, CaptureError, GraphBreak, GraphBreakError
+from .breaks import BreakReason, CaptureError, CompilerUsageError, GraphBreak, GraphBreakError
 from . import markers
 from .codegen import RestoreFunction
 from .guard_filter import filter_guards
@@ -122,7 +122,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             raise CaptureError(frame.location() if frame else None, e) from e
         raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason,
                        _break_is_error(e, fn.__code__)) from None
-    except (GraphBreakError, CaptureError, _BreakAt):
+    except (GraphBreakError, CaptureError, CompilerUsageError, _BreakAt):
         raise
     except Exception as e:
         location = _deepest_location(e, frame)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import api
+from ..capture.breaks import CompilerUsageError
+from ..capture.calls import register_call_handler
 
 STANCES = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile", "eager_then_compile",
            "aot_eager_then_compile")
@@ -80,3 +82,10 @@ class set_stance:
             finally:
                 _install(previous)
         return with_stance
+
+
+def _set_stance_in_capture(tx, args, kwargs):
+    raise CompilerUsageError("attempted to set_stance in a tensorjit.compile region")
+
+
+register_call_handler(set_stance, _set_stance_in_capture)
