@@ -592,3 +592,36 @@ def test_config_recompile_limit_is_cache_size_limit():
         assert backend.graph_count == 3
     finally:
         config.recompile_limit = old
+
+
+def test_wrap_numpy_turns_array_functions_into_tensor_functions():
+    numpy = pytest.importorskip("numpy")
+
+    @compiler.wrap_numpy
+    def numpy_sum_of_squares(a):
+        return numpy.sum(a * a, axis=0)
+    x = torch.arange(6.0).reshape(3, 2)
+    out = numpy_sum_of_squares(x)
+    assert isinstance(out, torch.Tensor) and torch.equal(out, (x * x).sum(0))
+    compiled = compile(lambda t: numpy_sum_of_squares(t) + 1, backend=CountingBackend())
+    torch.testing.assert_close(compiled(x), (x * x).sum(0) + 1)
+
+
+def test_guard_filter_keep_portable_and_inbuilt_module_filters():
+    linear = torch.nn.Linear(2, 2)
+    for guard_filter in (compiler.keep_portable_guards_unsafe, compiler.skip_guard_on_inbuilt_nn_modules_unsafe):
+        backend = CountingBackend()
+        compiled = compile(linear, backend=backend, options={"guard_filter_fn": guard_filter})
+        x = torch.randn(3, 2)
+        torch.testing.assert_close(compiled(x), linear(x))
+        torch.testing.assert_close(compiled(x * 2), linear(x * 2))
+        assert backend.graph_count == 1
+        reset()
+
+
+@pytest.mark.skipif(REFERENCE, reason="torch's returns None")
+def test_set_enable_guard_collectives_and_load_compiled_function():
+    assert compiler.set_enable_guard_collectives(True) is False
+    assert compiler.set_enable_guard_collectives(False) is True
+    with pytest.raises(NotImplementedError, match="save_cache_artifacts"):
+        compiler.load_compiled_function(None)
