@@ -7,11 +7,13 @@
 from . import backends, config, logs
 from .backends import registry as _registry  # noqa: F401  (tensorjit.backends.registry)
 from .api import OptimizedModule, compile, disable, reset
-from .backends.registry import list_backends, register_backend
+from .backends.registry import BackendCompilerFailed, BackendUnavailable, list_backends, register_backend
 from .capture.breaks import CaptureError, GraphBreakError
 from .explain import explain
+from .report import report
 from . import compiler
 
 __all__ = ["compile", "disable", "explain", "reset", "list_backends", "register_backend",
-           "GraphBreakError", "CaptureError", "OptimizedModule", "config", "logs", "compiler"]
+           "GraphBreakError", "CaptureError", "BackendCompilerFailed", "BackendUnavailable", "OptimizedModule",
+           "config", "logs", "report", "compiler"]
 __version__ = "0.1.0"

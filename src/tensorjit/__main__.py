@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 
@@ -60,35 +61,62 @@ def _models(device, dtype):
     }
 
 
-def _time(fn, x, device, iters: int) -> float:
+def _time(fn, x, device, iters: int, repeats: int) -> list[float]:
+    """Milliseconds per call, one figure per repeat of `iters` calls (after a warm-up)."""
+    figures = []
     with torch.inference_mode():
         for _ in range(3):
             fn(x)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(iters):
-            fn(x)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1000 / iters
+        for _ in range(repeats):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn(x)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            figures.append((time.perf_counter() - start) * 1000 / iters)
+    return figures
+
+
+def _summary(figures: list[float]) -> str:
+    ordered = sorted(figures)
+    return (f"{statistics.median(ordered):.3f} ms / iter "
+            f"(median of {len(ordered)}, spread {ordered[0]:.3f}-{ordered[-1]:.3f})")
+
+
+def _parser() -> argparse.ArgumentParser:
+    import tensorjit
+    from .config import MODES
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tensorjit demo",
+        description="Compile a small model with tensorjit, check it against eager PyTorch, "
+                    "print the graphs, graph breaks and the measured speedup.")
+    parser.add_argument("--model", default="tinyblock", choices=["tinyblock", "mlp", "cnn"],
+                        help="tinyblock: LayerNorm+MLP+GELU block; mlp: 4 Linear+ReLU; cnn: conv+batch-norm net")
+    parser.add_argument("--backend", default="inductor", choices=tensorjit.list_backends(),
+                        help="the compiler backend (default: inductor, tensorjit's code generators)")
+    parser.add_argument("--mode", default=None, choices=sorted(MODES),
+                        help="a named option set, as torch.compile's mode")
+    parser.add_argument("--iters", type=int, default=50, help="calls per timed repeat")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cpu or cuda (default: cuda when available)")
+    return parser
 
 
 def demo(argv: list[str]) -> int:
     import tensorjit
-    parser = argparse.ArgumentParser(prog="python -m tensorjit demo")
-    parser.add_argument("--model", default="tinyblock", choices=["tinyblock", "mlp", "cnn"])
-    parser.add_argument("--backend", default="inductor", help=f"one of {tensorjit.list_backends()}")
-    parser.add_argument("--mode", default=None)
-    parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     device = torch.device(args.device)
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     make, shape = _models(device, dtype)[args.model]
     model = make().to(device=device, dtype=dtype).eval()
     x = torch.randn(*shape, device=device, dtype=dtype)
+    if args.mode in ("reduce-overhead", "max-autotune") and device.type == "cpu":
+        print(f"note: mode={args.mode} records CUDA graphs, which do nothing on the CPU")
 
     graphs = []
     backend = tensorjit.backends.registry.lookup_backend(args.backend)
@@ -107,25 +135,33 @@ def demo(argv: list[str]) -> int:
     tol = 1e-2 if dtype == torch.float16 else 1e-4
     torch.testing.assert_close(out, expected, rtol=tol, atol=tol)
     explanation = tensorjit.explain(model)(x)
-    eager_ms = _time(model, x, device, args.iters)
-    compiled_ms = _time(compiled, x, device, args.iters)
     print(f"model={args.model} shape={tuple(shape)} device={device} dtype={dtype} backend={args.backend}")
     print(f"graphs={len(graphs)} graph_breaks={explanation.graph_break_count} ops={explanation.op_count}")
     for reason in explanation.break_reasons:
         print(f"  break: {reason}")
+    if not graphs:
+        print("nothing was captured: the model ran eagerly, so there is no speedup to report")
+        return 1
     print(f"matches eager: yes (rtol=atol={tol})")
     print(f"first call (capture + compile): {compile_s:.3f} s")
-    print(f"eager    : {eager_ms:.3f} ms / iter")
-    print(f"compiled : {compiled_ms:.3f} ms / iter")
-    print(f"speedup  : {eager_ms / compiled_ms:.2f}x")
+    eager_ms = _time(model, x, device, args.iters, args.repeats)
+    compiled_ms = _time(compiled, x, device, args.iters, args.repeats)
+    print(f"eager    : {_summary(eager_ms)}")
+    print(f"compiled : {_summary(compiled_ms)}")
+    print(f"speedup  : {statistics.median(eager_ms) / statistics.median(compiled_ms):.2f}x")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    import tensorjit
+
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ("demo",):
-        print("usage: python -m tensorjit demo [--model tinyblock|mlp|cnn] [--backend NAME] [--mode MODE]")
-        return 2
+    parser = argparse.ArgumentParser(prog="python -m tensorjit",
+                                     description="tensorjit: a just-in-time compiler for PyTorch programs.")
+    parser.add_argument("--version", action="version", version=f"tensorjit {tensorjit.__version__}")
+    parser.add_argument("command", choices=["demo"], help="demo: compile a model and compare it with eager "
+                        "(`python -m tensorjit demo --help` for its options)")
+    parser.parse_args(argv[:1])
     return demo(argv[1:])
 
 

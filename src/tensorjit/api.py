@@ -13,7 +13,9 @@ import builtins
 import functools
 import inspect
 import itertools
+import os
 import sys
+import time
 import types
 import warnings
 import weakref
@@ -21,15 +23,16 @@ from typing import Any, Callable
 
 import torch
 
-from . import logs
-from .backends.registry import get_default_backend, lookup_backend
+from . import logs, progress
+from .backends.registry import BackendCompilerFailed, get_default_backend, lookup_backend
 from .capture import codegen as capture_codegen
 from .capture.breaks import CaptureError, GraphBreakError
 from .capture.convert import CacheEntry, capture_entry
 from .capture.dynamic import record_changed_dims
 from .capture.resume import TailCall, resume_code
 from .capture.skipfiles import mark_disabled
-from .config import MODES, Config, check_option_names, config as default_config
+from .arguments import check_compile_arguments, check_disable_arguments
+from .config import MODES, Config, config as default_config
 
 _all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
 
@@ -155,14 +158,19 @@ class CompiledFunction:
                 return self.fn(*args, **kwargs)
         elif self.frame_id is None:
             self.frame_id = next(_frame_ids)
+        start = time.perf_counter()
+        code = self.fn.__code__
         try:
-            entry = capture_entry(self, L)
-        except (GraphBreakError, CaptureError):
+            with progress.compiling(f"{self.fn.__qualname__} ({os.path.basename(code.co_filename)}:"
+                                    f"{code.co_firstlineno})", self.config.progress):
+                entry = capture_entry(self, L)
+        except (GraphBreakError, CaptureError, BackendCompilerFailed):
             if self.config.suppress_errors and not self.fullgraph:
                 warnings.warn(f"tensorjit: capture of {self.fn.__qualname__} failed; running eagerly")
                 self.eager_fallback = True
                 return self.fn(*args, **kwargs)
             raise
+        _note_compile_time(self, entry, time.perf_counter() - start)
         self.entries.append(entry)
         if len(self.entries) == 1:
             self.fast = _fast_path(self.fn, entry) or _always_miss
@@ -415,19 +423,12 @@ class OptimizedModule(torch.nn.Module):
         return dir(self._orig_mod)
 
 
-def _resolve_config(mode: str | None, options: dict | None, dynamic) -> Config:
-    if mode is not None and options:
-        raise ValueError("tensorjit: give either mode or options, not both (as torch.compile)")
+def _resolve_config(mode: str | None, options: dict | None) -> Config:
     cfg = default_config.replace()
     if mode is not None:
-        if mode not in MODES:
-            raise ValueError(f"tensorjit: unknown mode {mode!r}; valid modes are: {', '.join(MODES)}")
         cfg = cfg.replace(**MODES[mode])
     if options:
-        check_option_names(options)
         cfg = cfg.replace(**options)
-    if dynamic not in (None, True, False):
-        raise ValueError(f"tensorjit: dynamic must be None, True or False, got {dynamic!r}")
     return cfg
 
 
@@ -455,8 +456,11 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
 
     backend=None means `tensorjit.compiler.get_default_backend()` ("inductor" unless set);
     recompile_limit caps this function's entries (else config.cache_size_limit)."""
-    config = _resolve_config(mode, options, dynamic)
+    check_compile_arguments(model, fullgraph, dynamic, mode, options, disable)
+    config = _resolve_config(mode, options)
     if recompile_limit is not None:
+        if isinstance(recompile_limit, bool) or not isinstance(recompile_limit, int) or recompile_limit < 1:
+            raise ValueError(f"tensorjit.compile: recompile_limit must be a positive int, got {recompile_limit!r}")
         config = config.replace(cache_size_limit=recompile_limit)
     if backend is None:
         backend = get_default_backend()
@@ -556,6 +560,8 @@ def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str |
     through its globals are still compiled. `reason` is shown in the graph-break log.
     `wrapping` is accepted for torch.compiler.disable's signature: a function is marked
     in place either way (recursive=False returns a copy whose globals compile callees)."""
+    check_disable_arguments(fn, recursive)
+
     def mark(f):
         target = f.__func__ if isinstance(f, types.MethodType) else f
         if not recursive and isinstance(target, types.FunctionType):
@@ -580,6 +586,21 @@ def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str |
     if fn is None:
         return mark
     return mark(fn)
+
+
+def _note_compile_time(function: CompiledFunction, entry: CacheEntry, seconds: float) -> None:
+    """Split one capture's wall time into capture and backend; log it as `compile_time`."""
+    backend = sum(graph.compile_seconds for graph in entry.graphs)
+    entry.capture_seconds = seconds - backend
+    code = function.fn.__code__
+    logs.emit("compile_time", f"{function.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno}): "
+                              f"capture {entry.capture_seconds:.3f} s, backend {backend:.3f} s "
+                              f"({len(entry.graphs)} graph(s))")
+
+
+def all_compiled() -> list[CompiledFunction]:
+    """Every live compiled function of this process, resume functions included."""
+    return list(_all_compiled)
 
 
 def reset() -> None:

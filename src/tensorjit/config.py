@@ -12,7 +12,11 @@ and that users may edit (`tensorjit.config.config.cache_size_limit = 16`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import types
+import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -49,6 +53,9 @@ class Config:
     """Replay the compiled graph through CUDA graphs (mode="reduce-overhead")."""
     fallback_random: bool = False
     """Run random ops through ATen so compiled random numbers match eager bit for bit."""
+    progress: str = "auto"
+    """A live progress line on stderr for compiles over 2 s: "auto" (when stderr is a terminal),
+    "always" or "never" (`tensorjit.progress`)."""
     profile_kernels: bool = False
     """Name every generated kernel and extern call in torch.profiler traces (costs ~1 us a step)."""
 
@@ -62,22 +69,76 @@ class Config:
         self.cache_size_limit = value
 
     def replace(self, **changes: Any) -> "Config":
-        """Return a copy with `changes` applied; unknown names raise, listing the valid ones."""
-        check_option_names(changes)
-        return dataclasses.replace(self, **changes)
+        """Return a copy with `changes` applied; unknown names and wrong types raise, listing the valid ones."""
+        check_options(changes)
+        changed = dataclasses.replace(self, **changes)
+        check_options(dataclasses.asdict(changed), "tensorjit.config.config")  # edits made by assignment
+        return changed
+
+
+CHOICES: dict[str, tuple[str, ...]] = {"partitioner": ("min_cut", "save_all"), "progress": ("auto", "always", "never")}
+"""Options whose value is one of a few names."""
+COUNTS = ("cache_size_limit", "inline_depth_limit", "compile_threads")
+"""Options that count something: 0 or more."""
 
 
 def option_names() -> list[str]:
     return [f.name for f in dataclasses.fields(Config)]
 
 
+@functools.lru_cache(maxsize=1)
+def option_types() -> dict[str, Any]:
+    """Each option's declared type (the annotations are strings under `from __future__ import annotations`)."""
+    hints = typing.get_type_hints(Config)
+    return {name: hints[name] for name in option_names()}
+
+
+def describe_options() -> str:
+    """"name (type), ..." for error messages."""
+    return ", ".join(f"{name} ({_type_name(kind)})" for name, kind in sorted(option_types().items()))
+
+
+def _type_name(kind: Any) -> str:
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(k) for k in typing.get_args(kind))
+    return "None" if kind is type(None) else kind.__name__
+
+
+def _has_type(value: Any, kind: Any) -> bool:
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return any(_has_type(value, k) for k in typing.get_args(kind))
+    if kind is int:  # True is an int to isinstance, not to a reader of options={"cache_size_limit": True}
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def check_options(options: Any, where: str = "options") -> None:
+    """Raise, naming the option and listing the valid ones with their types, unless `options`
+    is a dict of known option names to values of their declared types (and choices)."""
+    if not isinstance(options, dict):
+        raise TypeError(f"tensorjit: options must be a dict of option name -> value, got "
+                        f"{type(options).__name__} {options!r:.80}; valid options are: {describe_options()}")
+    check_option_names(options)
+    for name, value in options.items():
+        kind = option_types()[name]
+        if not _has_type(value, kind):
+            raise TypeError(f"tensorjit: {where}[{name!r}] must be {_type_name(kind)}, got "
+                            f"{type(value).__name__} {value!r:.80}; valid options are: {describe_options()}")
+        if name in COUNTS and value < 0:
+            raise ValueError(f"tensorjit: {where}[{name!r}] must be 0 or more, got {value!r}")
+        if name in CHOICES and value not in CHOICES[name]:
+            raise ValueError(f"tensorjit: {where}[{name!r}] must be one of "
+                             f"{', '.join(map(repr, CHOICES[name]))}, got {value!r}")
+
+
 def check_option_names(options: dict[str, Any]) -> None:
-    valid = set(option_names())
-    unknown = sorted(set(options) - valid)
+    unknown = sorted(set(options) - set(option_names()), key=repr)
     if unknown:
         raise ValueError(
             f"tensorjit: unknown option(s) {', '.join(map(repr, unknown))}; "
-            f"valid options are: {', '.join(sorted(valid))}"
+            f"valid options are: {describe_options()}"
         )
 
 
@@ -93,11 +154,21 @@ def from_environment(environ: os._Environ | dict[str, str] = os.environ) -> Conf
     """The default configuration, with TENSORJIT_* variables applied."""
     cfg = Config()
     if "TENSORJIT_CACHE_SIZE_LIMIT" in environ:
-        cfg.cache_size_limit = int(environ["TENSORJIT_CACHE_SIZE_LIMIT"])
+        text = environ["TENSORJIT_CACHE_SIZE_LIMIT"]
+        try:
+            cfg.cache_size_limit = int(text)
+        except ValueError:
+            raise ValueError(f"tensorjit: TENSORJIT_CACHE_SIZE_LIMIT must be an integer, got {text!r}") from None
     if "TENSORJIT_CACHE_DIR" in environ:
         cfg.cache_dir = environ["TENSORJIT_CACHE_DIR"]
     if "TENSORJIT_CXX" in environ:
         cfg.cpp_compiler = environ["TENSORJIT_CXX"]
+    if "TENSORJIT_PROGRESS" in environ:
+        if environ["TENSORJIT_PROGRESS"] in CHOICES["progress"]:
+            cfg.progress = environ["TENSORJIT_PROGRESS"]
+        else:  # as an unknown TENSORJIT_LOGS kind: named and ignored, so importing tensorjit still works
+            warnings.warn(f"tensorjit: ignoring TENSORJIT_PROGRESS={environ['TENSORJIT_PROGRESS']!r}; valid values "
+                          f"are: {', '.join(CHOICES['progress'])}", RuntimeWarning)
     if environ.get("TENSORJIT_PROFILE_KERNELS", "") not in ("", "0"):
         cfg.profile_kernels = True
     return cfg
@@ -106,6 +177,11 @@ def from_environment(environ: os._Environ | dict[str, str] = os.environ) -> Conf
 def log_settings_from_environment(environ: os._Environ | dict[str, str] = os.environ) -> str:
     """The raw TENSORJIT_LOGS value (parsed by `tensorjit.logs`)."""
     return environ.get("TENSORJIT_LOGS", "")
+
+
+def report_directory_from_environment(environ: os._Environ | dict[str, str] = os.environ) -> str | None:
+    """TENSORJIT_REPORT: a directory where an HTML report is written at exit (`tensorjit.report`)."""
+    return environ.get("TENSORJIT_REPORT") or None
 
 
 config: Config = from_environment()

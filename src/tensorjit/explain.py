@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -43,9 +44,28 @@ def _op_name(node: torch.fx.Node) -> str:
     return f"{module}.{getattr(target, '__name__', repr(target))}".lstrip(".")
 
 
+def _original(fn: Callable) -> Callable:
+    """The user's function or module behind a `tensorjit.compile` result.
+
+    explain() captures with its own recording backend; handed an already-compiled
+    function, it must capture the original, not call the compiled one (whose cache
+    would answer without capturing, and explain would report no graphs)."""
+    from .api import CompiledFunction, OptimizedModule
+
+    if isinstance(fn, OptimizedModule):
+        return fn._orig_mod
+    if isinstance(fn, CompiledFunction):
+        return fn.fn
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, CompiledFunction):
+        return types.MethodType(fn.__func__.fn, fn.__self__)
+    return fn
+
+
 def explain(fn: Callable, *extra_args, **extra_kwargs) -> Callable[..., ExplainOutput]:
     """Capture `fn` for one call with a recording backend and report graphs and breaks."""
     from .api import compile
+
+    fn = _original(fn)
 
     def run(*args, **kwargs) -> ExplainOutput:
         out = ExplainOutput()

@@ -15,26 +15,41 @@ from .config import log_settings_from_environment
 
 KINDS = ("graph_breaks", "guards", "recompiles", "graph_code", "output_code", "compile_time")
 _enabled: set[str] = set()
+_kept: set[str] = set()
+"""Kinds recorded in `recent()` even when not printed, for a report (`keep`)."""
 _events: list[tuple[str, str]] = []
 
 
 def set_logs(spec: str | set[str] | None = None, **flags: bool) -> None:
     """Enable log kinds: a comma-separated string, a set, or keyword flags."""
     global _enabled
+    valid = f"valid kinds are: {', '.join(KINDS)}, all"
     names = set()
     if isinstance(spec, str):
         names = {s.strip() for s in spec.split(",") if s.strip()}
-    elif spec:
+    elif isinstance(spec, (set, frozenset, list, tuple)) and all(isinstance(name, str) for name in spec):
         names = set(spec)
+    elif spec is not None:
+        raise TypeError(f"tensorjit: set_logs takes a comma-separated string or a set of log kinds, got "
+                        f"{type(spec).__name__} {spec!r:.80}; {valid}")
+    wrong = {name: value for name, value in flags.items() if not isinstance(value, bool)}
+    if wrong:  # as torch._logging.set_logs: "Expected bool to enable artifact graph_breaks, received 5"
+        name, value = next(iter(wrong.items()))
+        raise TypeError(f"tensorjit: set_logs({name}=...) must be True or False, got {type(value).__name__} {value!r:.80}")
     names |= {k for k, v in flags.items() if v}
     unknown = names - set(KINDS) - {"all"}
     if unknown:
-        raise ValueError(f"tensorjit: unknown log kind(s) {sorted(unknown)}; valid kinds are: {', '.join(KINDS)}, all")
+        raise ValueError(f"tensorjit: unknown log kind(s) {sorted(unknown)}; {valid}")
     _enabled = set(KINDS) if "all" in names else names
 
 
 def enabled(kind: str) -> bool:
     return kind in _enabled
+
+
+def keep(kind: str) -> None:
+    """Record events of `kind` for `recent()` even while they are not printed."""
+    _kept.add(kind)
 
 
 def emit(kind: str, text: str) -> None:
@@ -95,7 +110,7 @@ def graph_code(name: str, gm: Any) -> None:
 
 def output_code(name: str, language: str, source: str) -> None:
     """The code a generator produced for one graph (C++ library, Triton kernels, wrapper)."""
-    if "output_code" in _enabled:
+    if "output_code" in _enabled or "output_code" in _kept:
         emit("output_code", f"{language} code of {name}:\n{source}")
 
 

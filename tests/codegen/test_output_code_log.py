@@ -21,8 +21,9 @@ def test_output_code_log_shows_generated_cpp():
         tensorjit.compile(lambda x: (x.sin() * 2).sum(-1), backend="inductor")(torch.randn(4, 8))
     finally:
         logs.set_logs("")
-    [text] = logs.recent("output_code")
-    assert text.startswith("C++ code of") and 'extern "C" void kernel' in text
+    cpp, wrapper = logs.recent("output_code")
+    assert cpp.startswith("C++ code of") and 'extern "C" void kernel' in cpp
+    assert wrapper.startswith("Python wrapper code of") and "def run(" in wrapper
 
 
 def test_unknown_log_kind_lists_the_valid_ones():

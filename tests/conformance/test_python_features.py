@@ -983,3 +983,31 @@ def test_python_float_and_int_results_from_tensors_metadata():
         return x.numel() * 1.5, x.element_size(), x.shape.numel(), x.stride(0), x.storage_offset()
 
     check(fn, t(3, 4)[1:])
+
+
+def test_yield_from_inside_an_inlined_generator_stays_in_one_graph():
+    def inner(xs):
+        for x in xs:
+            yield x * 2
+
+    def outer(xs):
+        yield xs[0]
+        yield from inner(xs[1:])
+        yield from (x + 1 for x in xs)
+        result = yield from []
+        yield xs[0] * 0 if result is None else xs[0]
+
+    def fn(a, b, c):
+        return sum(outer([a, b, c]))
+
+    check(fn, t(3), t(3), t(3), graphs=1, compile_kwargs={"fullgraph": True})
+
+
+def test_named_modules_yield_from_keeps_transformer_layer_in_one_graph():
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0).eval()
+
+    def fn(x):
+        with torch.no_grad():
+            return layer(x)
+
+    check(fn, t(2, 5, 16), graphs=1)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from .. import logs
+from .. import logs, progress
 from ..autograd import aot_compile
 from ..config import Config, config as default_config
 
@@ -49,11 +49,14 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Con
     def compiler(aten_gm, aten_inputs):
         if compile_aten_graph is _run_as_is:
             return aten_gm.forward
-        return compile_aten_graph(aten_gm, aten_inputs, config=config)
+        progress.graph_started()
+        with progress.stage("codegen"):
+            return compile_aten_graph(aten_gm, aten_inputs, config=config)
 
     try:
-        return aot_compile(gm, example_inputs, fw_compiler=compiler, decompositions=decompositions,
-                           partitioner=config.partitioner)
+        with progress.stage("autograd"):
+            return aot_compile(gm, example_inputs, fw_compiler=compiler, decompositions=decompositions,
+                               partitioner=config.partitioner)
     except Exception as error:  # noqa: BLE001 - a compiler gap must not become a wrong answer
         logs.emit("graph_breaks", f"inductor: running the graph eagerly: {type(error).__name__}: {error}")
         return gm.forward

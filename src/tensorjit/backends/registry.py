@@ -8,6 +8,7 @@ looked up, so importing tensorjit stays cheap.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Callable
 
 import torch
@@ -45,7 +46,12 @@ def get_default_backend() -> str | Backend:
 def register_backend(fn: Backend | None = None, name: str | None = None):
     """Register `fn` under `name` (default: its __name__); usable as a decorator."""
     def register(f: Backend) -> Backend:
-        key = name or f.__name__
+        if not callable(f):
+            raise TypeError(f"tensorjit.register_backend: the backend must be a callable (gm, example_inputs) -> "
+                            f"callable, got {type(f).__name__} {f!r:.80}")
+        key = name if name is not None else getattr(f, "__name__", None)
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"tensorjit.register_backend: name must be a non-empty str, got {key!r:.80}")
         if key in _registered or key in _BUILTIN:
             raise ValueError(f"tensorjit: a backend named {key!r} is already registered")
         _registered[key] = f
@@ -69,6 +75,8 @@ def specialize_sizes(backend: Backend) -> Backend:
 
     Capture happens once; the backend compiles the same graph once per distinct set
     of concrete sizes, when a call first brings them."""
+    name = getattr(backend, "__name__", "backend")
+
     def compile_graph(gm, example_inputs, **options):
         if not is_dynamic(gm):
             return backend(gm, example_inputs, **options)
@@ -78,10 +86,11 @@ def specialize_sizes(backend: Backend) -> Backend:
             key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
             fn = compiled.get(key)
             if fn is None:
-                fn = compiled[key] = backend(gm, list(args), **options)
+                fn = compiled[key] = call_backend(lambda g, inputs: backend(g, inputs, **options), name, gm,
+                                                  list(args))
             return fn(*args)
         return run
-    compile_graph.__name__ = getattr(backend, "__name__", "backend")
+    compile_graph.__name__ = name
     return compile_graph
 
 
@@ -90,17 +99,67 @@ def list_backends() -> list[str]:
 
 
 def lookup_backend(backend: str | Backend) -> Backend:
+    """The backend named `backend` (or `backend` itself when callable); raises, listing the valid
+    names, for an unknown one, and BackendUnavailable, naming what to install, for a missing dependency."""
     if callable(backend):
         return backend
     if not isinstance(backend, str):
-        raise TypeError(f"tensorjit: backend must be a name or a callable, got {type(backend).__name__}")
+        raise TypeError(f"tensorjit.compile: backend must be a name or a callable, got {type(backend).__name__} "
+                        f"{backend!r:.80}; valid backends are: {', '.join(list_backends())}")
     if backend in _registered:
         return _registered[backend]
     if backend in _BUILTIN:
+        _check_requirements(backend)
         module, attr = _BUILTIN[backend]
         try:
             found = getattr(importlib.import_module(module), attr)
         except ImportError as e:
-            raise RuntimeError(f"tensorjit: backend {backend!r} is unavailable: {e}") from e
+            raise BackendUnavailable(f"tensorjit: backend {backend!r} is unavailable: {e}") from e
         return found if backend == "eager" else specialize_sizes(found)
     raise ValueError(f"tensorjit: unknown backend {backend!r}; valid backends are: {', '.join(list_backends())}")
+
+
+class BackendUnavailable(RuntimeError):
+    """A built-in backend whose optional dependency is not installed (raised by compile())."""
+
+
+REQUIREMENTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "onnxrt": (("onnxruntime", "pip install onnxruntime (or onnxruntime-gpu for the CUDA execution provider)"),),
+}
+"""Built-in backends' optional dependencies: (module, how to install it), checked when the backend is looked up."""
+
+
+def _check_requirements(backend: str) -> None:
+    for module, install in REQUIREMENTS.get(backend, ()):
+        if importlib.util.find_spec(module) is None:
+            raise BackendUnavailable(
+                f"tensorjit.compile: backend={backend!r} needs the {module!r} package, which is not installed. "
+                f"Hint: {install}.")
+
+
+class BackendCompilerFailed(RuntimeError):
+    """A backend raised, or returned something that is not callable, when given a graph.
+
+    Raised at the call that captured the graph (as torch.compile raises its
+    BackendCompilerFailed), with the message shape torch uses:
+    "backend='name' raised:\nErrorType: message"."""
+
+    def __init__(self, backend_name: str, inner_exception: BaseException) -> None:
+        self.backend_name = backend_name
+        self.inner_exception = inner_exception
+        super().__init__(f"backend={backend_name!r} raised:\n{type(inner_exception).__name__}: {inner_exception}")
+
+
+def call_backend(backend: Backend, backend_name: str, gm, example_inputs) -> Callable:
+    """`backend(gm, example_inputs)`, with its failure (or a result that is not callable) as BackendCompilerFailed."""
+    try:
+        compiled = backend(gm, example_inputs)
+    except BackendCompilerFailed:
+        raise
+    except Exception as error:
+        raise BackendCompilerFailed(backend_name, error) from error
+    if not callable(compiled):
+        error = TypeError(f"the backend returned {type(compiled).__name__} {compiled!r:.80}, which is not callable "
+                          f"(a backend takes (gm, example_inputs) and returns the callable to run, e.g. gm.forward)")
+        raise BackendCompilerFailed(backend_name, error)
+    return compiled

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from .. import logs
+from ..backends.registry import BackendCompilerFailed, call_backend
 from ..config import Config
 from .breaks import BreakReason, CaptureError, CompilerUsageError, GraphBreak, GraphBreakError
 from . import markers
@@ -57,6 +58,8 @@ class CacheEntry:
     run: Callable  # (args, kwargs, L) -> result or TailCall
     graphs: list[CompiledGraph] = field(default_factory=list)
     break_reason: BreakReason | None = None
+    capture_seconds: float = 0.0
+    """Wall time of capturing this entry, the backends' compile time excluded."""
 
 
 class _BreakAt(Exception):
@@ -122,7 +125,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             raise CaptureError(frame.location() if frame else None, e) from e
         raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason,
                        _break_is_error(e, fn.__code__)) from None
-    except (GraphBreakError, CaptureError, CompilerUsageError, _BreakAt):
+    except (GraphBreakError, CaptureError, CompilerUsageError, BackendCompilerFailed, _BreakAt):
         raise
     except Exception as e:
         location = _deepest_location(e, frame)
@@ -169,7 +172,7 @@ def _compile_graph(owner, output: OutputGraph, outputs: list) -> tuple[Callable 
     example_inputs = [gi.example for gi in output.inputs]
     logs.graph_code(output.fn_name, gm)
     start = time.perf_counter()
-    compiled = owner.backend(gm, example_inputs)
+    compiled = call_backend(owner.backend, owner.backend_name, gm, example_inputs)
     seconds = time.perf_counter() - start
     record = CompiledGraph(gm, [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in example_inputs], compiled, output.op_count(), seconds)
     return compiled, [record]

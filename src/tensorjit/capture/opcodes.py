@@ -678,6 +678,39 @@ def YIELD_VALUE(f, i):
     f.push(ConstantValue(None))
 
 
+@opcode()
+def GET_YIELD_FROM_ITER(f, i):
+    """`yield from it` inside an inlined generator: capture runs generators to completion,
+    so the delegation is done here at once, every item of `it` becoming one of this
+    generator's; the SEND loop that follows then finds the sub-iterator exhausted."""
+    if f.yielded is None:
+        raise GraphBreak("generator", "yield from in a generator at the top level")
+    iterator = f.iterate(f.pop())
+    while (item := iterator.next()) is not None:
+        f.yielded.append(item)
+    f.push(iterator)
+
+
+@opcode()
+def SEND(f, i):
+    """Only reached after GET_YIELD_FROM_ITER (generators are not resumed during capture):
+    the sub-iterator is exhausted, so `yield from` evaluates to None and jumps past the loop."""
+    f.pop()
+    if not isinstance(f.stack[-1], IteratorValue):
+        raise GraphBreak("generator", "send() to a generator or awaiting a coroutine")
+    if PY == PY311:
+        f.pop()  # 3.11 pops the receiver with the value; 3.12 leaves it to END_SEND
+    f.push(ConstantValue(None))
+    f.jump(i)
+
+
+@opcode(PY312)
+def END_SEND(f, i):
+    value = f.pop()
+    f.pop()
+    f.push(value)
+
+
 # -- with blocks, exceptions, imports -----------------------------------------------------------
 @opcode()
 def BEFORE_WITH(f, i):

@@ -13,6 +13,8 @@ import logging
 
 import torch
 
+from ..runtime.disk_cache import UntrustedCache
+
 log = logging.getLogger("tensorjit.codegen")
 
 
@@ -34,6 +36,8 @@ def compile_aten_graph(gm, example_inputs, *, config=None):
             except ImportError:
                 return gm.forward
             return compile_graph(gm, list(example_inputs), config=config)
+    except UntrustedCache:  # the cache warned once, naming the directory; ATen execution instead
+        return gm.forward
     except Exception as error:  # never a wrong answer: ATen execution instead
         log.warning("tensorjit codegen failed (%s: %s); running the graph through ATen",
                     type(error).__name__, error)

@@ -18,6 +18,7 @@ from . import ir, lowering_reductions, lowering_views  # noqa: F401  (registrati
 from .lowering import LOWERINGS, to_dtype
 from .lowering_reductions import ReductionValue
 from .report import record_fallback
+from .schedule import linear_form
 from .simplify import simplify_expr
 from .values import LazyValue, NotLowerable, TORCH_TO_IR, buffer_value, contiguous_strides
 
@@ -77,6 +78,16 @@ def dead_pure_nodes(graph: torch.fx.Graph) -> set:
                                                and torch.Tag.nondeterministic_seeded not in tags):
             dead.add(node)
     return dead
+
+
+def strided_view(base: torch.Tensor, shape: tuple, strides: tuple, offset: int) -> torch.Tensor:
+    """The view of `base` that kernels read at `offset + sum(index * strides)` (relative to
+    the first element of `base`): what a chain of ATen view ops on it would return."""
+    return base.as_strided(shape, strides, base.storage_offset() + offset)
+
+
+EXACT_LAYOUT_EXTERNS = frozenset({strided_view})
+"""Externs whose result has exactly the layout the trace recorded (no check needed)."""
 
 
 class ExternObject:
@@ -150,6 +161,9 @@ class GraphLowering:
             return value
         if value.alias_of is not None:
             node = value.alias_of
+            view = self.strided_view(value, node)
+            if view is not None:
+                return view
             return self.lower_extern(node, self.meta.get(node), "aliasing view of a buffer in memory", count=False)
         strides = self.eager_strides(node) if node is not None else None
         buffer = self.add_buffer(value.shape, value.dtype, strides=strides)
@@ -157,6 +171,33 @@ class GraphLowering:
         body = simplify_expr(value.load(variables), dict(zip((v.name for v in variables), value.shape)))
         self.steps.append(ir.Pointwise(f"kernel{len(self.steps)}", buffer.name, value.shape, body, variables))
         return buffer_value(buffer)
+
+    def strided_view(self, value: LazyValue, node) -> LazyValue | None:
+        """A view of a buffer in memory as one `as_strided` call, when its index arithmetic is
+        linear and gives eager's strides: a chain of views (view, permute, slice...) would
+        otherwise run as one ATen call each, each with a layout check after it."""
+        meta = self.meta.get(node)
+        if not isinstance(meta, torch.Tensor) or tuple(meta.shape) != tuple(value.shape):
+            return None
+        variables = tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape)))
+        ranges = {v.name: size for v, size in zip(variables, value.shape)}
+        load = simplify_expr(value.load(variables), ranges)
+        form = linear_form(load.index) if isinstance(load, ir.Load) else None
+        base = self.buffer_named(load.buffer) if form is not None else None
+        if base is None or base.dtype != value.dtype or form[1] < 0:
+            return None
+        strides = tuple(form[0].get(v.name, 0) for v in variables)
+        if any(size != 1 and stride != expected
+               for size, stride, expected in zip(value.shape, strides, meta.stride())):
+            return None
+        buffer = self.add_buffer(meta.shape, base.dtype, meta.stride(), "extern")
+        self.steps.append(ir.Extern(f"extern{len(self.steps)}", strided_view,
+                                    (ir.BufferRef(base.name), tuple(meta.shape), tuple(meta.stride()), form[1]),
+                                    (), buffer.name))
+        return buffer_value(buffer)
+
+    def buffer_named(self, name: str) -> ir.Buffer | None:
+        return next((b for b in reversed(self.buffers) if b.name == name), None)
 
     def realize_reduction(self, value: ReductionValue) -> LazyValue:
         source = value.source
@@ -223,8 +264,23 @@ class GraphLowering:
             lowering = LOWERINGS.get(user.target) if user.op == "call_function" else None
             if lowering is None or lowering.__module__.endswith("lowering_reductions"):
                 return False
+            if user.target in VIEW_TARGETS and self.feeds_extern(user):
+                return False  # each view would be realized on its own: the value computed per extern
         body = value.load(tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape))))
         return count_ops(body) <= MAX_SHARED_OPS
+
+    def feeds_extern(self, node) -> bool:
+        """Does `node` (a view) reach, through views only, a node that will not be lowered
+        (an extern such as mm reads it from memory) or the graph's output?"""
+        for user in node.users:
+            if user.op == "output":
+                return True
+            if user.op == "call_function" and user.target in VIEW_TARGETS:
+                if self.feeds_extern(user):
+                    return True
+            elif user.op != "call_function" or user.target not in LOWERINGS:
+                return True
+        return False
 
     def lower_outputs(self, result):
         def name_of(value):

@@ -172,6 +172,16 @@ class Pointwise:
         return f"{self.name}: for {loops}: {self.output}[...] = {self.body}"
 
 
+def store_index(kernel: "Pointwise", output: Buffer) -> Index:
+    """Where a Pointwise kernel writes element `kernel.variables` of `output`. A kernel may
+    loop over fewer dims than the buffer has: then it skips the buffer's size-1 dims
+    (`codegen.squeeze`), whose index is always 0."""
+    strides = output.strides
+    if len(kernel.variables) != len(output.shape):
+        strides = tuple(stride for stride, size in zip(output.strides, output.shape) if size != 1)
+    return strided_index(kernel.variables, strides)
+
+
 @dataclass(frozen=True, slots=True)
 class Reduction:
     """for index in ranges: output[index] = reduce(reduction_type, body over reduction_ranges).

@@ -112,3 +112,50 @@ def lower_select(meta, x, dim, position):
     position = position % x.shape[dim]
     shape = x.shape[:dim] + x.shape[dim + 1:]
     return LazyValue(shape, x.dtype, lambda index: x.load(index[:dim] + (ir.IndexConst(position),) + index[dim:]))
+
+
+MAX_CAT_PIECES = 16
+"""Above this, a concatenation runs as ATen's cat (each element would test every piece)."""
+
+
+@lowering(aten.cat.default)
+def lower_cat(meta, tensors, dim=0):
+    """Concatenation as a piecewise load: element i along `dim` comes from the piece whose
+    range holds i. Consumers fuse it (rotary embeddings' cat(-x2, x1) * sin stays one kernel).
+
+    Every piece is loaded for every element and the right one selected (emitters compute
+    selects without branches), so each piece's index must stay inside that piece even where
+    its value is discarded: the local index is taken modulo the piece's size, which equals
+    i - start inside the piece and is a valid index everywhere else."""
+    shape, dtype = result_info(meta)
+    # cat skips legacy empty 1-D pieces whatever their rank
+    pieces = [_require(t) for t in tensors if not (isinstance(t, LazyValue) and t.shape == (0,) and len(shape) > 1)]
+    pieces = [p for p in pieces if p.shape[dim % len(shape)] > 0]
+    dim %= len(shape)
+    if not pieces or len(pieces) > MAX_CAT_PIECES or any(len(p.shape) != len(shape) for p in pieces):
+        raise NotLowerable("cat of these pieces")
+    if len(pieces) == 1:
+        return LazyValue(shape, dtype, lambda index: _cast(pieces[0].load(index), dtype))
+    starts = [0]
+    for piece in pieces[:-1]:
+        starts.append(starts[-1] + piece.shape[dim])
+
+    def local(index, piece, start):
+        size = piece.shape[dim]
+        shifted = ir.index_add(index[dim], ir.IndexConst((size - start % size) % size))
+        return index[:dim] + (ir.index_mod(shifted, size) if start else index[dim],) + index[dim + 1:]
+
+    def loader(index):
+        position = ir.IndexValue(index[dim], "int64")
+        result = _cast(pieces[-1].load(local(index, pieces[-1], starts[-1])), dtype)
+        for k in reversed(range(len(pieces) - 1)):
+            inside = ir.Op("lt", (position, ir.Constant(starts[k + 1], "int64")), "bool")
+            value = _cast(pieces[k].load(local(index, pieces[k], starts[k])), dtype)
+            result = ir.Op("where", (inside, value, result), dtype)
+        return result
+    return LazyValue(shape, dtype, loader)
+
+
+def _cast(expr, dtype: str):
+    from .lowering import to_dtype
+    return to_dtype(expr, dtype)

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from . import ir
+from .graph import EXACT_LAYOUT_EXTERNS
 from .memory import last_uses, names_written
 from .values import IR_TO_TORCH, contiguous_strides
 
@@ -73,7 +74,7 @@ def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer) -> None
     arguments = [source.literal(a) for a in extern.args]
     arguments += [f"{key}={source.literal(value)}" for key, value in extern.kwargs]
     source.lines.append(f"{output.name} = {target}({', '.join(arguments)})")
-    if output.dtype != "object":
+    if output.dtype != "object" and extern.target not in EXACT_LAYOUT_EXTERNS:
         # Kernels read this buffer with the strides seen at compile time.
         shape, strides = tuple(output.shape), tuple(output.strides)
         # (None where the trace saw a tensor: an undefined tensor an ATen kernel returns.)

@@ -1,7 +1,8 @@
 """CPU path: ATen graph -> Program -> one C++ library -> runner.
 
 Takes a GraphModule and example inputs; returns a callable. Without a C++
-compiler (or on any internal error) it warns once and returns the graph's
+compiler, with an untrusted cache directory (runtime.disk_cache), or on any
+internal error it warns once and returns the graph's
 own forward (ATen execution), which is always correct.
 """
 
@@ -14,7 +15,9 @@ from ... import logs
 from ..graph import GraphLowering
 from ..report import timed
 from ..schedule import fuse_loops
+from ..squeeze import squeeze_unit_loops
 from ..wrapper import build_runner
+from ...runtime.disk_cache import UntrustedCache
 from .compiler import CompilerMissing, load_library
 from .kernels import emit_program
 
@@ -26,7 +29,7 @@ def compile_cpu_graph(gm, example_inputs, config):
     name = type(gm).__name__
     with timed(name, "lowering"):
         lowered = GraphLowering(gm, example_inputs)
-        program = fuse_loops(lowered.run())
+        program = fuse_loops(squeeze_unit_loops(lowered.run()))
     with timed(name, "emit"):
         source, orders = emit_program(program)
     logs.output_code(name, "C++", source)
@@ -39,10 +42,13 @@ def compile_cpu_graph(gm, example_inputs, config):
                 warnings.warn(f"tensorjit: {error}; CPU graphs run as ATen ops", RuntimeWarning)
                 _warned_missing[0] = True
             return gm.forward
+        except UntrustedCache:  # the cache warned once, naming the directory
+            return gm.forward
     else:
         library = None
     runner = build_runner(program, library, orders, lowered.constants, gm.forward,
                           profile=getattr(config, "profile_kernels", False))
+    logs.output_code(name, "Python wrapper", runner.wrapper_source)
     runner.program = program
     runner.source = source
     return runner

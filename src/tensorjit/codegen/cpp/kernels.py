@@ -42,7 +42,7 @@ def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> tuple
     loops, indent = loop_nest(kernel.variables, kernel.ranges, work, 0, leave_inner=True)
     scalar = ScalarEmitter(indent)
     value = evaluate(kernel.body, scalar)
-    store_index = ir.strided_index(kernel.variables, buffers[kernel.output].strides)
+    store_index = ir.store_index(kernel, buffers[kernel.output])
     out_type = CTYPES[buffers[kernel.output].dtype]
     body = scalar.lines + [f"{indent}{kernel.output}[{format_index(store_index)}] = ({out_type})({value});"]
     names = sorted(scalar.buffers - {kernel.output}) + [kernel.output]
@@ -143,8 +143,8 @@ def member_lines(member, group: ir.LoopGroup, buffers: dict[str, ir.Buffer], ind
     local, outer_names = set(group.local), {v.name for v in group.variables}
     emitter_for = lambda level: RowEmitter(level, local, outer_names)  # noqa: E731
     out_type = CTYPES[buffers[member.output].dtype]
-    index = ir.strided_index(member.variables, buffers[member.output].strides if isinstance(member, ir.Pointwise)
-                             else contiguous_strides(member.ranges))
+    index = ir.store_index(member, buffers[member.output]) if isinstance(member, ir.Pointwise) \
+        else ir.strided_index(member.variables, contiguous_strides(member.ranges))
     if member.output in local:
         index = row_index(index, outer_names)
     target = f"{member.output}[{format_index(index)}]"

@@ -33,9 +33,12 @@ log = logging.getLogger(__name__)
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config=None) -> Callable[..., Any]:
     """ATen graph -> compiled callable; see the module docstring."""
     from tensorjit.codegen.triton.direct import compile_graph
+    from tensorjit.runtime.disk_cache import UntrustedCache
 
     try:
         compiled: Callable[..., Any] = compile_graph(gm, example_inputs, config)
+    except UntrustedCache:  # the cache warned once, naming the directory
+        compiled = gm.forward
     except Exception as error:  # noqa: BLE001 - a lowering gap must not become a wrong answer
         log.warning("tensorjit triton: running the graph eagerly: %s: %s", type(error).__name__, error)
         compiled = gm.forward

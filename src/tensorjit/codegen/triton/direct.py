@@ -35,7 +35,8 @@ from tensorjit.codegen.triton.expressions import interpreted
 from tensorjit.codegen.triton.group_emitter import GroupEmitter
 from tensorjit.codegen.triton.layout import prefer_channels_last
 from tensorjit.codegen.triton.pad_matmul import pad_matmuls
-from tensorjit.codegen.triton.launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
+from tensorjit.codegen.triton.launcher import (AutotunedLauncher, KernelLauncher, check_triton_cache, load_kernel_file,
+                                               source_path)
 from tensorjit.codegen.triton.parallel import CompileJob, compile_in_parallel
 from tensorjit.codegen.triton.partition import (  # noqa: F401  (re-exported for tests)
     CONSTANTS, FOLDABLE_VIEWS, HOISTABLE, VIEWS, Group, partition, remove_dead_pure_nodes, value_of,
@@ -105,6 +106,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=No
     pad_matmuls(gm)
     if CHANNELS_LAST:
         prefer_channels_last(gm, example_inputs)
+    if not interpreted():
+        check_triton_cache()
     names = {node: _python_name(node.name) for node in gm.graph.nodes}
     steps = partition(gm)
     users_outside = _users_outside(steps)

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from tensorjit.codegen.triton.heuristics import LaunchShape
+from tensorjit.runtime.disk_cache import cache_root, default_root, is_owned_file, private_directory
 
 
 def load_kernel(source: str, name: str, cache_dir: str | None = None) -> Any:
@@ -56,10 +57,11 @@ def load_kernel_file(path: str, name: str) -> Any:
 
 
 def _write_source(source: str, file_name: str, cache_dir: str | None) -> str:
-    directory = os.path.join(cache_dir or _default_cache_dir(), "triton_source")
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    directory = str(private_directory(cache_root(cache_dir or _default_cache_dir()) / "triton_source"))
+    # Importing the file may write, and later read, a .pyc beside it: that directory is ours too.
+    private_directory(os.path.join(directory, "__pycache__"))
     path = os.path.join(directory, file_name)
-    if os.path.exists(path):
+    if is_owned_file(path):
         with open(path) as handle:
             if handle.read() == source:
                 return path
@@ -74,7 +76,20 @@ def _write_source(source: str, file_name: str, cache_dir: str | None) -> str:
 def _default_cache_dir() -> str:
     from tensorjit.config import config
 
-    return config.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "tensorjit")
+    return config.cache_dir or str(default_root())
+
+
+def check_triton_cache() -> None:
+    """Triton's own cache holds compiled kernels and the launcher libraries it loads into this
+    process: it must be as private as ours (raises UntrustedCache, after a warning, if not)."""
+    try:
+        from triton import knobs
+
+        directory = knobs.cache.dir
+    except (ImportError, AttributeError):  # an older Triton: its documented default
+        directory = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    if directory:
+        private_directory(directory)
 
 
 class KernelLauncher:

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from ... import progress
+
 MINIMUM_JOBS = 8
 """Fewer distinct kernels than this compile in the main process: starting the
 pool (a spawned interpreter importing torch and Triton, about 2 s) would cost
@@ -57,8 +59,9 @@ def compile_in_parallel(jobs: list[CompileJob], workers: int = 0) -> int:
     with _main_module_hidden():  # workers start inside submit()
         pool = _get_pool(workers)
         futures = [pool.submit(compile_job, job) for job in unique]
-    for future in futures:
+    for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
         future.result()
+        progress.kernels(done, len(futures))
     return len(unique)
 
 

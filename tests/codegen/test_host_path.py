@@ -1,0 +1,71 @@
+"""What the generated CPU wrapper does per call: concatenations fused into kernels, a view of a
+buffer as one as_strided call, and batch-of-one shapes still fused into one pass."""
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tensorjit.codegen import compile_aten_graph, ir
+from tensorjit.codegen.decomp import decompositions
+from tensorjit.codegen.graph import strided_view
+
+
+def _compiled(fn, *inputs):
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    compiled = compile_aten_graph(gm, list(inputs))
+    result = compiled(*inputs)
+    expected = fn(*inputs)
+    torch.testing.assert_close(list(result) if isinstance(result, (list, tuple)) else [result],
+                               list(expected) if isinstance(expected, (list, tuple)) else [expected])
+    return compiled.program
+
+
+def _externs(program) -> list:
+    return [step.target for step in program.steps if isinstance(step, ir.Extern)]
+
+
+def test_rotary_concatenation_fuses_into_its_consumer():
+    def rotary(x, cos, sin):
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    program = _compiled(rotary, torch.randn(2, 4, 8, 16), torch.randn(8, 16), torch.randn(8, 16))
+    assert _externs(program) == [] and len(program.steps) == 1
+
+
+def test_concatenation_of_mixed_dtypes_and_repeated_pieces():
+    def fn(a, b):
+        return torch.cat([a, b.double(), a, a], 0).sin(), torch.cat([torch.empty(0), a.flatten()])
+
+    program = _compiled(fn, torch.randn(3, 4, dtype=torch.float64), torch.randn(2, 4))
+    assert torch.ops.aten.cat.default not in _externs(program)
+
+
+def test_a_chain_of_views_feeding_an_extern_is_one_strided_view():
+    def fn(x, w):
+        y = (x * 2).reshape(4, 8, 16).permute(1, 0, 2)[:, 1:3].reshape(8, 32)  # a copy: a kernel
+        z = x.view(4, 8, 16).transpose(1, 2)[1:3]  # views of an input: one as_strided
+        return y @ w.t(), torch.bmm(z, z.transpose(1, 2))
+
+    program = _compiled(fn, torch.randn(32, 16), torch.randn(5, 32))
+    assert sorted(map(str, _externs(program))) == sorted(map(str, [
+        strided_view, strided_view, strided_view, torch.ops.aten.mm.default, torch.ops.aten.bmm.default]))
+
+
+def test_batch_of_one_softmax_is_one_pass():
+    def fn(x):
+        return torch.softmax(x.view(1, 4, 8, 8) * 0.5, -1).view(4, 8, 8)
+
+    program = _compiled(fn, torch.randn(1, 4, 8, 8))
+    assert [type(step) for step in program.steps] == [ir.LoopGroup]
+
+
+def test_a_value_read_by_several_externs_through_views_is_computed_once():
+    def fn(x, a, b, c):
+        normed = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+        flat = normed.view(8, 16)
+        return flat @ a, flat @ b, flat @ c
+
+    x, a, b, c = torch.randn(1, 8, 16), torch.randn(16, 4), torch.randn(16, 4), torch.randn(16, 4)
+    program = _compiled(fn, x, a, b, c)
+    kernels = [s for s in program.steps if not isinstance(s, ir.Extern)]
+    assert len(kernels) == 1, program
