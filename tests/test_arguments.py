@@ -110,11 +110,22 @@ def test_model_not_callable_is_named(model):
         tensorjit.compile(model)
 
 
-@pytest.mark.parametrize("backend", [3, None, ["eager"]])
+@pytest.mark.parametrize("backend", [3, ["eager"]])
 def test_backend_not_a_name_or_callable_lists_backends(backend):
     # torch accepts backend=3 and fails at the first call ("'int' object is not callable")
     with pytest.raises(TypeError, match=r"backend must be a name or a callable, got .*; valid backends are: .*eager"):
         tensorjit.compile(f, backend=backend)
+
+
+def test_backend_none_is_the_default_backend():
+    # torch.compile(backend=None) means torch.compiler.get_default_backend(), "inductor" unless set
+    graphs = []
+    tensorjit.compiler.set_default_backend(lambda gm, example_inputs: graphs.append(gm) or gm.forward)
+    try:
+        tensorjit.compile(lambda x: x + 1, backend=None)(torch.ones(2))
+    finally:
+        tensorjit.compiler.set_default_backend(None)
+    assert len(graphs) == 1
 
 
 def test_decorator_form_checks_arguments_at_once():

@@ -11,8 +11,9 @@ from .backends.registry import BackendCompilerFailed, BackendUnavailable, list_b
 from .capture.breaks import CaptureError, GraphBreakError
 from .explain import explain
 from .report import report
+from . import compiler
 
 __all__ = ["compile", "disable", "explain", "reset", "list_backends", "register_backend",
            "GraphBreakError", "CaptureError", "BackendCompilerFailed", "BackendUnavailable", "OptimizedModule",
-           "config", "logs", "report"]
+           "config", "logs", "report", "compiler"]
 __version__ = "0.1.0"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import itertools
 import os
 import sys
 import time
@@ -23,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from . import logs, progress
-from .backends.registry import BackendCompilerFailed, lookup_backend
+from .backends.registry import BackendCompilerFailed, get_default_backend, lookup_backend
 from .capture import codegen as capture_codegen
 from .capture.breaks import CaptureError, GraphBreakError
 from .capture.convert import CacheEntry, capture_entry
@@ -59,10 +60,15 @@ class CompiledFunction:
         self.fast = _always_miss
         self.origin: tuple | None = None  # for a resume function: (original's CompiledFunction, prologue length)
         self._resume: dict[tuple, CompiledFunction] = {}
+        self._forced: dict = {}  # backend -> sibling, for set_stance(force_backend=...)
+        self.warmed_up = False  # stance "eager_then_compile": the first call ran eagerly
+        self.frame_id: int | None = None  # numbers this function's entries in logs ("0/1"), as torch's frame ids
         functools.update_wrapper(self, fn)
         _all_compiled.add(self)
 
     def __call__(self, *args, **kwargs):
+        if stance is not None:  # tensorjit.compiler.set_stance other than plain "default"
+            return self._call_under_stance(args, kwargs)
         result = self.fast(*args, **kwargs)
         if result is _MISS:
             result = self.dispatch(args, kwargs)
@@ -76,6 +82,10 @@ class CompiledFunction:
 
     def dispatch(self, args: tuple, kwargs: dict):
         L = self.binder(*args, **kwargs)
+        if stance is not None and stance.skip_guard_eval_unsafe and len(self.entries) == 1:
+            # Unsafe by request (set_stance(skip_guard_eval_unsafe=True)): one entry has no
+            # guard that tells it from another, so none is evaluated, as torch does.
+            return self.entries[0].run(args, kwargs, L)
         for entry in self.entries:
             try:
                 ok = entry.guards.check(L)
@@ -85,26 +95,72 @@ class CompiledFunction:
                 return entry.run(args, kwargs, L)
         if self.eager_fallback:
             return self.fn(*args, **kwargs)
+        if stance is not None and stance.stance != "default":
+            return self._miss_under_stance(args, kwargs, L)
         return self._compile_and_run(args, kwargs, L)
+
+    def _call_under_stance(self, args, kwargs):
+        if stance.stance == "force_eager":
+            return self.fn(*args, **kwargs)
+        target = self if stance.force_backend is None else self._with_backend(stance.force_backend)
+        result = target.dispatch(args, kwargs)
+        while type(result) is TailCall:
+            result = result.resume.dispatch(result.stack + result.local_values, {})
+        return result
+
+    def _miss_under_stance(self, args, kwargs, L):
+        """No entry's guards hold: what the stance says to do instead of compiling."""
+        name = stance.stance
+        if name == "eager_on_recompile":
+            return self.fn(*args, **kwargs)
+        if name == "fail_on_recompile":
+            code = self.fn.__code__
+            raise RuntimeError(f"Detected recompile when tensorjit.compile stance is 'fail_on_recompile'. "
+                               f"filename: '{code.co_filename}', function name: '{code.co_name}', "
+                               f"line number: {code.co_firstlineno}")
+        if name in ("eager_then_compile", "aot_eager_then_compile") and not self.entries and not self.warmed_up:
+            # The first call runs eagerly (or through aot_eager); the sizes it saw let the next
+            # capture tell which dims vary.
+            self.warmed_up = True
+            self.last_shapes = {f"L[{i}]": tuple(v.shape) for i, v in enumerate(L) if isinstance(v, torch.Tensor)}
+            if name == "aot_eager_then_compile":
+                first = self._with_backend("aot_eager")
+                return first._compile_and_run(args, kwargs, first.binder(*args, **kwargs))
+            return self.fn(*args, **kwargs)
+        return self._compile_and_run(args, kwargs, L)
+
+    def _with_backend(self, backend) -> "CompiledFunction":
+        """A sibling compiling the same function with another backend (set_stance(force_backend=))."""
+        key = backend if isinstance(backend, str) else id(backend)
+        sibling = self._forced.get(key)
+        if sibling is None:
+            backend_fn, name = _resolve_backend(backend)
+            sibling = self._forced[key] = CompiledFunction(self.fn, backend_fn, self.config, self.fullgraph,
+                                                           name, self.dynamic)
+        return sibling
 
     def _compile_and_run(self, args, kwargs, L):
         if sys.version_info[:2] not in SUPPORTED_PYTHONS:
             return self._unsupported_python(args, kwargs)
         self.entries = [e for e in self.entries if e.guards.alive()]
+        if self.warmed_up and not self.entries:
+            self._note_changed_shapes(L)
         if self.entries:
             self._note_changed_shapes(L)
-            failure = self.entries[-1].guards.failure(L)
-            self.failures.append(failure or "unknown")
+            # Every entry's first failing guard, newest first, numbered "frame/entry" as torch does.
+            failures = [(f"{self.frame_id}/{index}", entry.guards.failure(L) or "unknown")
+                        for index, entry in reversed(list(enumerate(self.entries)))]
+            self.failures.append(failures[0][1])
             code = self.fn.__code__
-            logs.recompile(f"{self.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})", failure)
+            location = f"{code.co_filename}:{code.co_firstlineno}"
+            logs.recompile(code.co_name, location, failures)
             if len(self.entries) >= self.config.cache_size_limit:
                 self.eager_fallback = True
-                warnings.warn(
-                    f"tensorjit: {self.fn.__qualname__} ({self.fn.__code__.co_filename}:"
-                    f"{self.fn.__code__.co_firstlineno}) hit the recompile limit "
-                    f"(cache_size_limit={self.config.cache_size_limit}); it now runs eagerly. "
-                    f"Last failing guard: {failure}", stacklevel=3)
+                warnings.warn(logs.recompile_limit_text(code.co_name, location, self.config.cache_size_limit,
+                                                        failures[0]), stacklevel=3)
                 return self.fn(*args, **kwargs)
+        elif self.frame_id is None:
+            self.frame_id = next(_frame_ids)
         start = time.perf_counter()
         code = self.fn.__code__
         try:
@@ -199,11 +255,15 @@ class CompiledFunction:
         self.fast = _always_miss
         self.entries.clear()
         self._resume.clear()
+        self._forced.clear()
         self.failures.clear()
         self.eager_fallback = False
+        self.warmed_up = False
+        self.frame_id = None
 
 
 _MISS = object()
+_frame_ids = itertools.count()
 SUPPORTED_PYTHONS = ((3, 11), (3, 12), (3, 13))
 """CPython versions whose bytecode capture handles (`_unsupported_python` for the others)."""
 _warned_unsupported_python: list = []
@@ -364,6 +424,8 @@ def _module_caller(settings: tuple) -> CompiledFunction:
 
 _current_backend: tuple | None = None
 _disabled_codes: set = set()
+stance = None
+"""The compiler stance (`tensorjit.compiler.set_stance`); None while it is the plain default."""
 
 
 class OptimizedModule(torch.nn.Module):
@@ -454,11 +516,20 @@ def _resolve_backend(backend) -> tuple[Callable, str]:
 
 
 def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: bool | None = None,
-            backend: str | Callable = "inductor", mode: str | None = None, options: dict | None = None,
-            disable: bool = False):
-    """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`."""
+            backend: str | Callable | None = None, mode: str | None = None, options: dict | None = None,
+            disable: bool = False, recompile_limit: int | None = None):
+    """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`.
+
+    backend=None means `tensorjit.compiler.get_default_backend()` ("inductor" unless set);
+    recompile_limit caps this function's entries (else config.cache_size_limit)."""
     check_compile_arguments(model, fullgraph, dynamic, mode, options, disable)
     config = _resolve_config(mode, options)
+    if recompile_limit is not None:
+        if isinstance(recompile_limit, bool) or not isinstance(recompile_limit, int) or recompile_limit < 1:
+            raise ValueError(f"tensorjit.compile: recompile_limit must be a positive int, got {recompile_limit!r}")
+        config = config.replace(cache_size_limit=recompile_limit)
+    if backend is None:
+        backend = get_default_backend()
     backend_fn, backend_name = _resolve_backend(backend)
     if backend_name == "inductor":  # the mode and options reach the code generator
         backend_fn = functools.partial(backend_fn, config=config)
@@ -547,11 +618,14 @@ def _holds_function(cell) -> bool:
         return False
 
 
-def disable(fn: Callable | None = None, recursive: bool = True):
-    """Exclude `fn` from capture: calls to it run eagerly.
+def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str | None = None,
+            wrapping: bool = True):
+    """Exclude `fn` from capture: calls to it run eagerly (a graph break where it is called).
 
     With recursive=False only fn's own frame runs eagerly; the functions it calls
-    through its globals are still compiled."""
+    through its globals are still compiled. `reason` is shown in the graph-break log.
+    `wrapping` is accepted for torch.compiler.disable's signature: a function is marked
+    in place either way (recursive=False returns a copy whose globals compile callees)."""
     check_disable_arguments(fn, recursive)
 
     def mark(f):
@@ -564,15 +638,15 @@ def disable(fn: Callable | None = None, recursive: bool = True):
                                        target.__defaults__, closure)
             clone.__kwdefaults__ = target.__kwdefaults__
             functools.update_wrapper(clone, target)
-            mark_disabled(target.__code__)
+            mark_disabled(target.__code__, reason)
             _disabled_codes.add(target.__code__)
             return clone
         if isinstance(target, types.FunctionType):
-            mark_disabled(target.__code__)
+            mark_disabled(target.__code__, reason)
             _disabled_codes.add(target.__code__)
         if isinstance(f, torch.nn.Module):
             forward = type(f).forward
-            mark_disabled(forward.__code__)
+            mark_disabled(forward.__code__, reason)
             _disabled_codes.add(forward.__code__)
         return f
     if fn is None:
@@ -597,7 +671,9 @@ def all_compiled() -> list[CompiledFunction]:
 
 def reset() -> None:
     """Forget every compiled entry (as torch._dynamo.reset)."""
+    global _frame_ids
     for compiled in list(_all_compiled):
         compiled.reset()
     _module_callers.clear()
+    _frame_ids = itertools.count()
     logs.clear()

@@ -18,7 +18,7 @@ import types
 import typing
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass
@@ -32,6 +32,9 @@ class Config:
     """Trace `.item()` into the graph instead of breaking there."""
     suppress_errors: bool = False
     """On an internal capture error, warn and run eagerly instead of raising."""
+    guard_filter_fn: Callable | None = None
+    """Unsafe: called with each new entry's guards (GuardEntry records), returns one keep flag per guard
+    (tensorjit.compiler.skip_guard_on_globals_unsafe and the like, or torch.compiler's)."""
 
     # -- autograd ------------------------------------------------------------
     partitioner: str = "min_cut"
@@ -55,6 +58,15 @@ class Config:
     "always" or "never" (`tensorjit.progress`)."""
     profile_kernels: bool = False
     """Name every generated kernel and extern call in torch.profiler traces (costs ~1 us a step)."""
+
+    @property
+    def recompile_limit(self) -> int:
+        """torch._dynamo.config's name for cache_size_limit (the same value)."""
+        return self.cache_size_limit
+
+    @recompile_limit.setter
+    def recompile_limit(self, value: int) -> None:
+        self.cache_size_limit = value
 
     def replace(self, **changes: Any) -> "Config":
         """Return a copy with `changes` applied; unknown names and wrong types raise, listing the valid ones."""

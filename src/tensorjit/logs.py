@@ -68,11 +68,34 @@ def clear() -> None:
 
 
 def graph_break(reason: Any) -> None:
-    emit("graph_breaks", f"graph break at {reason}")
+    """A graph break, worded as torch's graph_breaks log: where, what, why, and what to do."""
+    stack = getattr(reason, "user_stack", None) or []
+    where = f"{stack[-1].filename}:{stack[-1].lineno}" if stack else "<unknown>"
+    lines = [f"Graph break in user code at {where}", f"Graph Break Reason: {getattr(reason, 'kind', reason)}",
+             f"  Explanation: {getattr(reason, 'explanation', reason)}"]
+    if getattr(reason, "hint", ""):
+        lines.append(f"  Hint: {reason.hint}")
+    if stack:
+        lines += ["", "User code traceback:"]
+        lines += [f'  File "{loc.filename}", line {loc.lineno}, in {loc.function}' for loc in stack]
+    emit("graph_breaks", "\n".join(lines))
 
 
-def recompile(name: str, failure: str | None) -> None:
-    emit("recompiles", f"recompiling {name}: guard failed: {failure}")
+def recompile(name: str, location: str, failures: list[tuple[str, str]]) -> None:
+    """A recompile, worded as torch's recompiles log; failures: (entry id, first failing guard), newest first."""
+    lines = [f"Recompiling function {name} in {location}", "    triggered by the following guard failure(s):"]
+    lines += [f"    - {entry}: {failure}" for entry, failure in failures]
+    emit("recompiles", "\n".join(lines))
+
+
+def recompile_limit_text(name: str, location: str, limit: int, last: tuple[str, str]) -> str:
+    """The warning when a function reaches its recompile limit and runs eagerly from then on."""
+    return (f"tensorjit hit config.recompile_limit ({limit})\n"
+            f"   function: '{name}' ({location})\n"
+            f"   last reason: {last[0]}: {last[1]}\n"
+            f"It now runs eagerly. To log all recompilation reasons, use TENSORJIT_LOGS=\"recompiles\"; "
+            f"to allow more entries, pass tensorjit.compile(..., recompile_limit=N) "
+            f"(or set tensorjit.config.config.cache_size_limit).")
 
 
 def guards(name: str, compiled: Any) -> None:

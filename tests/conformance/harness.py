@@ -5,7 +5,9 @@ names below map to torch.compile and torch._dynamo (the reference we must
 match); otherwise they map to tensorjit's public API.
 
 Returns (exports): `compile`, `disable`, `explain`, `reset`, `list_backends`,
-`register_backend`, `GraphBreakError`, `REFERENCE`, `AVAILABLE`; the
+`register_backend`, `GraphBreakError`, `REFERENCE`, `AVAILABLE`, `compiler`
+(torch.compiler or tensorjit.compiler) with `graph_break`, `error_on_graph_break`,
+`nonstrict_trace` (torch._dynamo's or tensorjit.compiler's); the
 `CountingBackend`; `check(fn, *args, ...)`, which runs a program eagerly and
 compiled on separate deep copies of its inputs and compares everything a
 user could observe; and small helpers for locations and markers.
@@ -56,6 +58,12 @@ if REFERENCE:
         torch._dynamo.config.recompile_limit = limit
         return old
 
+    compiler = torch.compiler
+    # torch._dynamo's marks a torch.compile user reaches for; tensorjit keeps them in tensorjit.compiler
+    graph_break = torch._dynamo.graph_break
+    error_on_graph_break = torch._dynamo.error_on_graph_break
+    nonstrict_trace = torch._dynamo.nonstrict_trace
+
     AVAILABLE = True
     COMPILER_NAME = "torch.compile"
 else:
@@ -73,6 +81,10 @@ else:
         """Stands in until tensorjit.GraphBreakError exists; never raised."""
 
     GraphBreakError = getattr(tensorjit, "GraphBreakError", _NoGraphBreakError)
+    compiler = getattr(tensorjit, "compiler", None)
+    graph_break = getattr(compiler, "graph_break", _missing("compiler.graph_break"))
+    error_on_graph_break = getattr(compiler, "error_on_graph_break", _missing("compiler.error_on_graph_break"))
+    nonstrict_trace = getattr(compiler, "nonstrict_trace", _missing("compiler.nonstrict_trace"))
 
     def set_cache_size_limit(limit: int) -> int:
         from tensorjit.config import config

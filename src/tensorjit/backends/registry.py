@@ -23,6 +23,24 @@ _BUILTIN = {
     "onnxrt": ("tensorjit.backends.onnxrt", "onnxrt"),
 }
 _registered: dict[str, Backend] = {}
+DEFAULT_BACKEND = "inductor"
+_default: str | Backend = DEFAULT_BACKEND
+
+
+def set_default_backend(backend: str | Backend | None) -> None:
+    """The backend `tensorjit.compile` uses when given none; None restores "inductor"."""
+    global _default
+    if backend is not None and not callable(backend):
+        if not isinstance(backend, str):
+            raise TypeError(f"tensorjit: backend must be a name or a callable, got {type(backend).__name__}")
+        if backend not in _BUILTIN and backend not in _registered:
+            raise ValueError(f"tensorjit: unknown backend {backend!r}; valid backends are: "
+                             f"{', '.join(list_backends())}")
+    _default = DEFAULT_BACKEND if backend is None else backend
+
+
+def get_default_backend() -> str | Backend:
+    return _default
 
 
 def register_backend(fn: Backend | None = None, name: str | None = None):

@@ -55,14 +55,15 @@ class GraphBreak(Exception):
         self.reason = BreakReason(kind, explanation, hint)
         self.exception = exception
         self.root_step: int | None = None
+        self.is_error: bool | None = None  # error_on_graph_break of the innermost marked frame
 
 
 class GraphBreakError(RuntimeError):
-    """A graph break under fullgraph=True."""
+    """A graph break under fullgraph=True or error_on_graph_break(True)."""
 
-    def __init__(self, reason: BreakReason) -> None:
+    def __init__(self, reason: BreakReason, under: str = "fullgraph=True") -> None:
         callers = "".join(f"\n  called from {loc}" for loc in reversed(reason.user_stack[:-1]))
-        super().__init__(f"graph break under fullgraph=True at {reason}{callers}")
+        super().__init__(f"graph break under {under} at {reason}{callers}")
         self.reason = reason
 
 
@@ -77,3 +78,7 @@ class CaptureError(RuntimeError):
             "to run such code eagerly instead."
         )
         self.location = location
+
+
+class CompilerUsageError(RuntimeError):
+    """A compiler API used where it must not be (set_stance inside a compiled function): raised as is."""

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .guards import Guard
+from .markers import marked_value
 from .sources import ItemSource, Source
 from .values.base import ConstantValue, Value
 from .values.builtins import BuiltinValue, has_handler
@@ -153,6 +154,9 @@ def _wrap_callable_or_object(tx, obj: Any, source: Source | None) -> Value:
     from .opcodes import CALL_ADAPTER
     if obj is CALL_ADAPTER:  # a NULL stack slot that a resume function received
         return ObjectValue(obj, source)
+    marked = marked_value(obj, source)  # allow_in_graph, assume_constant_result, substitute_in_graph
+    if marked is not None:
+        return marked
     if has_handler(obj):  # builtins and library callables with a symbolic meaning (len, itertools.chain, ...)
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType) and not is_torch_operation(obj):

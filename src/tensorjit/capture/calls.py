@@ -21,6 +21,7 @@ import torch
 
 from .breaks import GraphBreak
 from .codegen import GradExit
+from .markers import break_is_error
 from .values.base import ConstantValue, NULL, Value
 from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, SetValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
@@ -94,7 +95,12 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
         frame.yielded = []
         frame.run()
         return GeneratorValue(frame.yielded)
-    return frame.run()
+    try:
+        return frame.run()
+    except GraphBreak as e:
+        if e.is_error is None:  # the innermost frame marked with error_on_graph_break decides
+            e.is_error = break_is_error(code)
+        raise
 
 
 def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -176,6 +182,13 @@ _GRAD_MODES = {torch.no_grad: _no_grad, torch.enable_grad: _enable_grad,
                torch.autocast: _autocast, torch.amp.autocast: _autocast, torch.cpu.amp.autocast: _cpu_autocast,
                torch.cuda.amp.autocast: _cuda_autocast, functools.partial: _partial,
                torch.autograd.profiler.record_function: _null_context, contextlib.nullcontext: _null_context}
+
+
+def register_call_handler(obj, handler: Callable) -> None:
+    """Give calls of `obj` (a class or function met as an object) a meaning: handler(tx, args, kwargs) -> Value."""
+    if obj in _GRAD_MODES:
+        raise AssertionError(f"duplicate call handler for {obj}")
+    _GRAD_MODES[obj] = handler
 
 
 def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:

@@ -22,9 +22,11 @@ from .. import logs
 from . import cpython
 from ..backends.registry import BackendCompilerFailed, call_backend
 from ..config import Config
+from . import markers
 from .aliasing import check_aliasing
-from .breaks import BreakReason, CaptureError, GraphBreak, GraphBreakError
+from .breaks import BreakReason, CaptureError, CompilerUsageError, GraphBreak, GraphBreakError
 from .codegen import RestoreFunction
+from .guard_filter import filter_guards
 from .guards import CompiledGuards, global_state_guards
 from .interpreter import Capture, Frame, StopCapture
 from .opcodes import CALL_ADAPTER
@@ -60,9 +62,10 @@ class CacheEntry:
 
 
 class _BreakAt(Exception):
-    def __init__(self, step: int, reason: BreakReason) -> None:
+    def __init__(self, step: int, reason: BreakReason, is_error: bool = False) -> None:
         self.step = step
         self.reason = reason
+        self.is_error = is_error
 
 
 def capture_entry(owner, L: tuple) -> CacheEntry:
@@ -70,8 +73,9 @@ def capture_entry(owner, L: tuple) -> CacheEntry:
     try:
         return _attempt(owner, L, None)
     except _BreakAt as stop:
-        if owner.fullgraph:
-            raise GraphBreakError(stop.reason) from None
+        if owner.fullgraph or stop.is_error:
+            raise GraphBreakError(stop.reason, "fullgraph=True" if owner.fullgraph else
+                                  "error_on_graph_break(True)") from None
         logs.graph_break(stop.reason)
         entry = _attempt(owner, L, stop.step)
         entry.break_reason = stop.reason
@@ -105,6 +109,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
     capture = Capture(owner.config, output, break_at)
     capture.root_globals = fn.__globals__
     grad_before = torch.is_grad_enabled()
+    strict_before = markers.error_on_graph_break  # a block entered symbolically may not reach its exit
     frame = None
     try:
         frame = _root_frame(owner, L, capture)
@@ -123,14 +128,24 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             reason.user_stack = frame.user_stack()
         if break_at is not None:
             raise CaptureError(frame.location() if frame else None, e) from e
-        raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason) from None
-    except (GraphBreakError, CaptureError, BackendCompilerFailed, _BreakAt):
+        raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason,
+                       _break_is_error(e, fn.__code__)) from None
+    except (GraphBreakError, CaptureError, CompilerUsageError, BackendCompilerFailed, _BreakAt):
         raise
     except Exception as e:
         location = _deepest_location(e, frame)
         raise CaptureError(location, e) from e
     finally:
         torch._C._set_grad_enabled(grad_before)
+        markers.error_on_graph_break = strict_before
+
+
+def _break_is_error(e: GraphBreak, code) -> bool:
+    """error_on_graph_break: the innermost marked frame decides, then the flag of the context manager."""
+    for decision in (e.is_error, markers.break_is_error(code)):
+        if decision is not None:
+            return decision
+    return markers.error_on_graph_break
 
 
 def _deepest_location(e: BaseException, frame):
@@ -149,7 +164,10 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
                          if isinstance(gi.example, torch.Tensor)}
     owner.last_ints = {source.expression(): obj for source, (obj, _) in output.wrapped.items()
                        if type(obj) is int and isinstance(source, LocalSource)}
-    guards = output.guards.build(fn.__globals__, fn.__closure__)
+    guard_set = output.guards
+    if owner.config.guard_filter_fn is not None:
+        guard_set = filter_guards(guard_set, output.wrapped, owner.config.guard_filter_fn)
+    guards = guard_set.build(fn.__globals__, fn.__closure__)
     logs.guards(output.fn_name, guards)
     return guards
 

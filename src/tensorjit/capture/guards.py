@@ -253,50 +253,108 @@ class GuardSet:
         check, text, weak = _compile_checks(ordered, fn_globals, closure)
         # One check per guard, for naming the guard that failed; built now so that no
         # Guard (which may hold the guarded object) outlives capture.
-        parts = [(g.describe(), _compile_checks([g], fn_globals, closure)[0]) for g in ordered] if with_parts else []
+        parts = [(g.describe(), _compile_checks([g], fn_globals, closure)[0], _explainer(g, fn_globals, closure))
+                 for g in ordered] if with_parts else []
         return CompiledGuards(check, text, parts, weak)
+
+
+def _explainer(guard: Guard, fn_globals: dict, closure) -> Callable | None:
+    """For a tensor guard: L -> what differs, in torch's words ("tensor 'x' size mismatch at index 0...")."""
+    if guard.kind not in ("tensor", "tensor_dynamic"):
+        return None
+    em = _Emitter()
+    value = em.value_of(guard.source)
+    em.lines.append(f"    return {value}")
+    read = _compile_function(em, fn_globals, closure, "read")[0]
+    signature, name, dynamic = guard.payload, str(guard.source), guard.kind == "tensor_dynamic"
+    return lambda L: tensor_mismatch(name, signature, read(L), dynamic)
+
+
+def tensor_mismatch(name: str, expected: TensorSignature, actual: Any, dynamic: bool = False) -> str:
+    """The first way `actual` differs from the tensor a guard expects, worded as torch's TENSOR_MATCH."""
+    if type(actual) is not expected.cls:
+        return f"tensor '{name}' type mismatch. expected {expected.cls.__name__}, actual {type(actual).__name__}"
+    if actual.dtype != expected.dtype:
+        return (f"tensor '{name}' dtype mismatch. expected {_dtype_name(expected.dtype)}, "
+                f"actual {_dtype_name(actual.dtype)}")
+    if actual.device != expected.device:
+        return f"tensor '{name}' device mismatch. expected {expected.device}, actual {actual.device}"
+    if actual.requires_grad != expected.requires_grad:
+        return f"tensor '{name}' requires_grad mismatch. expected requires_grad={int(expected.requires_grad)}"
+    if actual.dim() != len(expected.shape):
+        return f"tensor '{name}' rank mismatch. expected {len(expected.shape)}, actual {actual.dim()}"
+    if dynamic:
+        return f"tensor '{name}' shape guard failed: sizes {list(actual.shape)}"
+    for what, want, got in (("size", expected.shape, tuple(actual.shape)), ("stride", expected.stride, actual.stride())):
+        for index, (w, g) in enumerate(zip(want, got)):
+            if w != g:
+                return f"tensor '{name}' {what} mismatch at index {index}. expected {w}, actual {g}"
+    return f"tensor '{name}' matches"
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    """c10's name of a dtype, as torch's guard messages print it (Float, Double, Half, Long...)."""
+    try:
+        return torch.empty((), dtype=dtype).type().split(".")[-1].replace("Tensor", "")
+    except Exception:
+        return str(dtype)
 
 
 def _compile_checks(guards: list[Guard], fn_globals: dict, closure):
     em = _Emitter()
     for guard in guards:
         _emit_guard(em, guard)
+    check, text = _compile_function(em, fn_globals, closure, "check", "    return True\n")
+    return check, text, em.weak
+
+
+def _compile_function(em: _Emitter, fn_globals: dict, closure, name: str, ending: str = "") -> tuple[Callable, str]:
+    """`def name(L, <constants and helpers as defaults>)` over the emitted lines, and its text."""
+    env = _environment(em, fn_globals, closure)
+    params = ", ".join(f"{k}={k}" for k in env)
+    body = "\n".join(em.lines) or "    pass"
+    text = f"def {name}(L, {params}):\n{body}\n{ending}"
+    namespace: dict[str, Any] = {}
+    exec(compile(text, "<tensorjit guards>", "exec"), env, namespace)
+    return namespace[name], text
+
+
+def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
     env = dict(em.constants)
     env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
                _grad_enabled=torch.is_grad_enabled,
                _inference_mode=torch.is_inference_mode_enabled,
                _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled)
-    body = "\n".join(em.lines) or "    pass"
+    body = "\n".join(em.lines)
     for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module)):
         if name in body:  # bound only where used: every parameter costs each call a little
             env[name] = helper
-    params = ", ".join(f"{k}={k}" for k in env)
-    text = f"def check(L, {params}):\n{body}\n    return True\n"
-    namespace: dict[str, Any] = {}
-    exec(compile(text, "<tensorjit guards>", "exec"), env, namespace)
-    return namespace["check"], text, em.weak
+    return env
 
 
 @dataclass
 class CompiledGuards:
     check: Callable[[tuple], bool]
     source_text: str
-    parts: list[tuple[str, Callable]]
+    parts: list[tuple[str, Callable, Callable | None]]  # (description, check, explain what differs)
     weak_refs: list[weakref.ref]
 
     @property
     def descriptions(self) -> list[str]:
-        return [text for text, _ in self.parts]
+        return [text for text, _, _ in self.parts]
 
     def failure(self, L: tuple) -> str | None:
-        """The first guard that fails for arguments `L`, described for logs."""
-        for text, check in self.parts:
+        """The first guard that fails for arguments `L`, described for logs (with the values that differ)."""
+        for text, check, explain in self.parts:
             try:
                 ok = check(L)
             except Exception:
                 ok = False
             if not ok:
-                return text
+                try:
+                    return explain(L) if explain is not None else text
+                except Exception:
+                    return text
         return None
 
     def alive(self) -> bool:

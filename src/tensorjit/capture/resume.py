@@ -22,6 +22,7 @@ from bytecode import Bytecode, CellVar, ControlFlowGraph, FreeVar, Instr, Label
 
 from . import cpython
 
+from .sources import STACK_PREFIX
 CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
 
 
@@ -176,7 +177,7 @@ def resume_code(code: types.CodeType, resume_index: int, stack_depth: int,
     lineno = target.lineno if isinstance(target.lineno, int) else code.co_firstlineno
     label = Label()
     bc.insert(_position(bc, target), label)
-    stack_names = [f"__tj_stack{j}" for j in range(stack_depth)]
+    stack_names = [f"{STACK_PREFIX}{j}" for j in range(stack_depth)]
     prologue = [Instr("LOAD_FAST", n, lineno=lineno) for n in stack_names]
     prologue.append(Instr("JUMP_FORWARD", label, lineno=lineno))
     start = _after_resume(bc)

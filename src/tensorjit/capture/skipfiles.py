@@ -15,17 +15,25 @@ _SKIPPED_MODULE_PREFIXES = (
     "torch.autograd", "torch.utils.hooks", "torch.utils.checkpoint", "torch.distributed", "copy",
 )
 
-_disabled: set = set()
+_disabled: dict = {}  # code object -> the reason given to disable(), or None
 
 
-def mark_disabled(code) -> None:
-    _disabled.add(code)
+def mark_disabled(code, reason: str | None = None) -> None:
+    _disabled[code] = reason
 
 
 def check_inlinable(fn) -> None:
     code = fn.code
     if code in _disabled:
-        raise GraphBreak("disabled", f"{code.co_name} is marked tensorjit.disable")
+        reason = _disabled[code]
+        raise GraphBreak("disabled", f"{code.co_name} is marked tensorjit.compiler.disable"
+                         + (f" ({reason})" if reason else ""), "it runs eagerly")
+    real = getattr(fn, "fn", None)
+    if getattr(real, "_torchdynamo_disable", False) is True:  # torch.compiler.disable / torch._dynamo.disable
+        reason = getattr(real, "_torchdynamo_disable_msg", None)
+        name = getattr(getattr(real, "_torchdynamo_orig_callable", real), "__qualname__", code.co_name)
+        raise GraphBreak("disabled", f"{name} is marked torch.compiler.disable"
+                         + (f" ({reason})" if reason else ""), "it runs eagerly")
     module = (getattr(fn, "globals", None) or {}).get("__name__", "") or ""
     for prefix in _SKIPPED_MODULE_PREFIXES:
         if module == prefix or module.startswith(prefix + "."):

@@ -41,7 +41,13 @@ class LocalSource(Source):
         return f"L[{self.index}]"
 
     def __str__(self) -> str:
+        if self.name.startswith(STACK_PREFIX):  # a resume function's stack slot has no name in the user's code
+            return f"<intermediate value {self.name[len(STACK_PREFIX):]} at the graph break>"
         return self.name
+
+
+STACK_PREFIX = "__tj_stack"
+"""Parameters of resume functions that carry the stack at a graph break (`resume.resume_code`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,3 +190,41 @@ def _build(directory: Path, key: str, suffix: str, build_fn: Callable[[str], Non
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
+
+
+def verified_entries(cache_dir: str | None = None) -> list[tuple[str, Path]]:
+    """Every artifact that verifies against its sidecar, as (path relative to the root, path)."""
+    root = cache_root(cache_dir)
+    found = []
+    for sidecar in sorted(root.glob("*/*.sha256")):
+        path = sidecar.with_name(sidecar.name[:-len(".sha256")])
+        if is_valid(path):
+            found.append((str(path.relative_to(root)), path))
+    return found
+
+
+def install(relative: str, data: bytes, cache_dir: str | None = None) -> bool:
+    """Write an artifact (and its sidecar) brought from elsewhere; False if a valid one is already there.
+
+    `relative` is "<2 hex>/<key><suffix>", as `verified_entries` names them; the file is written
+    as `get_or_build` writes its own (private directory, lock, temp file, os.replace)."""
+    directory_name, _, file_name = relative.partition("/")
+    key, dot, rest = file_name.partition(".")
+    if len(directory_name) != 2 or not key.isalnum() or key[:2] != directory_name or "/" in file_name:
+        raise ValueError(f"tensorjit: cache artifact path {relative!r} is outside the cache layout")
+    directory = private_directory(cache_root(cache_dir) / directory_name)
+    path = directory / file_name
+    if is_valid(path):
+        return False
+
+    def write(temp: str) -> None:
+        with open(temp, "wb") as out:
+            out.write(data)
+    lock_descriptor = os.open(directory / f"{key}.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with open(lock_descriptor, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            _build(directory, key, dot + rest, write, path)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return True

@@ -49,6 +49,8 @@ _TORCH_QUERIES = {
 
 # Libraries ask these to take compiler-friendly paths; inside capture the answer is True.
 COMPILING_QUERIES = {torch.compiler.is_compiling, torch.compiler.is_dynamo_compiling}
+if hasattr(torch._utils, "is_compiling"):  # deprecated, and it warns: answered without running it
+    COMPILING_QUERIES.add(torch._utils.is_compiling)
 
 
 def is_torch_operation(fn: Any) -> bool:

@@ -39,6 +39,9 @@ _DATA_DEPENDENT_METHODS = {
     "unique": "unique() has a data-dependent shape",
     "cpu": None, "cuda": None,
 }
+CAPTURE_SCALAR_HINT = ("set tensorjit.config.config.capture_scalar_outputs = True, or pass "
+                       "options={'capture_scalar_outputs': True}, to include .item() in the graph")
+_DATA_DEPENDENT_HINTS = {"item": CAPTURE_SCALAR_HINT}
 _DATA_DEPENDENT_FUNCTIONS = {torch.nonzero, torch.unique, torch.masked_select, torch.Tensor.nonzero,
                              torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.masked_select,
                              torch.argwhere, torch.bincount}
@@ -71,8 +74,10 @@ class TensorValue(Value):
 
     def truth(self, tx) -> bool:
         raise GraphBreak("data-dependent-branch",
-                         "a branch on a tensor's value (bool(tensor)) needs its run-time value",
-                         "use torch.where, or move the branch out of the compiled function")
+                         "Detected data-dependent branching (e.g. `if my_tensor.sum() > 0:`): a branch on a "
+                         "tensor's value needs its run-time value",
+                         "use torch.cond to express data-dependent control flow, or make the code branchless "
+                         "with torch.where")
 
     def unpack(self, tx) -> list[Value]:
         n = self.example.shape[0] if self.example.dim() else None
@@ -191,7 +196,9 @@ class TensorMethodValue(Value):
         if name in _DATA_DEPENDENT_METHODS:
             text = _DATA_DEPENDENT_METHODS[name]
             if text is not None and not (name == "item" and tx.config.capture_scalar_outputs):
-                raise GraphBreak("data-dependent-op", text)
+                if name == "item":
+                    text = "Unsupported Tensor.item() call with capture_scalar_outputs=False: " + text
+                raise GraphBreak("data-dependent-op", text, _DATA_DEPENDENT_HINTS.get(name, ""))
         if name in ("size", "stride") and not kwargs:
             if not args:
                 return shape_value(tx, self.tensor, name)

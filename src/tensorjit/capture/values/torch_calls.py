@@ -8,7 +8,7 @@ from torch.utils import _pytree as pytree
 from ..breaks import GraphBreak
 from .base import ConstantValue, Value
 from .functions import _TORCH_EFFECTFUL, _TORCH_QUERIES, COMPILING_QUERIES
-from .tensors import _DATA_DEPENDENT_FUNCTIONS, TensorValue, _example_of, record_call, to_node_argument
+from .tensors import CAPTURE_SCALAR_HINT, _DATA_DEPENDENT_FUNCTIONS, TensorValue, _example_of, record_call, to_node_argument
 
 
 def call_torch_function(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -18,13 +18,15 @@ def call_torch_function(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> 
         raise GraphBreak("effectful-call", f"{fn.__qualname__} changes global state",
                          "call it outside the compiled function")
     if fn in _DATA_DEPENDENT_FUNCTIONS:
-        raise GraphBreak("data-dependent-op", f"{getattr(fn, '__qualname__', fn)} has a data-dependent result")
+        raise GraphBreak("data-dependent-op", f"{getattr(fn, '__qualname__', fn)} has a data-dependent result",
+                         CAPTURE_SCALAR_HINT if fn is torch.Tensor.item else "")
     if fn in _TORCH_QUERIES or fn is torch._C._set_grad_enabled:
         if fn is torch._C._set_grad_enabled:
             return tx.set_grad_enabled(args[0].constant())
         return _fold_query(tx, fn, args, kwargs)
     if fn in (torch.Tensor.item, torch.Tensor.tolist):
-        raise GraphBreak("data-dependent-op", f"{fn.__qualname__} reads a tensor's value into Python")
+        raise GraphBreak("data-dependent-op", f"{fn.__qualname__} reads a tensor's value into Python",
+                         CAPTURE_SCALAR_HINT if fn is torch.Tensor.item else "")
     return record_call(tx, fn, args, kwargs)
 
 
