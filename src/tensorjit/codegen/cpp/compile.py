@@ -14,7 +14,7 @@ from ... import logs
 from ..graph import GraphLowering
 from ..report import timed
 from ..schedule import fuse_loops
-from ..wrapper import build_runner
+from ..wrapper import CppLaunch, build_runner
 from .compiler import CompilerMissing, load_library
 from .kernels import emit_program
 
@@ -41,7 +41,7 @@ def compile_cpu_graph(gm, example_inputs, config):
             return gm.forward
     else:
         library = None
-    runner = build_runner(program, library, orders, lowered.constants, gm.forward,
+    runner = build_runner(program, CppLaunch(library, orders), lowered.constants, gm.forward,
                           profile=getattr(config, "profile_kernels", False))
     runner.program = program
     runner.source = source
