@@ -134,6 +134,22 @@ def split_flat(flat: str, variables, sizes) -> list[str]:
     return lines
 
 
+def flat_form(variables, sizes) -> dict[str, int]:
+    """The linear form of the row-major flat index over `sizes` (size-1 variables left out)."""
+    return {v.name: stride for v, size, stride in zip(variables, sizes, contiguous_strides(sizes)) if size != 1}
+
+
+def index_text(index: ir.Index, variables, sizes, flat: str) -> str:
+    """`flat` when `index` is exactly the row-major position over (variables, sizes), which
+    spares the divisions that recovered the variables; else the index arithmetic."""
+    form, expected = linear_form(index), flat_form(variables, sizes)
+    size_of = {v.name: size for v, size in zip(variables, sizes)}
+    if form is None or form[1] != 0 or not expected:
+        return format_index(index)
+    terms = {name: c for name, c in form[0].items() if size_of.get(name) != 1}
+    return flat if terms == expected else format_index(index)
+
+
 def index_names(index: ir.Index) -> set[str]:
     if isinstance(index, ir.IndexVar):
         return {index.name}
@@ -164,10 +180,10 @@ class Writer:
     def index_type(self, work: int) -> str:
         return heuristics.index_dtype(work, *(extent(b) for b in self.buffers.values() if b.dtype != "object"))
 
-    def load_text(self, buffer: str, index: ir.Index, mask: str | None) -> str:
+    def load_text(self, buffer: str, index: str, mask: str | None) -> str:
         self.read.add(buffer)
         masked = f", {mask}" if mask else ""
-        text = f"tl.load({buffer}_ptr + ({format_index(index)}){masked})"
+        text = f"tl.load({buffer}_ptr + ({index}){masked})"
         dtype = self.buffers[buffer].dtype
         if register_dtype(dtype) != dtype:
             text += f".to({triton_type(dtype)})"
@@ -190,7 +206,8 @@ class PointwiseWriter(Writer):
         self.kernel = kernel
 
     def load(self, buffer: str, index: ir.Index) -> str:
-        return self.ops.assign(self.load_text(buffer, index, "xmask" if index_names(index) else None))
+        text = index_text(index, self.kernel.variables, self.kernel.ranges, "xindex")
+        return self.ops.assign(self.load_text(buffer, text, "xmask" if index_names(index) else None))
 
     def emit(self) -> KernelText:
         kernel = self.kernel
@@ -199,7 +216,8 @@ class PointwiseWriter(Writer):
         value = evaluate(kernel.body, self.ops)
         self.written.append(kernel.output)
         store_index = ir.strided_index(kernel.variables, self.buffers[kernel.output].strides)
-        index = format_index(store_index) + ("" if index_names(store_index) else " + 0 * xindex")
+        index = index_text(store_index, kernel.variables, kernel.ranges, "xindex") + \
+            ("" if index_names(store_index) else " + 0 * xindex")
         body = [f"xindex = tl.program_id(0).to({self.index_type(numel)}) * XBLOCK + tl.arange(0, XBLOCK)",
                 f"xmask = xindex < {numel}"]
         body += split_flat("xindex", kernel.variables, kernel.ranges) + self.ops.lines
@@ -221,6 +239,7 @@ class RowWriter(Writer):
         self.persistent = is_persistent(group)
         self.registers: dict[str, str] = {}  # buffer -> the variable holding its value for this lane/row
         self.producers: dict[str, object] = {}
+        self.loaded: dict[tuple, str] = {}  # (buffer, index text, mask, lane sizes) -> variable
         self.member = None
 
     # -- loads ----------------------------------------------------------------------
@@ -232,7 +251,21 @@ class RowWriter(Writer):
         if buffer in self.registers and in_registers(ir.Load(buffer, index, ""), self.producers[buffer],
                                                       self.member, self.group, self.persistent):
             return self.registers[buffer]
-        return self.ops.assign(self.load_text(buffer, index, self.mask_for(index_names(index))))
+        text = self.index_text(index, self.member)
+        mask = self.mask_for(index_names(index))
+        if not self.persistent or buffer in self.producers:
+            return self.ops.assign(self.load_text(buffer, text, mask))
+        # The same element another member loaded (same text over the same lane sizes, so the
+        # same variables): its variable is still in scope, a persistent kernel has no loops.
+        key = (buffer, text, mask, lanes(self.member, self.outer)[1])
+        if key not in self.loaded:
+            self.loaded[key] = self.ops.assign(self.load_text(buffer, text, mask))
+        return self.loaded[key]
+
+    def index_text(self, index: ir.Index, member) -> str:
+        variables, sizes = lanes(member, self.outer)
+        flat = f"(xindex * {math.prod(sizes)} + rindex)" if variables else "xindex"
+        return index_text(index, self.group.variables + tuple(variables), self.group.ranges + tuple(sizes), flat)
 
     def needs_barrier(self, member) -> bool:
         """Does `member` read from memory what an earlier member of this kernel wrote?"""
@@ -298,7 +331,7 @@ class RowWriter(Writer):
             names = index_names(index)
             pad = ("" if names & self.outer_names else " + 0 * xindex") + \
                 ("" if names - self.outer_names else " + 0 * rindex")
-            lines.append(indent + self.store_text(member.output, format_index(index) + pad, value,
+            lines.append(indent + self.store_text(member.output, self.index_text(index, member) + pad, value,
                                                   member.body.dtype, "xmask & rmask"))
         return lines
 
@@ -331,7 +364,8 @@ class RowWriter(Writer):
             index = ir.strided_index(member.variables, contiguous_strides(member.ranges))
             pad = "" if index_names(index) else " + 0 * xindex"
             result_dtype = "int64" if kind in ("argmax", "argmin") else register_dtype(member.dtype)
-            lines.append(self.store_text(member.output, format_index(index) + pad, stored, result_dtype, "xmask"))
+            text = index_text(index, self.group.variables, self.group.ranges, "xindex")
+            lines.append(self.store_text(member.output, text + pad, stored, result_dtype, "xmask"))
         return [line.replace("NO_INDEX", str(NO_INDEX)) for line in lines]
 
     @staticmethod
