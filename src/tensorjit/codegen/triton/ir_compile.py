@@ -4,6 +4,7 @@
 `codegen.decomp.decompositions()` (the C++ path's table) and returns a callable
 with its signature:
 
+    pad_matmuls                       misaligned CUDA matrix products padded (pad_matmul.py)
     GraphLowering(half_floats=True)   one @lowering registry (lowering*.py)
     -> schedule.fuse_loops            one scheduler (row groups)
     -> ir_kernels.prepare_groups      row-local scratch Triton can keep in registers
@@ -32,6 +33,7 @@ from ..wrapper import build_runner
 from .expressions import interpreted
 from .ir_kernels import KernelText, emit_kernel, prepare_groups
 from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
+from .pad_matmul import pad_matmuls
 from .parallel import CompileJob, compile_in_parallel
 
 
@@ -64,6 +66,7 @@ def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None):
     name = type(gm).__name__
+    pad_matmuls(gm)  # CUDA products whose sizes cuBLAS handles slowly (pad_matmul.py); in place
     with timed(name, "lowering"):
         program, lowered = lower(gm, example_inputs)
     buffers = {b.name: b for b in program.buffers}

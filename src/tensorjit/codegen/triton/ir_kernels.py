@@ -207,6 +207,8 @@ class PointwiseWriter(Writer):
 
     def load(self, buffer: str, index: ir.Index) -> str:
         text = index_text(index, self.kernel.variables, self.kernel.ranges, "xindex")
+        if not index_names(index):
+            text += " + tl.zeros([1], tl.int32)"  # a [1] block like constants (see expressions.constant)
         return self.ops.assign(self.load_text(buffer, text, "xmask" if index_names(index) else None))
 
     def emit(self) -> KernelText:
@@ -252,6 +254,8 @@ class RowWriter(Writer):
                                                       self.member, self.group, self.persistent):
             return self.registers[buffer]
         text = self.index_text(index, self.member)
+        if not index_names(index):
+            text += " + tl.zeros([1, 1], tl.int32)"  # a [1, 1] block like constants (see expressions.constant)
         mask = self.mask_for(index_names(index))
         if not self.persistent or buffer in self.producers:
             return self.ops.assign(self.load_text(buffer, text, mask))

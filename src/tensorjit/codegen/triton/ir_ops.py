@@ -66,9 +66,13 @@ class TritonOps:
         return self._load(buffer, index)
 
     def constant(self, value, dtype: str) -> str:
+        if dtype == "bool":  # a block, not a Python bool: the interpreter cannot `&` those with blocks
+            return f"tl.full({self.constant_shape}, {int(bool(value))}, tl.int1)"
         return expressions.constant(value, IR_TO_TORCH[dtype], self.constant_shape)
 
     def index_expr(self, index: ir.Index, dtype: str) -> str:
+        if isinstance(index, ir.IndexConst):
+            return self.constant(index.value, dtype)
         return self.assign(f"({format_index(index)}).to({triton_type(dtype)})")
 
     def to_dtype(self, value: str, dtype: str, source_dtype: str) -> str:
