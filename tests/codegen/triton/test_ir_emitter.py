@@ -160,3 +160,11 @@ def test_inductor_backend_routes_cuda_graphs_through_the_ir_when_asked():
     generator, table = inductor._code_generator("cuda", Config(codegen_triton_ir=True))
     assert generator is ir_compile.compile_aten_graph
     assert table == decompositions()
+
+
+def test_single_element_loads_and_bool_constants_combine_with_blocks(device):
+    # A load at a constant index and a bool constant are [1] blocks, like other constants:
+    # Triton's interpreter cannot `|` or `&` a 0-d value or a Python bool with a block.
+    x = torch.randn(6, 5, device=device)
+    check(lambda x: (torch.logical_or(x > 0, x[0, 0] > 0.5), torch.logical_and(x, torch.ones((), dtype=torch.bool, device=x.device)),
+                     torch.arange(5, device=x.device)[2] + x, torch.heaviside(x, x[0:1, 0:1])), x)
