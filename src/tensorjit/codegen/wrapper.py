@@ -59,8 +59,8 @@ class _Source:
 class CppLaunch:
     """The device hook for C++ kernels: one ctypes call into the loaded library per kernel.
 
-    A device hook says how the wrapper checks an input's device (`device_test`, an attribute
-    of the tensor), where it allocates (`device`, None for the CPU) and the statement that
+    A device hook says how the wrapper checks an input's device (`device_test`: text after
+    `input.`, true on the right device), where it allocates (`device`, None for the CPU) and the statement that
     launches one kernel (`statement(source, step, names) -> str`, names: the buffers written)."""
 
     device_test = "is_cpu"
@@ -156,7 +156,7 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
          f"        return fallback({parameters})  # kernels are specialised to the example layouts"]
         + [f"    {line}" for line in source.lines]
         + [f"    return {_output_text(source, program.outputs)}"])
-    exec(compile(text, f"<tensorjit {hook.device_test[3:]} wrapper>", "exec"), source.globals)
+    exec(compile(text, f"<tensorjit {type(hook).__name__} wrapper>", "exec"), source.globals)
     run = source.globals["run"]
     run.wrapper_source = text
     return run

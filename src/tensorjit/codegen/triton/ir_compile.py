@@ -43,7 +43,8 @@ class TritonLaunch:
     def __init__(self, launchers: dict[str, Any], kernels: dict[str, KernelText], device: torch.device):
         self.launchers = launchers
         self.kernels = kernels
-        self.device_test = "is_cpu" if device.type == "cpu" else "is_cuda"
+        # The device kernels were specialised for (the interpreter runs on CPU tensors).
+        self.device_test = "is_cpu" if device.type == "cpu" else f"get_device() == {device.index or 0}"
         self.device = None if device.type == "cpu" else device
 
     def statement(self, source, step, written: list[str]) -> str:

@@ -32,7 +32,7 @@ import itertools
 import math
 
 from .. import ir
-from ..memory import expression_loads
+from ..memory import expression_loads, names_read, names_written
 from ..ops import evaluate
 from ..schedule import linear_form, row_index
 from ..values import IR_TO_TORCH, contiguous_strides
@@ -58,6 +58,8 @@ class KernelText:
 
 
 def emit_kernel(step, buffers: dict[str, ir.Buffer]) -> KernelText:
+    # Only the step's own buffers decide its index width (int32 while every offset fits).
+    buffers = {name: buffers[name] for name in names_read(step) | set(names_written(step))}
     if isinstance(step, ir.Pointwise):
         return PointwiseWriter(step, buffers).emit()
     if isinstance(step, ir.Reduction):
