@@ -2,14 +2,15 @@
 
 `compile_graph(gm, example_inputs, config)` takes an ATen graph traced with
 `codegen.decomp.decompositions()` (the C++ path's table) and returns a callable
-with its signature:
+with its signature, through the shared pipeline (codegen/pipeline.py) with
+`TritonEmitter`:
 
-    pad_matmuls                       misaligned CUDA matrix products padded (pad_matmul.py)
+    prepare_graph: pad_matmuls        misaligned CUDA matrix products padded (pad_matmul.py)
     GraphLowering(half_floats=True)   one @lowering registry (lowering*.py)
     -> schedule.fuse_loops            one scheduler (row groups)
-    -> ir_kernels.prepare_groups      row-local scratch Triton can keep in registers
-    -> ir_kernels.emit_kernel         TritonOps per kernel, launch shapes from heuristics
-    -> launcher / parallel            load, precompile in worker processes, fast launches
+    -> prepare: prepare_groups        row-local scratch Triton can keep in registers
+    -> build: ir_kernels.emit_kernel  TritonOps per kernel, launch shapes from heuristics;
+              launcher / parallel     load, precompile in worker processes, fast launches
     -> wrapper.build_runner           the shared per-call wrapper, with `TritonLaunch`
 
 Selected by `Config.codegen_triton_ir` (off by default: the Triton path's own
@@ -24,12 +25,11 @@ from typing import Any
 import torch
 
 from ... import logs
-from .. import ir
+from .. import ir, pipeline
 from ..graph import GraphLowering
 from ..report import timed
 from ..schedule import fuse_loops
 from ..values import IR_TO_TORCH
-from ..wrapper import build_runner
 from .expressions import interpreted
 from .ir_kernels import KernelText, emit_kernel, prepare_groups
 from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
@@ -60,40 +60,51 @@ def graph_device(example_inputs) -> torch.device:
     return devices.pop() if len(devices) == 1 else torch.device("cpu")
 
 
+class TritonEmitter:
+    """The Triton emitter's part of the shared pipeline (codegen/pipeline.py)."""
+
+    half_floats = True  # loaded as float32, computed in float32, rounded on store
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def prepare_graph(self, gm) -> None:
+        pad_matmuls(gm)  # CUDA products whose sizes cuBLAS handles slowly (pad_matmul.py); in place
+
+    def prepare(self, program: ir.Program) -> ir.Program:
+        return prepare_groups(program)
+
+    def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
+        buffers = {b.name: b for b in program.buffers}
+        with timed(name, "emit"):
+            kernels = {step.name: emit_kernel(step, buffers) for step in program.steps
+                       if isinstance(step, (ir.Pointwise, ir.Reduction, ir.LoopGroup))}
+        logs.output_code(name, "Triton (loop IR)", "\n\n".join(kernel.source for kernel in kernels.values()))
+        cache_dir = getattr(config, "cache_dir", None)
+        launchers, jobs = {}, []
+        for kernel in kernels.values():
+            path = source_path(kernel.source, cache_dir)
+            function = load_kernel_file(path, kernel.name)
+            candidates = [KernelLauncher(function, shape) for shape in kernel.shapes]
+            launchers[kernel.name] = candidates[0] if len(candidates) == 1 else AutotunedLauncher(candidates)
+            dtypes = tuple(IR_TO_TORCH[buffers[b].dtype] for b in kernel.arguments)
+            jobs += [CompileJob(path, kernel.name, dtypes, tuple(shape.constants().items()), shape.num_warps,
+                                shape.num_stages) for shape in kernel.shapes]
+        if not interpreted():
+            with timed(name, "triton_compile"):
+                compile_in_parallel(jobs, getattr(config, "compile_threads", 0))
+        return TritonLaunch(launchers, kernels, self.device)
+
+
 def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
+    """The program the pipeline would emit for `gm` (for tests and debugging)."""
     lowered = GraphLowering(gm, example_inputs, half_floats=True)
     return prepare_groups(fuse_loops(lowered.run())), lowered
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None):
-    name = type(gm).__name__
-    pad_matmuls(gm)  # CUDA products whose sizes cuBLAS handles slowly (pad_matmul.py); in place
-    with timed(name, "lowering"):
-        program, lowered = lower(gm, example_inputs)
-    buffers = {b.name: b for b in program.buffers}
-    with timed(name, "emit"):
-        kernels = {step.name: emit_kernel(step, buffers) for step in program.steps
-                   if isinstance(step, (ir.Pointwise, ir.Reduction, ir.LoopGroup))}
-    cache_dir = getattr(config, "cache_dir", None)
-    launchers, jobs = {}, []
-    for kernel in kernels.values():
-        path = source_path(kernel.source, cache_dir)
-        function = load_kernel_file(path, kernel.name)
-        candidates = [KernelLauncher(function, shape) for shape in kernel.shapes]
-        launchers[kernel.name] = candidates[0] if len(candidates) == 1 else AutotunedLauncher(candidates)
-        dtypes = tuple(IR_TO_TORCH[buffers[b].dtype] for b in kernel.arguments)
-        jobs += [CompileJob(path, kernel.name, dtypes, tuple(shape.constants().items()), shape.num_warps,
-                            shape.num_stages) for shape in kernel.shapes]
-    if not interpreted():
-        with timed(name, "triton_compile"):
-            compile_in_parallel(jobs, getattr(config, "compile_threads", 0))
-    hook = TritonLaunch(launchers, kernels, graph_device(example_inputs))
-    runner = build_runner(program, hook, lowered.constants, gm.forward,
-                          profile=getattr(config, "profile_kernels", False))
-    sources = [kernel.source for kernel in kernels.values()]
-    logs.output_code(name, "Triton (loop IR)", "\n\n".join([*sources, runner.wrapper_source]))
-    runner.program = program
-    runner.kernel_sources = sources
+    runner = pipeline.compile_graph(gm, example_inputs, config, TritonEmitter(graph_device(example_inputs)))
+    runner.kernel_sources = [kernel.source for kernel in runner.hook.kernels.values()]
     return runner
 
 
