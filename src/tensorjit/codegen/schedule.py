@@ -103,7 +103,9 @@ def fit_refusal(kernel, ranges: tuple[int, ...]) -> str | None:
     if getattr(kernel, "output", None) in UNGROUPABLE[0]:
         return f"{kernel.output} is stored in eager's permuted strides, not row by row"
     if isinstance(kernel, ir.Reduction):
-        return None if kernel.ranges == ranges else f"it keeps ranges {list(kernel.ranges)}, the rows are {list(ranges)}"
+        if kernel.ranges == ranges:
+            return None
+        return f"it keeps ranges {list(kernel.ranges)}, the rows are {list(ranges)}"
     if not isinstance(kernel, ir.Pointwise):
         return "it is an ATen call (Extern), not a loop kernel"
     if len(kernel.ranges) > len(ranges) and kernel.ranges[:len(ranges)] == ranges:

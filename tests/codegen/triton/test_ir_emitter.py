@@ -166,7 +166,8 @@ def test_single_element_loads_and_bool_constants_combine_with_blocks(device):
     # A load at a constant index and a bool constant are [1] blocks, like other constants:
     # Triton's interpreter cannot `|` or `&` a 0-d value or a Python bool with a block.
     x = torch.randn(6, 5, device=device)
-    check(lambda x: (torch.logical_or(x > 0, x[0, 0] > 0.5), torch.logical_and(x, torch.ones((), dtype=torch.bool, device=x.device)),
+    true = torch.ones((), dtype=torch.bool, device=device)
+    check(lambda x: (torch.logical_or(x > 0, x[0, 0] > 0.5), torch.logical_and(x, true),
                      torch.arange(5, device=x.device)[2] + x, torch.heaviside(x, x[0:1, 0:1])), x)
 
 
@@ -207,3 +208,14 @@ def test_gpt2_training_step_matches_eager(device):
     assert len(graphs) == 2  # forward and backward, each compiled (not run eagerly)
     for parameter, expected in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(parameter.grad, expected.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_column_reductions_are_tiled_across_outputs(device):
+    x = torch.randn(300, 48, device=device)
+    compiled = check(lambda x: (x.sum(0), x.amax(0), (x * 2).mean(0, keepdim=True)), x, tolerance=1e-5)
+    groups = [step if isinstance(step, ir.LoopGroup) else ir.LoopGroup(step.name, step.ranges, step.variables, (step,))
+              for step in compiled.program.steps]
+    assert all(ir_kernels.is_column_reduction(group) for group in groups)
+    assert all(source.count("for roffset in range(0, 300, RBLOCK)") == 3 for source in compiled.kernel_sources)
+    row = ir_compile.lower(make_fx(lambda x: x.sum(1))(x), [x])[0].steps[0]
+    assert not ir_kernels.is_column_reduction(ir.LoopGroup(row.name, row.ranges, row.variables, (row,)))

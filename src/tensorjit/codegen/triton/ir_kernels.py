@@ -19,6 +19,10 @@ Kernel kinds:
     each member its own loop; then only reduction results stay in registers.
     Any other read of an earlier member goes through memory after a barrier
     (`prepare_groups` keeps such buffers out of row-local scratch first).
+  * a column reduction (reductions only, whose loads are consecutive across
+    outputs, strided along the reduction: a bias gradient's sum over the batch)
+    is looped over tiles of 64 outputs x 64 reduced elements, so every load
+    of the tile reads consecutive memory.
 
 Masks follow the index: a load that depends only on the row is masked by
 `xmask`, only on the lane by `rmask`, on both by both, on neither by nothing,
@@ -80,7 +84,28 @@ def row_length(group: ir.LoopGroup) -> int:
 
 
 def is_persistent(group: ir.LoopGroup) -> bool:
-    return heuristics.is_persistent(row_length(group))
+    return heuristics.is_persistent(row_length(group)) and not is_column_reduction(group)
+
+
+COLUMN_TILE = (64, 64, 8)
+"""XBLOCK, RBLOCK, warps of a column reduction: 64 neighbouring outputs per program, so each
+step over the reduced dimension reads 64 consecutive elements per row of the tile."""
+
+
+def is_column_reduction(group: ir.LoopGroup) -> bool:
+    """Reductions only, whose loads are consecutive across outputs and strided along the
+    reduction (a sum over the batch dimension): lanes along the row would each read one
+    element of a different memory line, so they are tiled across outputs instead."""
+    if not group.ranges or not all(isinstance(m, ir.Reduction) for m in group.members):
+        return False
+    innermost = next((v.name for v, size in zip(reversed(group.variables), reversed(group.ranges)) if size > 1), None)
+    reduced = {v.name for m in group.members for v, size in zip(m.reduction_variables, m.reduction_ranges) if size > 1}
+    forms = [linear_form(load.index) for m in group.members for load in expression_loads(m.body)]
+    if innermost is None or not reduced or not forms or any(form is None for form in forms):
+        return False
+    across = any(form[0].get(innermost) == 1 for form in forms)
+    along = any(form[0].get(name) == 1 for form in forms for name in reduced)
+    return across and not along
 
 
 def same_lane(index: ir.Index, reader, group: ir.LoopGroup) -> bool:
@@ -303,6 +328,13 @@ class RowWriter(Writer):
         source = module_source(group.name, parameters + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"], body)
         if self.persistent:
             shapes = [heuristics.persistent_reduction_shape(rows, length)]
+        elif is_column_reduction(group):
+            xblock, rblock, warps = COLUMN_TILE
+            xblock = min(xblock, heuristics.next_power_of_2(rows))
+            rblock = min(rblock, heuristics.next_power_of_2(length))
+            warps = min(warps, max(1, xblock * rblock // 256))
+            shapes = [heuristics.LaunchShape(xblock=xblock, rblock=rblock, num_warps=warps,
+                                             grid=(heuristics.ceil_div(rows, xblock), 1, 1))]
         else:
             shapes = heuristics.looped_reduction_configs(rows, length)
         return KernelText(group.name, source, arguments, shapes)
