@@ -17,7 +17,7 @@ def f(x):
 
 @pytest.mark.parametrize("options, pattern", [
     # torch: "Unexpected type of attr max_autotune, got str should be bool"
-    ({"fallback_random": "no"}, r"options\['fallback_random'\] must be bool, got str 'no'"),
+    ({"profile_kernels": "no"}, r"options\['profile_kernels'\] must be bool, got str 'no'"),
     ({"cache_size_limit": "8"}, r"options\['cache_size_limit'\] must be int, got str '8'"),
     ({"cache_size_limit": True}, r"options\['cache_size_limit'\] must be int, got bool True"),
     ({"max_autotune": 1}, r"options\['max_autotune'\] must be bool, got int 1"),
@@ -32,7 +32,7 @@ def test_option_of_wrong_type_names_it_and_lists_types(options, pattern):
 
 def test_option_of_right_type_is_accepted():
     compiled = tensorjit.compile(f, backend="eager", options={"cache_dir": None, "cache_size_limit": 4,
-                                                              "fallback_random": True})
+                                                              "profile_kernels": True})
     torch.testing.assert_close(compiled(torch.ones(2)), torch.full((2,), 2.0))
 
 
@@ -49,7 +49,7 @@ def test_options_not_a_dict_says_options(options):
 
 
 def test_unknown_option_lists_names_and_types():
-    with pytest.raises(ValueError, match=r"unknown option\(s\) 'bogus'; valid options are: .*fallback_random \(bool\)"):
+    with pytest.raises(ValueError, match=r"unknown option\(s\) 'bogus'; valid options are: .*profile_kernels \(bool\)"):
         tensorjit.compile(f, options={"bogus": 1})
     with pytest.raises(ValueError, match=r"unknown option\(s\) 3"):
         tensorjit.compile(f, options={3: 1})
@@ -57,9 +57,9 @@ def test_unknown_option_lists_names_and_types():
 
 def test_config_edited_by_assignment_is_checked(monkeypatch):
     edited = Config()
-    edited.fallback_random = "no"
+    edited.profile_kernels = "no"
     monkeypatch.setattr("tensorjit.api.default_config", edited)
-    with pytest.raises(TypeError, match=r"tensorjit.config.config\['fallback_random'\] must be bool"):
+    with pytest.raises(TypeError, match=r"tensorjit.config.config\['profile_kernels'\] must be bool"):
         tensorjit.compile(f)
 
 

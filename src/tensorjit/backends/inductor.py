@@ -5,7 +5,8 @@ forward and backward ATen graphs (or the inference graph) separately to the code
 generator for the graph's device:
 
 - CUDA: `tensorjit.codegen.triton` (fused Triton kernels, ATen for matmul/conv/attention,
-  CUDA graphs under mode="reduce-overhead");
+  CUDA graphs under mode="reduce-overhead"); with `Config.codegen_triton_ir`, the shared loop
+  IR with the Triton emitter (`tensorjit.codegen.triton.ir_compile`) instead;
 - CPU: `tensorjit.codegen.cpp` when it is present; until then the ATen graphs run as they
   are (correct, and without the Python overhead of the original modules).
 
@@ -29,7 +30,9 @@ def _run_as_is(gm, example_inputs):
     return gm.forward
 
 
-def _code_generator(device_type: str) -> tuple[Callable, dict | None]:
+def _code_generator(device_type: str, config: Config) -> tuple[Callable, dict | None]:
+    if device_type == "cuda" and config.codegen_triton_ir:
+        return _shared_ir_triton()
     name = {"cuda": "tensorjit.codegen.triton", "cpu": "tensorjit.codegen.cpp"}.get(device_type)
     if name is None:
         return _run_as_is, None
@@ -40,11 +43,22 @@ def _code_generator(device_type: str) -> tuple[Callable, dict | None]:
     return module.compile_aten_graph, module.decompositions()
 
 
+def _shared_ir_triton() -> tuple[Callable, dict | None]:
+    """The loop IR with the Triton emitter (Config.codegen_triton_ir): the C++ path's decompositions."""
+    try:
+        importlib.import_module("triton")
+        from ..codegen.triton.ir_compile import compile_aten_graph
+    except ImportError:
+        return _run_as_is, None
+    from ..codegen.decomp import decompositions
+    return compile_aten_graph, decompositions()
+
+
 def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Config | None = None) -> Callable:
     config = config or default_config
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     device = devices.pop() if len(devices) == 1 else "mixed"
-    compile_aten_graph, decompositions = _code_generator(device)
+    compile_aten_graph, decompositions = _code_generator(device, config)
 
     def compiler(aten_gm, aten_inputs):
         if compile_aten_graph is _run_as_is:

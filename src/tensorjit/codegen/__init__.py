@@ -4,7 +4,7 @@
 ATen-level functional FX graph (make_fx with `decomp.decompositions()`) and
 returns a callable with the same positional inputs and outputs. CPU graphs go
 to the C++/OpenMP generator, CUDA graphs to `tensorjit.codegen.triton` when it
-is present; anything else, or any failure, runs the graph through ATen.
+is present (through the shared loop IR when `config.codegen_triton_ir`); anything else, or any failure, runs the graph through ATen.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ def compile_aten_graph(gm, example_inputs, *, config=None):
         if devices <= {"cpu"}:
             from .cpp.compile import compile_cpu_graph
             return compile_cpu_graph(gm, list(example_inputs), config)
+        if devices == {"cuda"} and config.codegen_triton_ir:
+            from .triton.ir_compile import compile_graph as compile_shared_ir
+            return compile_shared_ir(gm, list(example_inputs), config)
         if devices == {"cuda"}:
             try:
                 from .triton.direct import compile_graph

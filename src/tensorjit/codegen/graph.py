@@ -20,6 +20,7 @@ from .lowering_reductions import ReductionValue
 from .report import record_fallback
 from .schedule import linear_form
 from .simplify import simplify_expr
+from . import values
 from .values import LazyValue, NotLowerable, TORCH_TO_IR, buffer_value, contiguous_strides
 
 VIEW_TARGETS = {getattr(torch.ops.aten, n).default for n in
@@ -119,8 +120,10 @@ def node_values(gm: torch.fx.GraphModule, example_inputs) -> dict:
 
 
 class GraphLowering:
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, *, half_floats: bool = False):
+        """half_floats: the emitter computes float16/bfloat16 (values.HALF_FLOATS)."""
         self.gm = gm
+        self.half_floats = half_floats
         self.example_inputs = example_inputs
         self.meta = node_values(gm, example_inputs)
         self.buffers: list[ir.Buffer] = []
@@ -223,6 +226,13 @@ class GraphLowering:
 
     # -- nodes -----------------------------------------------------------------
     def run(self) -> ir.Program:
+        values.HALF_FLOATS[0] = self.half_floats
+        try:
+            return self.lower_graph()
+        finally:
+            values.HALF_FLOATS[0] = False
+
+    def lower_graph(self) -> ir.Program:
         inputs = []
         dead = dead_pure_nodes(self.gm.graph)
         output = next(n for n in self.gm.graph.nodes if n.op == "output")

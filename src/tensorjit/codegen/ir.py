@@ -139,6 +139,8 @@ class Op:
 Expr = Union[Load, Constant, IndexValue, Op]
 
 DTYPES = ("float32", "float64", "int64", "int32", "bool")
+HALF_DTYPES = ("float16", "bfloat16")
+"""Half floats: only emitters that compute them (Triton) receive them (values.HALF_FLOATS)."""
 
 
 # -- buffers and kernels ---------------------------------------------------------

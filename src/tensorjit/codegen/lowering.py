@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from . import ir
-from .values import LazyValue, NotLowerable, ir_dtype
+from .values import LazyValue, NotLowerable, ir_dtype, is_float, kernel_dtype
 
 aten = torch.ops.aten
 LOWERINGS: dict = {}
@@ -38,7 +38,7 @@ def broadcast_load(value, shape: tuple[int, ...], index, dtype: str) -> ir.Expr:
         if isinstance(value, torch.Tensor) or not isinstance(value, (int, float, bool)):
             raise NotLowerable(f"unsupported operand {type(value).__name__}")
         return ir.Constant(cast_python(value, dtype), dtype)
-    if value.dtype not in ir.DTYPES:
+    if not kernel_dtype(value.dtype):
         raise NotLowerable(f"load of {value.dtype}")
     offset = len(shape) - len(value.shape)
     own = tuple(ir.IndexConst(0) if size == 1 else index[offset + i] for i, size in enumerate(value.shape))
@@ -108,7 +108,7 @@ def make_pointwise(name: str, float_only: bool = False, compare: bool = False):
         if len(args) > len(_ARITY.get(name, "xx")):
             raise NotLowerable("extra positional arguments")
         _, out_dtype = result_info(meta)
-        if float_only and not out_dtype.startswith("float"):
+        if float_only and not is_float(out_dtype):
             raise NotLowerable(f"{name} on {out_dtype}")
         compute = operand_dtype(args, out_dtype) if compare else out_dtype
         return pointwise(name, args, meta, compute)
@@ -148,7 +148,7 @@ def lower_pow(meta, base, exponent):
     vectorisable); anything else is pow."""
     shape, dtype = result_info(meta)
     if isinstance(base, LazyValue) and not isinstance(exponent, bool) and exponent in (2, 3) \
-            and dtype.startswith("float"):
+            and is_float(dtype):
         def loader(index):
             value = broadcast_load(base, shape, index, dtype)
             square = ir.Op("mul", (value, value), dtype)

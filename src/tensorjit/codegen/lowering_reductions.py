@@ -14,7 +14,7 @@ import torch
 
 from . import ir
 from .lowering import lowering, result_info, to_dtype
-from .values import LazyValue, NotLowerable
+from .values import LazyValue, NotLowerable, is_float
 
 aten = torch.ops.aten
 
@@ -122,7 +122,7 @@ def _correction(correction, unbiased=True):
 
 @lowering(aten.var.correction)
 def lower_var(meta, x, dims=None, *, correction=None, keepdim=False):
-    if not isinstance(x, LazyValue) or not x.dtype.startswith("float") or len(x.shape) == 0:
+    if not isinstance(x, LazyValue) or not is_float(x.dtype) or len(x.shape) == 0:
         raise NotLowerable("var of a non-float tensor")
     shape, dtype = result_info(meta)
     variance, _, _ = _variance(shape, dtype, x, dims, _correction(correction), keepdim)
@@ -133,7 +133,7 @@ def lower_var(meta, x, dims=None, *, correction=None, keepdim=False):
 
 @lowering(aten.var_mean.correction)
 def lower_var_mean(meta, x, dims=None, *, correction=None, keepdim=False):
-    if not isinstance(x, LazyValue) or not x.dtype.startswith("float") or len(x.shape) == 0:
+    if not isinstance(x, LazyValue) or not is_float(x.dtype) or len(x.shape) == 0:
         raise NotLowerable("var_mean of a non-float tensor")
     shape, dtype = result_info(meta[0])
     variance, mean, reduced = _variance(shape, dtype, x, dims, _correction(correction), keepdim)

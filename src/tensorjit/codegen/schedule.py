@@ -12,12 +12,17 @@ member wrote only within the same row, which `reads_within_row` proves from the
 index arithmetic (linear forms). Buffers written and read only inside a group
 become row-local scratch. Device-independent: an emitter that cannot run groups
 simply does not call `fuse_loops`.
+
+Each decision not to fuse is a `FusionRefusal` (which two kernels, why), logged
+under TENSORJIT_LOGS=fusion and appended to the `refusals` list a caller passes.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+from .. import logs
 from . import ir
 from torch.utils._pytree import tree_leaves
 
@@ -27,6 +32,18 @@ from .values import contiguous_strides
 ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
 LinearForm = tuple[dict[str, int], int]  # {variable: coefficient}, constant
 MAX_LOCAL_BYTES = 1 << 17  # row-local scratch per group: stays in L2 and on a thread's stack
+
+
+@dataclass(frozen=True, slots=True)
+class FusionRefusal:
+    """`second` did not join the group (or kernel) that `first` ends, because of `reason`."""
+
+    first: str
+    second: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"not fusing {self.second} after {self.first}: {self.reason}"
 
 
 def linear_form(index: ir.Index) -> LinearForm | None:
@@ -79,29 +96,44 @@ def inner_variables(kernel, outer: int) -> dict[str, int]:
     return {v.name: size for v, size in zip(kernel.variables[outer:], kernel.ranges[outer:])}
 
 
-def fits(kernel, ranges: tuple[int, ...]) -> bool:
-    """Can `kernel` run as a member of a group over `ranges`? (Its output must be laid out
-    row-major: `reads_within_row` assumes it; a graph output in eager's permuted strides is not.)"""
+def fit_refusal(kernel, ranges: tuple[int, ...]) -> str | None:
+    """Why `kernel` cannot run as a member of a group over `ranges` (None: it can). Its output
+    must be laid out row-major: `reads_within_row` assumes it; a graph output in eager's
+    permuted strides is not."""
     if getattr(kernel, "output", None) in UNGROUPABLE[0]:
-        return False
+        return f"{kernel.output} is stored in eager's permuted strides, not row by row"
     if isinstance(kernel, ir.Reduction):
-        return kernel.ranges == ranges
+        if kernel.ranges == ranges:
+            return None
+        return f"it keeps ranges {list(kernel.ranges)}, the rows are {list(ranges)}"
     if not isinstance(kernel, ir.Pointwise):
-        return False
-    return len(kernel.ranges) > len(ranges) and kernel.ranges[:len(ranges)] == ranges
+        return "it is an ATen call (Extern), not a loop kernel"
+    if len(kernel.ranges) > len(ranges) and kernel.ranges[:len(ranges)] == ranges:
+        return None
+    return f"its ranges {list(kernel.ranges)} do not extend the rows {list(ranges)}"
 
 
-def can_join(kernel, members: list, ranges: tuple[int, ...]) -> bool:
-    if not fits(kernel, ranges):
-        return False
+def fits(kernel, ranges: tuple[int, ...]) -> bool:
+    return fit_refusal(kernel, ranges) is None
+
+
+def join_refusal(kernel, members: list, ranges: tuple[int, ...]) -> str | None:
+    """Why `kernel` cannot join a group of `members` over `ranges` (None: it can)."""
+    reason = fit_refusal(kernel, ranges)
+    if reason is not None:
+        return reason
     written = {m.output: m for m in members}
     outer = len(ranges)
     reader_inner = inner_variables(kernel, outer)
     for load in expression_loads(kernel.body):
         producer = written.get(load.buffer)
         if producer is not None and not reads_within_row(load.index, producer, outer, reader_inner):
-            return False
-    return True
+            return f"it reads {load.buffer} at {load.index}, outside the current row"
+    return None
+
+
+def can_join(kernel, members: list, ranges: tuple[int, ...]) -> bool:
+    return join_refusal(kernel, members, ranges) is None
 
 
 def row_elements(kernel, outer: int) -> int:
@@ -133,16 +165,27 @@ def row_index(index: ir.Index, outer_variables: set[str]) -> ir.Index:
 UNGROUPABLE: list[set[str]] = [set()]
 
 
-def fuse_loops(program: ir.Program) -> ir.Program:
-    """Group runs of row-compatible kernels (see the module docstring)."""
+def refuse(refusals: list | None, first, second, reason: str) -> None:
+    refusal = FusionRefusal(first.name, second.name, reason)
+    logs.emit("fusion", str(refusal))
+    if refusals is not None:
+        refusals.append(refusal)
+
+
+def fuse_loops(program: ir.Program, refusals: list | None = None) -> ir.Program:
+    """Group runs of row-compatible kernels (see the module docstring); each refusal to fuse
+    is logged and appended to `refusals`."""
     UNGROUPABLE[0] = {b.name for b in program.buffers if b.kind == "temp" and
                       tuple(b.strides) != contiguous_strides(b.shape)}
     runs: list[list] = []  # consecutive steps; a run of 2+ kernels with `ranges` becomes a group
     ranges_of: list[tuple[int, ...] | None] = []
     for step in program.steps:
-        if runs and ranges_of[-1] is not None and can_join(step, runs[-1], ranges_of[-1]):
-            runs[-1].append(step)
-            continue
+        if runs and ranges_of[-1] is not None:
+            reason = join_refusal(step, runs[-1], ranges_of[-1])
+            if reason is None:
+                runs[-1].append(step)
+                continue
+            refuse(refusals, runs[-1][-1], step, reason)
         if isinstance(step, ir.Reduction) and step.ranges and step.reduction_ranges:
             # Pointwise kernels just before it whose rows line up join it (producers of its input).
             start = len(runs)
@@ -150,14 +193,24 @@ def fuse_loops(program: ir.Program) -> ir.Program:
                     and isinstance(runs[start - 1][0], ir.Pointwise) and fits(runs[start - 1][0], step.ranges):
                 start -= 1
             members = [run[0] for run in runs[start:]]
-            while members and not all(can_join(m, members[:k], step.ranges) for k, m in enumerate(members)):
+            while members:
+                failing = next(((k, reason) for k, m in enumerate(members)
+                                if (reason := join_refusal(m, members[:k], step.ranges)) is not None), None)
+                if failing is None:
+                    break
+                k, reason = failing
+                refuse(refusals, members[0], step, f"{members[k].name} could not join the producers before "
+                                                   f"{step.name}: {reason}")
                 members.pop(0)
                 start += 1
             del runs[start:], ranges_of[start:]
-            if can_join(step, members, step.ranges):
+            reason = join_refusal(step, members, step.ranges)
+            if reason is None:
                 runs.append(members + [step])
                 ranges_of.append(step.ranges)
                 continue
+            for member in members:
+                refuse(refusals, member, step, reason)
             runs.extend([m] for m in members)
             ranges_of.extend(None for _ in members)
             runs.append([step])

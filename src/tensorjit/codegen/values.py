@@ -17,7 +17,12 @@ from . import ir
 
 TORCH_TO_IR = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64",
                torch.int32: "int32", torch.bool: "bool"}
-IR_TO_TORCH = {v: k for k, v in TORCH_TO_IR.items()}
+HALF_TO_IR = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+IR_TO_TORCH = {v: k for k, v in {**TORCH_TO_IR, **HALF_TO_IR}.items()}
+HALF_FLOATS = [False]
+"""Whether kernels of the graph being lowered take float16/bfloat16 (set by GraphLowering for
+emitters that compute them, Triton: loaded as float32, computed in float32, rounded on store).
+The C++ emitter has no half types, so there they stay ATen externs."""
 
 
 class NotLowerable(Exception):
@@ -46,9 +51,20 @@ def buffer_value(buffer: ir.Buffer) -> LazyValue:
 
 
 def ir_dtype(dtype: torch.dtype) -> str:
-    if dtype not in TORCH_TO_IR:
-        raise NotLowerable(f"dtype {dtype} has no kernel support")
-    return TORCH_TO_IR[dtype]
+    if dtype in TORCH_TO_IR:
+        return TORCH_TO_IR[dtype]
+    if HALF_FLOATS[0] and dtype in HALF_TO_IR:
+        return HALF_TO_IR[dtype]
+    raise NotLowerable(f"dtype {dtype} has no kernel support")
+
+
+def kernel_dtype(dtype: str) -> bool:
+    """Can kernels of the graph being lowered load and compute `dtype`?"""
+    return dtype in ir.DTYPES or (HALF_FLOATS[0] and dtype in ir.HALF_DTYPES)
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in ("float32", "float64") or dtype in ir.HALF_DTYPES
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

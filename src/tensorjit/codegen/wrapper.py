@@ -1,7 +1,8 @@
 """The run-time wrapper: executes an `ir.Program` with compiled kernels and ATen externs.
 
-Takes a Program, a loaded kernel library (ctypes) with each kernel's pointer
-order, and the graph's constants; returns a callable taking the graph's
+Takes a Program, a device hook that launches its kernels (`CppLaunch`: a loaded
+ctypes library and each kernel's pointer order; Triton's in `triton/ir_compile.py`),
+and the graph's constants; returns a callable taking the graph's
 positional inputs. The callable is generated Python, one line per step:
 
     def run(in0, in1):
@@ -56,17 +57,40 @@ class _Source:
         return self.constant(value)
 
 
-def _kernel_lines(source: _Source, step, function, names: list[str], outputs: list[ir.Buffer]) -> None:
+class CppLaunch:
+    """The device hook for C++ kernels: one ctypes call into the loaded library per kernel.
+
+    A device hook says how the wrapper checks an input's device (`device_test`: text after
+    `input.`, true on the right device), where it allocates (`device`, None for the CPU) and the statement that
+    launches one kernel (`statement(source, step, names) -> str`, names: the buffers written)."""
+
+    device_test = "is_cpu"
+    device = None
+
+    def __init__(self, library, orders: dict):
+        self.library = library
+        self.orders = orders
+
+    def statement(self, source: "_Source", step, written: list[str]) -> str:
+        function = getattr(self.library, step.name)
+        function.argtypes = [ctypes.c_void_p]
+        function.restype = None
+        names = self.orders[step.name]
+        pointers = source.constant(ctypes.c_void_p * len(names), "pointers")
+        kernel = source.constant(function, "kernel")
+        return f"{kernel}({pointers}({', '.join(f'{n}.data_ptr()' for n in names)}))"
+
+
+def _kernel_lines(source: _Source, step, hook, outputs: list[ir.Buffer]) -> None:
+    device = f", device={source.constant(hook.device, 'device')}" if hook.device is not None else ""
     for output in outputs:
         dtype = source.constant(IR_TO_TORCH[output.dtype], "dtype")
         if tuple(output.strides) == contiguous_strides(output.shape):
-            source.lines.append(f"{output.name} = empty({tuple(output.shape)!r}, dtype={dtype})")
+            source.lines.append(f"{output.name} = empty({tuple(output.shape)!r}, dtype={dtype}{device})")
         else:
             source.lines.append(f"{output.name} = empty_strided({tuple(output.shape)!r}, "
-                                f"{tuple(output.strides)!r}, dtype={dtype})")
-    pointers = source.constant(ctypes.c_void_p * len(names), "pointers")
-    kernel = source.constant(function, "kernel")
-    source.lines.append(f"{kernel}({pointers}({', '.join(f'{n}.data_ptr()' for n in names)}))")
+                                f"{tuple(output.strides)!r}, dtype={dtype}{device})")
+    source.lines.append(hook.statement(source, step, [o.name for o in outputs]))
 
 
 def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer) -> None:
@@ -81,10 +105,10 @@ def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer) -> None
         source.lines.append(f"if {output.name} is not None and "
                             f"({output.name}.stride() != {strides!r} or {output.name}.shape != {shape!r}):")
         source.lines.append(f"    {output.name} = empty_strided({shape!r}, {strides!r}, "
-                            f"dtype={output.name}.dtype).copy_({output.name})")
+                            f"dtype={output.name}.dtype, device={output.name}.device).copy_({output.name})")
 
 
-def _input_check(source: _Source, program: ir.Program, buffers: dict[str, ir.Buffer]) -> str:
+def _input_check(source: _Source, program: ir.Program, buffers: dict[str, ir.Buffer], device_test: str) -> str:
     terms = []
     for name in program.inputs:
         buffer = buffers[name]
@@ -92,7 +116,7 @@ def _input_check(source: _Source, program: ir.Program, buffers: dict[str, ir.Buf
             continue
         dtype = source.constant(IR_TO_TORCH[buffer.dtype], "dtype")
         terms.append(f"{name}.stride() == {tuple(buffer.strides)!r} and {name}.shape == {tuple(buffer.shape)!r} "
-                     f"and {name}.dtype is {dtype} and {name}.is_cpu")
+                     f"and {name}.dtype is {dtype} and {name}.{device_test}")
     return " and ".join(terms) or "True"
 
 
@@ -105,8 +129,9 @@ def _output_text(source: _Source, outputs: Any) -> str:
     return source.literal(outputs)
 
 
-def build_runner(program: ir.Program, library, orders: dict, constants: dict, fallback, *, profile: bool = False):
-    """profile=True names each step in torch.profiler (`record_function`)."""
+def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profile: bool = False):
+    """hook: the device hook launching kernels (`CppLaunch`, `triton.ir_compile.TritonLaunch`).
+    profile=True names each step in torch.profiler (`record_function`)."""
     buffers = {b.name: b for b in program.buffers}
     source = _Source()
     for name, tensor in constants.items():
@@ -117,10 +142,7 @@ def build_runner(program: ir.Program, library, orders: dict, constants: dict, fa
             _extern_lines(source, step, buffers[step.output])
             label = f"tensorjit extern {getattr(step.target, '__name__', step.target)} -> {step.output}"
         else:
-            function = getattr(library, step.name)
-            function.argtypes = [ctypes.c_void_p]
-            function.restype = None
-            _kernel_lines(source, step, function, orders[step.name], [buffers[n] for n in names_written(step)])
+            _kernel_lines(source, step, hook, [buffers[n] for n in names_written(step)])
             label = f"tensorjit {step.name}"
         if profile:
             record = source.constant(torch.profiler.record_function, "record")
@@ -131,11 +153,11 @@ def build_runner(program: ir.Program, library, orders: dict, constants: dict, fa
     source.globals["fallback"] = fallback
     text = "\n".join(
         [f"def run({parameters}):",
-         f"    if not ({_input_check(source, program, buffers)}):",
+         f"    if not ({_input_check(source, program, buffers, hook.device_test)}):",
          f"        return fallback({parameters})  # kernels are specialised to the example layouts"]
         + [f"    {line}" for line in source.lines]
         + [f"    return {_output_text(source, program.outputs)}"])
-    exec(compile(text, "<tensorjit cpp wrapper>", "exec"), source.globals)
+    exec(compile(text, f"<tensorjit {type(hook).__name__} wrapper>", "exec"), source.globals)
     run = source.globals["run"]
     run.wrapper_source = text
     return run

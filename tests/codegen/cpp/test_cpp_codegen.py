@@ -12,6 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from tensorjit.codegen import compile_aten_graph, ir, schedule
 from tensorjit.codegen.decomp import decompositions
 from tensorjit.codegen.memory import last_uses
+from tensorjit.codegen.verify import verify
 from tensorjit.config import Config
 from tensorjit.runtime import disk_cache
 
@@ -31,6 +32,8 @@ def as_list(result):
 
 def check(fn, *inputs):
     compiled = compile_fn(fn, *inputs)
+    if hasattr(compiled, "program"):
+        verify(compiled.program)
     torch.testing.assert_close(as_list(compiled(*inputs)), as_list(fn(*inputs)))
     return compiled
 

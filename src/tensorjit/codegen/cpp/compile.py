@@ -1,4 +1,4 @@
-"""CPU path: ATen graph -> Program -> one C++ library -> runner.
+"""CPU path: the shared pipeline (codegen/pipeline.py) with the C++ emitter.
 
 Takes a GraphModule and example inputs; returns a callable. Without a C++
 compiler, with an untrusted cache directory (runtime.disk_cache), or on any
@@ -12,11 +12,9 @@ import logging
 import warnings
 
 from ... import logs
-from ..graph import GraphLowering
+from ..pipeline import compile_graph
 from ..report import timed
-from ..schedule import fuse_loops
-from ..squeeze import squeeze_unit_loops
-from ..wrapper import build_runner
+from ..wrapper import CppLaunch
 from ...runtime.disk_cache import UntrustedCache
 from .compiler import CompilerMissing, load_library
 from .kernels import emit_program
@@ -25,30 +23,41 @@ log = logging.getLogger("tensorjit.codegen")
 _warned_missing = [False]
 
 
-def compile_cpu_graph(gm, example_inputs, config):
-    name = type(gm).__name__
-    with timed(name, "lowering"):
-        lowered = GraphLowering(gm, example_inputs)
-        program = fuse_loops(squeeze_unit_loops(lowered.run()))
-    with timed(name, "emit"):
-        source, orders = emit_program(program)
-    logs.output_code(name, "C++", source)
-    if orders:
-        try:
-            with timed(name, "cpp_compile"):
-                library = load_library(source, config)
-        except CompilerMissing as error:
-            if not _warned_missing[0]:
-                warnings.warn(f"tensorjit: {error}; CPU graphs run as ATen ops", RuntimeWarning)
-                _warned_missing[0] = True
-            return gm.forward
-        except UntrustedCache:  # the cache warned once, naming the directory
-            return gm.forward
-    else:
+class CppEmitter:
+    """The C++ emitter's part of the pipeline: one translation unit per graph, loaded with ctypes."""
+
+    half_floats = False  # no half types in the C++ kernels: those ops stay ATen calls
+
+    def prepare_graph(self, gm) -> None:
+        pass
+
+    def prepare(self, program):
+        return program
+
+    def build(self, name: str, program, config) -> CppLaunch | None:
+        with timed(name, "emit"):
+            source, orders = emit_program(program)
+        logs.output_code(name, "C++", source)
         library = None
-    runner = build_runner(program, library, orders, lowered.constants, gm.forward,
-                          profile=getattr(config, "profile_kernels", False))
-    logs.output_code(name, "Python wrapper", runner.wrapper_source)
-    runner.program = program
-    runner.source = source
+        if orders:
+            try:
+                with timed(name, "cpp_compile"):
+                    library = load_library(source, config)
+            except CompilerMissing as error:
+                if not _warned_missing[0]:
+                    warnings.warn(f"tensorjit: {error}; CPU graphs run as ATen ops", RuntimeWarning)
+                    _warned_missing[0] = True
+                return None
+            except UntrustedCache:  # the cache warned once, naming the directory
+                return None
+        hook = CppLaunch(library, orders)
+        hook.source = source
+        return hook
+
+
+def compile_cpu_graph(gm, example_inputs, config):
+    emitter = CppEmitter()
+    runner = compile_graph(gm, example_inputs, config, emitter)
+    if hasattr(runner, "hook"):  # else no compiler: the graph's own forward
+        runner.source = runner.hook.source
     return runner

@@ -45,12 +45,13 @@ UNARY = {"neg": "(-{0})", "abs": "std::abs({0})", "exp": "tj_exp<{T}>({0})", "lo
          "sigmoid": "tj_sigmoid<{T}>({0})", "erf": "tj_erf<{T}>({0})",
          "sin": "std::sin({0})", "cos": "std::cos({0})", "reciprocal": "(({T})1 / {0})",
          "floor": "std::floor({0})", "ceil": "std::ceil({0})", "trunc": "std::trunc({0})",
+         "round": "std::nearbyint({0})", "sign": "(({T})({0} > ({T})0) - ({T})({0} < ({T})0))",
          "relu": "tj_select<{T}>({0} < ({T})0, ({T})0, {0})", "logical_not": "(!{0})", "isnan": "({0} != {0})"}
 BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
           "pow": "std::pow({0}, {1})", "maximum": "tj_max<{T}>({0}, {1})", "minimum": "tj_min<{T}>({0}, {1})",
           "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
           "gt": "({0} > {1})", "ge": "({0} >= {1})", "logical_and": "((bool){0} && (bool){1})",
-          "logical_or": "((bool){0} || (bool){1})", "atan2": "std::atan2({0}, {1})"}
+          "logical_or": "((bool){0} || (bool){1})", "atan2": "std::atan2({0}, {1})", "fmod": "std::fmod({0}, {1})"}
 
 
 def format_index(index: ir.Index) -> str:
@@ -76,7 +77,7 @@ def format_constant(value, dtype: str) -> str:
     return f"(({ctype}){float(value)!r})"
 
 
-class ScalarEmitter:
+class CppOps:
     """The ops protocol for C++: each method appends a statement and returns a variable name."""
 
     def __init__(self, indent: str):
@@ -111,3 +112,6 @@ class ScalarEmitter:
         template = UNARY.get(name) or BINARY.get(name)
         operand_type = CTYPES[arg_dtypes[0] if arg_dtypes else dtype]
         return self.assign(dtype, template.format(*args, T=operand_type))
+
+
+ScalarEmitter = CppOps  # the name kernels.py and older code use

@@ -1,0 +1,45 @@
+"""One code generation pipeline for every device: ATen graph -> kernels -> wrapper.
+
+`compile_graph(gm, example_inputs, config, emitter)` takes an ATen graph traced with
+`decomp.decompositions()` and an emitter (`cpp.compile.CppEmitter`,
+`triton.ir_compile.TritonEmitter`), and returns the runner: generated Python with
+the graph's signature, or `gm.forward` when the emitter cannot build (no C++
+compiler). The steps, in order:
+
+    emitter.prepare_graph(gm)      device graph passes (Triton: pad misaligned matmuls)
+    GraphLowering(...).run()       one @lowering registry (lowering*.py) -> ir.Program
+    squeeze.squeeze_unit_loops     kernels loop only over dims of size > 1 (rows line up)
+    schedule.fuse_loops            one scheduler: row groups, refusals logged (TENSORJIT_LOGS=fusion)
+    emitter.prepare(program)       what the emitter needs of the groups (Triton: registers vs memory)
+    emitter.build(name, program)   emit, compile and load the kernels -> the wrapper's device hook
+    wrapper.build_runner           one wrapper for every device; memory.last_uses frees temporaries
+
+An emitter has `half_floats` (does it compute float16/bfloat16) and the three
+methods above; everything else is shared.
+"""
+
+from __future__ import annotations
+
+from .. import logs
+from .graph import GraphLowering
+from .report import timed
+from .schedule import fuse_loops
+from .squeeze import squeeze_unit_loops
+from .wrapper import build_runner
+
+
+def compile_graph(gm, example_inputs, config, emitter):
+    name = type(gm).__name__
+    emitter.prepare_graph(gm)
+    with timed(name, "lowering"):
+        lowered = GraphLowering(gm, example_inputs, half_floats=emitter.half_floats)
+        program = emitter.prepare(fuse_loops(squeeze_unit_loops(lowered.run())))
+    hook = emitter.build(name, program, config)
+    if hook is None:
+        return gm.forward
+    runner = build_runner(program, hook, lowered.constants, gm.forward,
+                          profile=getattr(config, "profile_kernels", False))
+    logs.output_code(name, "Python wrapper", runner.wrapper_source)
+    runner.program = program
+    runner.hook = hook
+    return runner

@@ -1,0 +1,125 @@
+"""The shared pipeline with the Triton emitter: ATen graph -> ir.Program -> Triton kernels -> wrapper.
+
+`compile_graph(gm, example_inputs, config)` takes an ATen graph traced with
+`codegen.decomp.decompositions()` (the C++ path's table) and returns a callable
+with its signature, through the shared pipeline (codegen/pipeline.py) with
+`TritonEmitter`:
+
+    prepare_graph: pad_matmuls        misaligned CUDA matrix products padded (pad_matmul.py)
+    GraphLowering(half_floats=True)   one @lowering registry (lowering*.py)
+    -> schedule.fuse_loops            one scheduler (row groups)
+    -> prepare: prepare_groups        row-local scratch Triton can keep in registers
+    -> build: ir_kernels.emit_kernel  TritonOps per kernel, launch shapes from heuristics;
+              launcher / parallel     load, precompile in worker processes, fast launches
+    -> wrapper.build_runner           the shared per-call wrapper, with `TritonLaunch`
+
+Selected by `Config.codegen_triton_ir` (off by default: the Triton path's own
+lowering in direct.py stays the default until GPU benchmarks match). Under
+TRITON_INTERPRET=1 it runs on CPU tensors, which is how tests cover it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ... import logs
+from .. import ir, pipeline
+from ..graph import GraphLowering
+from ..report import timed
+from ..schedule import fuse_loops
+from ..values import IR_TO_TORCH
+from .expressions import interpreted
+from .ir_kernels import KernelText, emit_kernel, prepare_groups
+from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
+from .pad_matmul import pad_matmuls
+from .parallel import CompileJob, compile_in_parallel
+
+
+class TritonLaunch:
+    """The wrapper's device hook for Triton kernels (see wrapper.CppLaunch)."""
+
+    def __init__(self, launchers: dict[str, Any], kernels: dict[str, KernelText], device: torch.device):
+        self.launchers = launchers
+        self.kernels = kernels
+        # The device kernels were specialised for (the interpreter runs on CPU tensors).
+        self.device_test = "is_cpu" if device.type == "cpu" else f"get_device() == {device.index or 0}"
+        self.device = None if device.type == "cpu" else device
+
+    def statement(self, source, step, written: list[str]) -> str:
+        kernel = self.kernels[step.name]
+        if kernel.shapes[0].grid[0] == 0:
+            return "pass  # no rows"
+        launcher = source.constant(self.launchers[step.name], "launch")
+        return f"{launcher}({', '.join(kernel.arguments)})"
+
+
+def graph_device(example_inputs) -> torch.device:
+    devices = {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
+    return devices.pop() if len(devices) == 1 else torch.device("cpu")
+
+
+class TritonEmitter:
+    """The Triton emitter's part of the shared pipeline (codegen/pipeline.py)."""
+
+    half_floats = True  # loaded as float32, computed in float32, rounded on store
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def prepare_graph(self, gm) -> None:
+        pad_matmuls(gm)  # CUDA products whose sizes cuBLAS handles slowly (pad_matmul.py); in place
+
+    def prepare(self, program: ir.Program) -> ir.Program:
+        return prepare_groups(program)
+
+    def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
+        buffers = {b.name: b for b in program.buffers}
+        with timed(name, "emit"):
+            kernels = {step.name: emit_kernel(step, buffers) for step in program.steps
+                       if isinstance(step, (ir.Pointwise, ir.Reduction, ir.LoopGroup))}
+        logs.output_code(name, "Triton (loop IR)", "\n\n".join(kernel.source for kernel in kernels.values()))
+        cache_dir = getattr(config, "cache_dir", None)
+        launchers, jobs = {}, []
+        for kernel in kernels.values():
+            path = source_path(kernel.source, cache_dir)
+            function = load_kernel_file(path, kernel.name)
+            candidates = [KernelLauncher(function, shape) for shape in kernel.shapes]
+            launchers[kernel.name] = candidates[0] if len(candidates) == 1 else AutotunedLauncher(candidates)
+            dtypes = tuple(IR_TO_TORCH[buffers[b].dtype] for b in kernel.arguments)
+            jobs += [CompileJob(path, kernel.name, dtypes, tuple(shape.constants().items()), shape.num_warps,
+                                shape.num_stages) for shape in kernel.shapes]
+        if not interpreted():
+            with timed(name, "triton_compile"):
+                compile_in_parallel(jobs, getattr(config, "compile_threads", 0))
+        return TritonLaunch(launchers, kernels, self.device)
+
+
+def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
+    """The program the pipeline would emit for `gm` (for tests and debugging)."""
+    lowered = GraphLowering(gm, example_inputs, half_floats=True)
+    return prepare_groups(fuse_loops(lowered.run())), lowered
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None):
+    runner = pipeline.compile_graph(gm, example_inputs, config, TritonEmitter(graph_device(example_inputs)))
+    runner.kernel_sources = [kernel.source for kernel in runner.hook.kernels.values()]
+    return runner
+
+
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config=None):
+    """compile_graph, falling back to the graph's own forward on any failure (never a wrong
+    answer), replayed through CUDA graphs under `config.triton_cudagraphs`."""
+    from . import log
+
+    try:
+        compiled = compile_graph(gm, list(example_inputs), config)
+    except Exception as error:  # noqa: BLE001 - a lowering gap must not become a wrong answer
+        log.warning("tensorjit triton (loop IR): running the graph eagerly: %s: %s", type(error).__name__, error)
+        compiled = gm.forward
+    if config is not None and getattr(config, "triton_cudagraphs", False):
+        from tensorjit.runtime.cudagraphs import CudaGraphRunner
+
+        compiled = CudaGraphRunner(compiled)
+    return compiled

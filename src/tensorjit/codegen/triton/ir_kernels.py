@@ -1,0 +1,455 @@
+"""Triton kernels for the shared loop IR: ir.Pointwise, ir.Reduction, ir.LoopGroup -> kernel text.
+
+Takes one scheduled step and the Program's buffers by name; returns a
+`KernelText` (module source with one @triton.jit function, the buffers it takes
+in parameter order, and its launch shapes from `heuristics`). Sizes are literals:
+a compiled graph has static shapes.
+
+Kernel kinds:
+  * a Pointwise step: a 1-D grid, XBLOCK elements of the flattened range per
+    program; the loop variables are recovered from the flat index.
+  * a Reduction, or a LoopGroup (schedule.py: a reduction with the pointwise
+    work before and after it, softmax, layer norm): XBLOCK rows per program,
+    the row along the second block axis. Each member is one stretch of code
+    over the row (lanes `rindex`). When the longest member row fits
+    (`heuristics.PERSISTENT_LIMIT`) the whole row is in registers at once
+    (persistent) and a member reads an earlier member's value from registers:
+    a reduction's result (one per row) always, a pointwise value when it reads
+    it at its own lane. Longer rows loop over the row RBLOCK lanes at a time,
+    each member its own loop; then only reduction results stay in registers.
+    Any other read of an earlier member goes through memory after a barrier
+    (`prepare_groups` keeps such buffers out of row-local scratch first).
+  * a column reduction (reductions only, whose loads are consecutive across
+    outputs, strided along the reduction: a bias gradient's sum over the batch)
+    is looped over tiles of 64 outputs x 64 reduced elements, so every load
+    of the tile reads consecutive memory.
+
+Masks follow the index: a load that depends only on the row is masked by
+`xmask`, only on the lane by `rmask`, on both by both, on neither by nothing,
+so a pointer and its mask always have one shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+from .. import ir
+from ..memory import expression_loads, names_read, names_written
+from ..ops import evaluate
+from ..schedule import linear_form, row_index
+from ..values import IR_TO_TORCH, contiguous_strides
+from . import expressions, heuristics, interpreter_math
+from .heuristics import LaunchShape
+from .ir_ops import TritonOps, format_index, register_dtype, round_to, triton_type
+from .kernel import PRELUDE
+
+HEAVY_POINTWISE = 24
+"""Statements from which a pointwise kernel counts as arithmetic-heavy (heuristics.pointwise_shape)."""
+NO_INDEX = 2**31 - 1
+"""argmax/argmin: the position a lane holds before it has seen an element."""
+
+
+@dataclasses.dataclass
+class KernelText:
+    name: str
+    source: str
+    arguments: tuple[str, ...]
+    """Buffer names in parameter order (read buffers, then written ones)."""
+    shapes: list[LaunchShape]
+    """One launch shape, or the candidates an autotune chooses between."""
+
+
+def emit_kernel(step, buffers: dict[str, ir.Buffer]) -> KernelText:
+    # Only the step's own buffers decide its index width (int32 while every offset fits).
+    buffers = {name: buffers[name] for name in names_read(step) | set(names_written(step))}
+    if isinstance(step, ir.Pointwise):
+        return PointwiseWriter(step, buffers).emit()
+    if isinstance(step, ir.Reduction):
+        step = ir.LoopGroup(step.name, step.ranges, step.variables, (step,))
+    return RowWriter(step, buffers).emit()
+
+
+# -- which values stay in registers ------------------------------------------------
+def lanes(member, outer: int) -> tuple[tuple[ir.IndexVar, ...], tuple[int, ...]]:
+    """The variables and sizes a member's row lanes enumerate (row-major over `rindex`)."""
+    if isinstance(member, ir.Reduction):
+        return member.reduction_variables, member.reduction_ranges
+    return member.variables[outer:], member.ranges[outer:]
+
+
+def row_length(group: ir.LoopGroup) -> int:
+    return max((math.prod(lanes(m, len(group.ranges))[1]) for m in group.members), default=1)
+
+
+def is_persistent(group: ir.LoopGroup) -> bool:
+    return heuristics.is_persistent(row_length(group)) and not is_column_reduction(group)
+
+
+COLUMN_TILE = (64, 64, 8)
+"""XBLOCK, RBLOCK, warps of a column reduction: 64 neighbouring outputs per program, so each
+step over the reduced dimension reads 64 consecutive elements per row of the tile."""
+
+
+def is_column_reduction(group: ir.LoopGroup) -> bool:
+    """Reductions only, whose loads are consecutive across outputs and strided along the
+    reduction (a sum over the batch dimension): lanes along the row would each read one
+    element of a different memory line, so they are tiled across outputs instead."""
+    if not group.ranges or not all(isinstance(m, ir.Reduction) for m in group.members):
+        return False
+    innermost = next((v.name for v, size in zip(reversed(group.variables), reversed(group.ranges)) if size > 1), None)
+    reduced = {v.name for m in group.members for v, size in zip(m.reduction_variables, m.reduction_ranges) if size > 1}
+    forms = [linear_form(load.index) for m in group.members for load in expression_loads(m.body)]
+    if innermost is None or not reduced or not forms or any(form is None for form in forms):
+        return False
+    across = any(form[0].get(innermost) == 1 for form in forms)
+    along = any(form[0].get(name) == 1 for form in forms for name in reduced)
+    return across and not along
+
+
+def same_lane(index: ir.Index, reader, group: ir.LoopGroup) -> bool:
+    """Does `reader` read, at `index`, the element of the row its own lane holds?"""
+    variables, sizes = lanes(reader, len(group.ranges))
+    form = linear_form(row_index(index, {v.name for v in group.variables}))
+    if form is None:
+        return False
+    size_of = {v.name: size for v, size in zip(variables, sizes)}
+    terms = {name: c for name, c in form[0].items() if size_of.get(name) != 1}
+    expected = {v.name: stride for v, size, stride in zip(variables, sizes, contiguous_strides(sizes)) if size != 1}
+    return form[1] == 0 and terms == expected
+
+
+def in_registers(load: ir.Load, producer, reader, group: ir.LoopGroup, persistent: bool) -> bool:
+    if isinstance(producer, ir.Reduction):
+        return True  # one value per row, computed before the reader's code
+    return persistent and same_lane(load.index, reader, group)
+
+
+def prepare_groups(program: ir.Program) -> ir.Program:
+    """Row-local buffers some member reads other than from registers become real buffers
+    (written to memory and read back after a barrier)."""
+    steps = []
+    for step in program.steps:
+        if isinstance(step, ir.LoopGroup) and step.local:
+            persistent = is_persistent(step)
+            written, in_memory = {}, set()
+            for member in step.members:
+                for load in expression_loads(member.body):
+                    producer = written.get(load.buffer)
+                    if producer is not None and not in_registers(load, producer, member, step, persistent):
+                        in_memory.add(load.buffer)
+                written[member.output] = member
+            local = tuple(name for name in step.local if name not in in_memory)
+            step = dataclasses.replace(step, local=local)
+        steps.append(step)
+    return dataclasses.replace(program, steps=tuple(steps))
+
+
+# -- writers ------------------------------------------------------------------------------
+def split_flat(flat: str, variables, sizes) -> list[str]:
+    """`variable = (flat // stride) % size` for a row-major flat index over `sizes`."""
+    lines = []
+    for position, (variable, size, stride) in enumerate(zip(variables, sizes, contiguous_strides(sizes))):
+        if size == 1:
+            lines.append(f"{variable} = 0 * {flat}")
+            continue
+        text = flat if stride == 1 else f"({flat} // {stride})"
+        if position > 0 and any(s != 1 for s in sizes[:position]):
+            text = f"{text} % {size}"
+        lines.append(f"{variable} = {text}")
+    return lines
+
+
+def flat_form(variables, sizes) -> dict[str, int]:
+    """The linear form of the row-major flat index over `sizes` (size-1 variables left out)."""
+    return {v.name: stride for v, size, stride in zip(variables, sizes, contiguous_strides(sizes)) if size != 1}
+
+
+def index_text(index: ir.Index, variables, sizes, flat: str) -> str:
+    """`flat` when `index` is exactly the row-major position over (variables, sizes), which
+    spares the divisions that recovered the variables; else the index arithmetic."""
+    form, expected = linear_form(index), flat_form(variables, sizes)
+    size_of = {v.name: size for v, size in zip(variables, sizes)}
+    if form is None or form[1] != 0 or not expected:
+        return format_index(index)
+    terms = {name: c for name, c in form[0].items() if size_of.get(name) != 1}
+    return flat if terms == expected else format_index(index)
+
+
+def index_names(index: ir.Index) -> set[str]:
+    if isinstance(index, ir.IndexVar):
+        return {index.name}
+    if isinstance(index, ir.IndexConst):
+        return set()
+    return index_names(index.left) | index_names(index.right)
+
+
+def module_source(name: str, parameters: list[str], body: list[str]) -> str:
+    prelude = PRELUDE + interpreter_math.PRELUDE if expressions.interpreted() else PRELUDE
+    lines = "\n    ".join(body)
+    return f"{prelude}\n\n@triton.jit\ndef {name}({', '.join(parameters)}):\n    {lines}\n"
+
+
+def extent(buffer: ir.Buffer) -> int:
+    return sum((size - 1) * stride for size, stride in zip(buffer.shape, buffer.strides) if size > 0) + 1
+
+
+class Writer:
+    """What both kernel shapes share: pointer arguments, loads, stores."""
+
+    def __init__(self, buffers: dict[str, ir.Buffer]):
+        self.buffers = buffers
+        self.read: set[str] = set()
+        self.written: list[str] = []
+        self.counter = itertools.count()
+
+    def index_type(self, work: int) -> str:
+        return heuristics.index_dtype(work, *(extent(b) for b in self.buffers.values() if b.dtype != "object"))
+
+    def load_text(self, buffer: str, index: str, mask: str | None) -> str:
+        self.read.add(buffer)
+        masked = f", {mask}" if mask else ""
+        text = f"tl.load({buffer}_ptr + ({index}){masked})"
+        dtype = self.buffers[buffer].dtype
+        if register_dtype(dtype) != dtype:
+            text += f".to({triton_type(dtype)})"
+        return text
+
+    def store_text(self, buffer: str, index: str, value: str, value_dtype: str, mask: str) -> str:
+        dtype = self.buffers[buffer].dtype
+        if dtype != value_dtype or register_dtype(dtype) != dtype:
+            value = round_to(value, dtype)
+        return f"tl.store({buffer}_ptr + ({index}), {value}, {mask})"
+
+    def parameters(self) -> tuple[list[str], tuple[str, ...]]:
+        arguments = tuple(sorted(self.read - set(self.written))) + tuple(self.written)
+        return [f"{name}_ptr" for name in arguments], arguments
+
+
+class PointwiseWriter(Writer):
+    def __init__(self, kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]):
+        super().__init__(buffers)
+        self.kernel = kernel
+
+    def load(self, buffer: str, index: ir.Index) -> str:
+        text = index_text(index, self.kernel.variables, self.kernel.ranges, "xindex")
+        if not index_names(index):
+            text += " + tl.zeros([1], tl.int32)"  # a [1] block like constants (see expressions.constant)
+        return self.ops.assign(self.load_text(buffer, text, "xmask" if index_names(index) else None))
+
+    def emit(self) -> KernelText:
+        kernel = self.kernel
+        numel = math.prod(kernel.ranges)
+        self.ops = TritonOps(self.load, self.counter)
+        value = evaluate(kernel.body, self.ops)
+        self.written.append(kernel.output)
+        store_index = ir.store_index(kernel, self.buffers[kernel.output])
+        index = index_text(store_index, kernel.variables, kernel.ranges, "xindex") + \
+            ("" if index_names(store_index) else " + 0 * xindex")
+        body = [f"xindex = tl.program_id(0).to({self.index_type(numel)}) * XBLOCK + tl.arange(0, XBLOCK)",
+                f"xmask = xindex < {numel}"]
+        body += split_flat("xindex", kernel.variables, kernel.ranges) + self.ops.lines
+        body.append(self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask"))
+        parameters, arguments = self.parameters()
+        source = module_source(kernel.name, parameters + ["XBLOCK: tl.constexpr"], body)
+        shape = heuristics.pointwise_shape(numel, heavy=len(self.ops.lines) >= HEAVY_POINTWISE)
+        return KernelText(kernel.name, source, arguments, [shape])
+
+
+class RowWriter(Writer):
+    """A reduction or a LoopGroup; see the module docstring."""
+
+    def __init__(self, group: ir.LoopGroup, buffers: dict[str, ir.Buffer]):
+        super().__init__(buffers)
+        self.group = group
+        self.outer = len(group.ranges)
+        self.outer_names = {v.name for v in group.variables}
+        self.persistent = is_persistent(group)
+        self.registers: dict[str, str] = {}  # buffer -> the variable holding its value for this lane/row
+        self.producers: dict[str, object] = {}
+        self.loaded: dict[tuple, str] = {}  # (buffer, index text, mask, lane sizes) -> variable
+        self.member = None
+
+    # -- loads ----------------------------------------------------------------------
+    def mask_for(self, names: set[str]) -> str | None:
+        outer, inner = bool(names & self.outer_names), bool(names - self.outer_names)
+        return {(True, True): "xmask & rmask", (True, False): "xmask", (False, True): "rmask"}.get((outer, inner))
+
+    def load(self, buffer: str, index: ir.Index) -> str:
+        if buffer in self.registers and in_registers(ir.Load(buffer, index, ""), self.producers[buffer],
+                                                      self.member, self.group, self.persistent):
+            return self.registers[buffer]
+        text = self.index_text(index, self.member)
+        if not index_names(index):
+            text += " + tl.zeros([1, 1], tl.int32)"  # a [1, 1] block like constants (see expressions.constant)
+        mask = self.mask_for(index_names(index))
+        if not self.persistent or buffer in self.producers:
+            return self.ops.assign(self.load_text(buffer, text, mask))
+        # The same element another member loaded (same text over the same lane sizes, so the
+        # same variables): its variable is still in scope, a persistent kernel has no loops.
+        key = (buffer, text, mask, lanes(self.member, self.outer)[1])
+        if key not in self.loaded:
+            self.loaded[key] = self.ops.assign(self.load_text(buffer, text, mask))
+        return self.loaded[key]
+
+    def index_text(self, index: ir.Index, member) -> str:
+        variables, sizes = lanes(member, self.outer)
+        flat = f"(xindex * {math.prod(sizes)} + rindex)" if variables else "xindex"
+        return index_text(index, self.group.variables + tuple(variables), self.group.ranges + tuple(sizes), flat)
+
+    def needs_barrier(self, member) -> bool:
+        """Does `member` read from memory what an earlier member of this kernel wrote?"""
+        return any(load.buffer in self.producers and not (
+            load.buffer in self.registers and
+            in_registers(load, self.producers[load.buffer], member, self.group, self.persistent))
+            for load in expression_loads(member.body))
+
+    # -- members --------------------------------------------------------------------
+    def emit(self) -> KernelText:
+        group = self.group
+        rows, length = math.prod(group.ranges), row_length(group)
+        body = [f"xindex = tl.program_id(0).to({self.index_type(rows * max(length, 1))}) * XBLOCK"
+                f" + tl.arange(0, XBLOCK)[:, None]",
+                f"xmask = xindex < {rows}"]
+        body += split_flat("xindex", group.variables, group.ranges)
+        body.append("rbase = tl.arange(0, RBLOCK)[None, :]")
+        for member in group.members:
+            self.member = member
+            if self.needs_barrier(member):
+                body.append("tl.debug_barrier()  # earlier members' stores are visible to the whole program")
+            body.append(f"# {member.name}: {member.output}")
+            if isinstance(member, ir.Reduction):
+                body += self.reduction(member)
+            else:
+                body += self.pointwise(member)
+            self.producers[member.output] = member
+        parameters, arguments = self.parameters()
+        source = module_source(group.name, parameters + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"], body)
+        if self.persistent:
+            shapes = [heuristics.persistent_reduction_shape(rows, length)]
+        elif is_column_reduction(group):
+            xblock, rblock, warps = COLUMN_TILE
+            xblock = min(xblock, heuristics.next_power_of_2(rows))
+            rblock = min(rblock, heuristics.next_power_of_2(length))
+            warps = min(warps, max(1, xblock * rblock // 256))
+            shapes = [heuristics.LaunchShape(xblock=xblock, rblock=rblock, num_warps=warps,
+                                             grid=(heuristics.ceil_div(rows, xblock), 1, 1))]
+        else:
+            shapes = heuristics.looped_reduction_configs(rows, length)
+        return KernelText(group.name, source, arguments, shapes)
+
+    def row_loop(self, member) -> tuple[list[str], str]:
+        """Lines opening the member's stretch over the row, and the indent of its body."""
+        variables, sizes = lanes(member, self.outer)
+        numel = math.prod(sizes)
+        if self.persistent:
+            lines, indent = ["rindex = rbase"], ""
+        else:
+            lines, indent = [f"for roffset in range(0, {numel}, RBLOCK):"], "    "
+            lines.append(f"{indent}rindex = roffset + rbase")
+        lines.append(f"{indent}rmask = rindex < {numel}")
+        lines += [indent + line for line in split_flat("rindex", variables, sizes)]
+        return lines, indent
+
+    def body_value(self, member) -> tuple[list[str], str]:
+        self.ops = TritonOps(self.load, self.counter, "[1, 1]")
+        value = evaluate(member.body, self.ops)
+        return self.ops.lines, value
+
+    def pointwise(self, member: ir.Pointwise) -> list[str]:
+        lines, indent = self.row_loop(member)
+        statements, value = self.body_value(member)
+        lines += [indent + line for line in statements]
+        if self.persistent:
+            self.registers[member.output] = value
+        if member.output not in self.group.local:
+            self.written.append(member.output)
+            index = ir.store_index(member, self.buffers[member.output])
+            names = index_names(index)
+            pad = ("" if names & self.outer_names else " + 0 * xindex") + \
+                ("" if names - self.outer_names else " + 0 * rindex")
+            lines.append(indent + self.store_text(member.output, self.index_text(index, member) + pad, value,
+                                                  member.body.dtype, "xmask & rmask"))
+        return lines
+
+    def reduction(self, member: ir.Reduction) -> list[str]:
+        kind = member.reduction_type
+        value_dtype = member.body.dtype
+        identity = expressions.reduction_identity(kind, IR_TO_TORCH[register_dtype(value_dtype)])
+        accumulator = self.accumulator_type(member)
+        lines, indent = self.row_loop(member)
+        statements, value = self.body_value(member)
+        lines += [indent + line for line in statements]
+        masked = f"tmp{next(self.counter)}"
+        lines.append(f"{indent}{masked} = tl.where(xmask & rmask, {value}, {identity})")
+        result = f"tmp{next(self.counter)}"
+        if self.persistent:
+            lines += self.reduce_row(kind, masked, "rindex", "rmask", result)
+        else:
+            lines[:0] = self.accumulators(kind, identity, accumulator)
+            lines += [indent + line for line in self.combine(kind, masked, accumulator)]
+            lines += self.reduce_row(kind, "acc", "acc_index", "acc_index != NO_INDEX", result)
+        if member.divisor != 1:
+            lines.append(f"{result} = {result} / {float(member.divisor)!r}")
+        stored = result
+        if register_dtype(member.dtype) != member.dtype:
+            stored = f"tmp{next(self.counter)}"
+            lines.append(f"{stored} = {round_to(result, member.dtype)}.to(tl.float32)")
+        self.registers[member.output] = stored
+        if member.output not in self.group.local:
+            self.written.append(member.output)
+            index = ir.strided_index(member.variables, contiguous_strides(member.ranges))
+            pad = "" if index_names(index) else " + 0 * xindex"
+            result_dtype = "int64" if kind in ("argmax", "argmin") else register_dtype(member.dtype)
+            text = index_text(index, self.group.variables, self.group.ranges, "xindex")
+            lines.append(self.store_text(member.output, text + pad, stored, result_dtype, "xmask"))
+        return [line.replace("NO_INDEX", str(NO_INDEX)) for line in lines]
+
+    @staticmethod
+    def accumulator_type(member: ir.Reduction) -> str:
+        if member.reduction_type == "any":
+            return "tl.int8"
+        return triton_type(member.body.dtype)
+
+    @staticmethod
+    def accumulators(kind: str, identity: str, accumulator: str) -> list[str]:
+        lines = [f"acc = tl.full([XBLOCK, RBLOCK], {identity}, {accumulator})"]
+        if kind in ("argmax", "argmin"):
+            lines.append("acc_index = tl.full([XBLOCK, RBLOCK], NO_INDEX, tl.int32)")
+        return lines
+
+    @staticmethod
+    def combine(kind: str, masked: str, accumulator: str) -> list[str]:
+        value = f"{masked}.to({accumulator})"
+        if kind == "sum":
+            return [f"acc = acc + {value}"]
+        if kind == "prod":
+            return [f"acc = acc * {value}"]
+        if kind == "any":
+            return [f"acc = tl.maximum(acc, {value})"]
+        if kind in ("max", "min"):
+            return [f"acc = _{'maximum' if kind == 'max' else 'minimum'}_propagating_nan(acc, {value})"]
+        better = ">" if kind == "argmax" else "<"
+        # A lane keeps its first best element; NaN wins (eager's argmax returns the first NaN).
+        return [f"take = (xmask & rmask) & (({value} {better} acc) | (({value} != {value}) & (acc == acc))"
+                f" | (acc_index == NO_INDEX))",
+                f"acc = tl.where(take, {value}, acc)",
+                "acc_index = tl.where(take, rindex, acc_index)"]
+
+    @staticmethod
+    def reduce_row(kind: str, values: str, positions: str, valid: str, result: str) -> list[str]:
+        """`result` = the reduction of each row of the [XBLOCK, RBLOCK] block `values`."""
+        if kind == "sum":
+            return [f"{result} = tl.sum({values}, 1)[:, None]"]
+        if kind == "prod":
+            return [f"{result} = tl.reduce({values}, 1, _multiply)[:, None]"]
+        if kind == "any":
+            return [f"{result} = tl.max({values}.to(tl.int8), 1)[:, None] != 0"]
+        if kind in ("max", "min"):
+            combine = "_maximum_propagating_nan" if kind == "max" else "_minimum_propagating_nan"
+            return [f"{result} = tl.reduce({values}, 1, {combine})[:, None]"]
+        combine = "_maximum_propagating_nan" if kind == "argmax" else "_minimum_propagating_nan"
+        return [f"best = tl.reduce({values}, 1, {combine})[:, None]",
+                f"hits = (({values} == best) | (({values} != {values}) & (best != best))) & ({valid})",
+                f"{result} = tl.min(tl.where(hits, {positions}, NO_INDEX), 1)[:, None].to(tl.int64)"]

@@ -1,0 +1,130 @@
+"""The IR verifier: checks the invariants emitters rely on.
+
+Takes an `ir.Program` (as lowered, or after `schedule.fuse_loops`); returns
+nothing, or raises `IRError` naming the step and the broken rule:
+
+  * buffer names are unique, every step writes a declared buffer, and none is
+    written twice;
+  * every buffer a step reads is an input or constant, or written by an earlier
+    step (or, inside a LoopGroup, by an earlier member);
+  * a kernel's loop variables match its ranges, and its body uses only its own
+    variables; a group's members share its outer ranges and variables;
+  * row-local buffers of a group are read by no other step and never returned;
+  * each Op's operands are expressions, and every dtype is one the IR knows.
+
+Tests run it on every program they compile; emitters may assume what it checks.
+"""
+
+from __future__ import annotations
+
+from torch.utils._pytree import tree_leaves
+
+from . import ir
+from .memory import expression_loads, names_read
+
+KNOWN_DTYPES = set(ir.DTYPES) | set(ir.HALF_DTYPES)
+
+
+class IRError(Exception):
+    """A program breaks an invariant of the IR."""
+
+
+def index_variables(index: ir.Index) -> set[str]:
+    if isinstance(index, ir.IndexVar):
+        return {index.name}
+    if isinstance(index, ir.IndexConst):
+        return set()
+    return index_variables(index.left) | index_variables(index.right)
+
+
+def expression_variables(expr: ir.Expr) -> set[str]:
+    if isinstance(expr, ir.Load):
+        return index_variables(expr.index)
+    if isinstance(expr, ir.IndexValue):
+        return index_variables(expr.index)
+    if isinstance(expr, ir.Constant):
+        return set()
+    if not isinstance(expr, ir.Op):
+        raise IRError(f"{expr!r} is not an IR expression")
+    return set().union(*(expression_variables(a) for a in expr.args))
+
+
+def check_expression(expr: ir.Expr, where: str) -> None:
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, (ir.Load, ir.Constant, ir.IndexValue, ir.Op)):
+            raise IRError(f"{where}: {node!r} is not an IR expression")
+        if node.dtype not in KNOWN_DTYPES:
+            raise IRError(f"{where}: {node} has dtype {node.dtype!r}")
+        if isinstance(node, ir.Op):
+            stack.extend(node.args)
+
+
+def check_kernel(kernel, where: str) -> None:
+    if len(kernel.variables) != len(kernel.ranges):
+        raise IRError(f"{where}: {len(kernel.variables)} loop variables for {len(kernel.ranges)} ranges")
+    allowed = {v.name for v in kernel.variables}
+    if isinstance(kernel, ir.Reduction):
+        if len(kernel.reduction_variables) != len(kernel.reduction_ranges):
+            raise IRError(f"{where}: reduction variables do not match reduction ranges")
+        allowed |= {v.name for v in kernel.reduction_variables}
+    check_expression(kernel.body, where)
+    stray = expression_variables(kernel.body) - allowed
+    if stray:
+        raise IRError(f"{where}: body uses {sorted(stray)}, not loop variables of this kernel")
+
+
+def check_group(group: ir.LoopGroup, available: set[str]) -> None:
+    outer = len(group.ranges)
+    written = set()
+    for member in group.members:
+        where = f"{group.name}/{member.name}"
+        if tuple(member.ranges[:outer]) != tuple(group.ranges) or \
+                tuple(v.name for v in member.variables[:outer]) != tuple(v.name for v in group.variables):
+            raise IRError(f"{where}: outer loops {member.ranges[:outer]} differ from the group's {group.ranges}")
+        check_kernel(member, where)
+        for load in expression_loads(member.body):
+            if load.buffer not in available and load.buffer not in written:
+                raise IRError(f"{where}: reads {load.buffer} before it is written")
+        written.add(member.output)
+    unknown = set(group.local) - written
+    if unknown:
+        raise IRError(f"{group.name}: row-local {sorted(unknown)} not written by a member")
+
+
+def verify(program: ir.Program) -> None:
+    """Raise IRError if `program` breaks an invariant (see the module docstring)."""
+    declared = {}
+    for buffer in program.buffers:
+        if buffer.name in declared:
+            raise IRError(f"buffer {buffer.name} declared twice")
+        declared[buffer.name] = buffer
+    available = {b.name for b in program.buffers if b.kind in ("input", "constant")}
+    local_of: dict[str, str] = {}
+    for step in program.steps:
+        for name in names_read(step):
+            if name not in available:
+                raise IRError(f"{step.name}: reads {name} before it is written")
+            if name in local_of:
+                raise IRError(f"{step.name}: reads {name}, row-local to {local_of[name]}")
+        if isinstance(step, ir.LoopGroup):
+            check_group(step, available)
+            local_of.update((name, step.name) for name in step.local)
+            written = [m.output for m in step.members]
+        else:
+            if not isinstance(step, ir.Extern):
+                check_kernel(step, step.name)
+            written = [step.output]
+        for name in written:
+            if name not in declared:
+                raise IRError(f"{step.name}: writes undeclared buffer {name}")
+            if name in available:
+                raise IRError(f"{step.name}: writes {name}, already written")
+            available.add(name)
+    for leaf in tree_leaves(program.outputs):
+        name = leaf if isinstance(leaf, str) else getattr(leaf, "name", None)
+        if isinstance(leaf, (str, ir.BufferRef)) and name not in available:
+            raise IRError(f"returns {name}, which no step writes")
+        if name in local_of:
+            raise IRError(f"returns {name}, row-local to {local_of[name]}")

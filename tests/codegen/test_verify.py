@@ -1,0 +1,60 @@
+"""The IR verifier accepts what lowering produces and names the rule a broken program breaks."""
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tensorjit.codegen import ir
+from tensorjit.codegen.decomp import decompositions
+from tensorjit.codegen.graph import GraphLowering
+from tensorjit.codegen.schedule import fuse_loops
+from tensorjit.codegen.verify import IRError, verify
+
+i0, i1 = ir.IndexVar("i0"), ir.IndexVar("i1")
+IN = ir.Buffer("in0", "float32", (4,), (1,), "input")
+OUT = ir.Buffer("buf1", "float32", (4,), (1,))
+
+
+def pointwise(output, body, name="kernel0"):
+    return ir.Pointwise(name, output, (4,), body, (i0,))
+
+
+def program(steps, buffers=(IN, OUT), outputs=("buf1",)):
+    return ir.Program(tuple(buffers), tuple(steps), ("in0",), outputs)
+
+
+def test_lowered_and_fused_programs_pass():
+    gm = make_fx(lambda x: (x.softmax(-1), x.var(-1)), decomposition_table=decompositions())(torch.randn(3, 8))
+    program = GraphLowering(gm, [torch.randn(3, 8)]).run()
+    verify(program)
+    verify(fuse_loops(program))
+
+
+def test_a_read_before_the_write_is_refused():
+    load = ir.Load("buf1", i0, "float32")
+    with pytest.raises(IRError, match="reads buf1 before it is written"):
+        verify(program([pointwise("buf1", load)]))
+
+
+def test_a_variable_of_another_loop_is_refused():
+    with pytest.raises(IRError, match=r"uses \['i1'\]"):
+        verify(program([pointwise("buf1", ir.Load("in0", i1, "float32"))]))
+
+
+def test_unknown_dtypes_and_undeclared_outputs_are_refused():
+    with pytest.raises(IRError, match="dtype 'complex64'"):
+        verify(program([pointwise("buf1", ir.Constant(1.0, "complex64"))]))
+    with pytest.raises(IRError, match="undeclared buffer buf9"):
+        verify(program([pointwise("buf9", ir.Load("in0", i0, "float32"))], outputs=()))
+
+
+def test_row_local_buffers_stay_inside_their_group():
+    member = ir.Reduction("kernel0", "buf1", (4,), (4,), "sum", ir.Load("in0", i0, "float32"), (i0,),
+                          (ir.IndexVar("r0"),), "float32")
+    group = ir.LoopGroup("group0", (4,), (i0,), (member,), local=("buf1",))
+    with pytest.raises(IRError, match="returns buf1, row-local to group0"):
+        verify(program([group]))
+    later = pointwise("buf2", ir.Load("buf1", i0, "float32"), "kernel1")
+    with pytest.raises(IRError, match="reads buf1, row-local to group0"):
+        verify(program([group, later], buffers=(IN, OUT, ir.Buffer("buf2", "float32", (4,), (1,))),
+                       outputs=("buf2",)))
