@@ -85,6 +85,7 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: 
     tangents = [torch.ones_like(x) for x in _example_outputs(gm, example_inputs, differentiable)]
     traced = make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
                      _allow_non_fake_inputs=True)(*example_inputs, *tangents)
+    traced = _functionalize_escaped(traced, [*example_inputs, *tangents], decompositions)
     mutated = _lift_input_mutations(traced, num_primals, num_outputs)
     return TracedGraph(traced, num_primals, num_outputs, mutated, differentiable, grad_inputs,
                        num_tangents=len(tangents))
@@ -95,9 +96,40 @@ def trace_forward(gm: torch.fx.GraphModule, example_inputs: list, decompositions
     with torch.no_grad():
         traced = make_fx(_functional(gm), decomposition_table=decompositions or {}, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs)
+        traced = _functionalize_escaped(traced, example_inputs, decompositions)
     outputs = next(n for n in traced.graph.nodes if n.op == "output").args[0]
     mutated = _lift_input_mutations(traced, len(example_inputs), len(outputs))
     return TracedGraph(traced, len(example_inputs), len(outputs), mutated, [], [])
+
+
+def _escaped_mutations(traced: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """In-place ATen ops left in a functionalized graph, other than its final `copy_`s into inputs.
+
+    `functionalize` sees the ops it is called with, not what a CompositeImplicitAutograd op
+    (`gru_cell`, `lstm_cell`) decomposes into below it: those decompositions update their
+    temporaries in place (`add_`, `sigmoid_`, `mul_` on chunks of one matmul), and the
+    in-place ops reach the graph. A partitioner that recomputes such a node in the backward
+    applies the update twice, a wrong gradient."""
+    nodes = [n for n in traced.graph.nodes if n.op == "call_function"]
+    trailing = len(nodes)
+    while trailing and nodes[trailing - 1].target is torch.ops.aten.copy_.default \
+            and nodes[trailing - 1].args[0].op == "placeholder":
+        trailing -= 1
+    return [n for n in nodes[:trailing]
+            if isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable]
+
+
+def _functionalize_escaped(traced: torch.fx.GraphModule, inputs: list, decompositions: dict | None):
+    """The traced graph, functionalized once more if in-place ops escaped the first pass.
+    The graph is ATen now, so every in-place op is seen by functionalization this time."""
+    if not _escaped_mutations(traced):
+        return traced
+
+    def run(*args):
+        return tuple(traced(*args))
+    with torch.no_grad():  # the graph already holds its backward; nothing is differentiated here
+        return make_fx(functionalize(run, remove="mutations"), decomposition_table=decompositions or {},
+                       tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
 
 
 def _example_outputs(gm, example_inputs, indices: list[int]) -> list[torch.Tensor]:
