@@ -81,3 +81,113 @@ def test_traced_graphs_hold_no_in_place_ops(op):
         mutable = [n for n in traced.graph_module.graph.nodes if isinstance(n.target, torch._ops.OpOverload)
                    and n.target._schema.is_mutable]
         assert mutable == []
+
+
+# --- items 1 and 2: which outputs require grad is eager's, decided by the graph ------------
+
+def detached_and_attached(x):
+    y = x * 2
+    return y.detach(), y
+
+
+def integer_and_boolean(x):
+    return x.argmax(), x > 0, x * 2
+
+
+def from_inputs_without_grad(x, w):
+    return w * 2, x * w, w.sum()
+
+
+def under_no_grad_region(x):
+    with torch.no_grad():
+        a = x * 2
+    return a, x * 3
+
+
+def enable_grad_region(x):
+    with torch.enable_grad():
+        return x * 2
+
+
+def no_grad_inside_enable_grad(x):
+    with torch.enable_grad():
+        y = x * 2
+        with torch.no_grad():
+            z = y * 3
+    return y, z
+
+
+def set_grad_enabled_region(x):
+    with torch.set_grad_enabled(False):
+        a = x.sin()
+    return a, x.cos()
+
+
+def set_grad_enabled_function(x):
+    torch.set_grad_enabled(False)
+    a = x * 2
+    torch.set_grad_enabled(True)
+    return a, x * 3
+
+
+def inference_mode_region(x):
+    with torch.inference_mode():
+        a = x * 2
+    return a.clone(), x * 3
+
+
+def requires_grad_inside(x, w):
+    leaf = w.clone().requires_grad_()
+    return leaf * 2, x * 2
+
+
+def same_tensor_twice(x):
+    y = x.sin()
+    return y, y, y.detach()
+
+
+def input_returned(x, w):
+    return x, w, x.detach()
+
+
+GRAD_MODE_PROGRAMS = [
+    (detached_and_attached, "enabled"),
+    (integer_and_boolean, "enabled"),
+    (from_inputs_without_grad, "enabled"),
+    (under_no_grad_region, "enabled"),
+    (enable_grad_region, "no_grad"),
+    (enable_grad_region, "enabled"),
+    (no_grad_inside_enable_grad, "no_grad"),
+    (set_grad_enabled_region, "enabled"),
+    (set_grad_enabled_function, "enabled"),
+    (inference_mode_region, "enabled"),
+    (requires_grad_inside, "enabled"),
+    (requires_grad_inside, "no_grad"),
+    (same_tensor_twice, "enabled"),
+    (input_returned, "enabled"),
+]
+
+
+def _call(fn, mode, *args):
+    with torch.set_grad_enabled(mode == "enabled"):
+        out = fn(*args)
+    return out if isinstance(out, tuple) else (out,)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn,mode", GRAD_MODE_PROGRAMS,
+                         ids=[f"{fn.__name__}-{mode}" for fn, mode in GRAD_MODE_PROGRAMS])
+def test_outputs_require_grad_as_in_eager(fn, mode, backend):
+    x, w = torch.randn(5, requires_grad=True), torch.randn(5)
+    args = (x, w)[:fn.__code__.co_argcount]
+    expected = _call(fn, mode, *args)
+    actual = _call(tensorjit.compile(fn, backend=backend), mode, *args)
+    assert [o.requires_grad for o in actual] == [o.requires_grad for o in expected]
+    assert [o.grad_fn is None for o in actual] == [o.grad_fn is None for o in expected]
+    torch.testing.assert_close(actual, expected)
+    differentiable = [o for o in actual if o.requires_grad and o.is_floating_point()]
+    if differentiable and x.requires_grad:
+        (grad,) = torch.autograd.grad(sum(o.sum() for o in differentiable), x, allow_unused=True)
+        (want,) = torch.autograd.grad(sum(o.sum() for o in expected if o.requires_grad and o.is_floating_point()),
+                                      x, allow_unused=True)
+        torch.testing.assert_close(grad, want)

@@ -39,38 +39,53 @@ def _is_differentiable(value: Any) -> bool:
 
 def _functional(gm: torch.fx.GraphModule):
     def run(*args):
-        out = gm(*args)
+        out = gm.forward(*args)  # not gm(): fx prints a traceback for every error, even handled ones
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
     return functionalize(run, remove="mutations")
 
 
-def _probe_outputs(gm, example_inputs) -> tuple[list[bool], int]:
-    """Which outputs need a gradient, found by running the graph on fake copies."""
+def fake_outputs(gm, example_inputs) -> tuple:
+    """The graph's outputs on fake copies of the inputs, under the caller's grad mode: their
+    `requires_grad` is eager's, whatever grad-mode regions (`enable_grad`, `no_grad`,
+    `set_grad_enabled`, `inference_mode`, `detach`) the graph holds. The grad mode is
+    restored even if the graph stops half-way through a region."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
-    with mode:
-        outs = _functional(gm)(*fakes)
-    return [_is_differentiable(o) for o in outs], len(outs)
+    with mode, torch.set_grad_enabled(torch.is_grad_enabled()):
+        return _functional(gm)(*fakes)
+
+
+def differentiable_outputs(outputs) -> list[int]:
+    """Indices of the outputs that require grad, as eager's would."""
+    return [i for i, out in enumerate(outputs) if _is_differentiable(out)]
 
 
 RECURRENT = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
 
 
-def untraceable(gm: torch.fx.GraphModule) -> str | None:
-    """Why the joint graph of `gm` cannot be trusted, or None. Recurrent layers: tracing their
-    fused kernels' derivatives gave wrong weight gradients (GRU) and undefined workspaces
-    (LSTM) (tests/conformance/test_with_inductor.py); they run eagerly, under autograd."""
+def untraceable(gm: torch.fx.GraphModule, example_inputs: list) -> str | None:
+    """Why the joint graph of `gm` cannot be trusted, or None.
+
+    - Recurrent layers: tracing their fused kernels' derivatives gave wrong weight gradients
+      (GRU) and undefined workspaces (LSTM) on CUDA (tests/conformance/test_with_inductor.py);
+      they run eagerly, under autograd.
+    - No input requires grad, yet an output does: the graph makes its own leaf
+      (`requires_grad_()`), whose gradient only eager autograd can deliver."""
     for node in gm.graph.nodes:
         if node.op == "call_function" and getattr(node.target, "__name__", None) in RECURRENT:
             return f"recurrent layer ({node.target.__name__}) in a training graph"
+    if not any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+        return "an output requires grad though no input does (requires_grad_() inside the graph)"
     return None
 
 
-def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None) -> TracedGraph:
+def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None,
+                outputs: tuple | None = None) -> TracedGraph:
+    """`outputs`: the graph's fake outputs (`fake_outputs`), when the caller has them already."""
     grad_inputs = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
-    needs_grad, num_outputs = _probe_outputs(gm, example_inputs)
-    differentiable = [i for i, needs in enumerate(needs_grad) if needs]
+    outputs = fake_outputs(gm, example_inputs) if outputs is None else outputs
+    differentiable = differentiable_outputs(outputs)
     forward = _functional(gm)
     num_primals = len(example_inputs)
 
@@ -82,12 +97,15 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: 
         grads = torch.autograd.grad(wanted, sources, tangents, allow_unused=True) if wanted and sources else ()
         return (*outs, *grads)
 
-    tangents = [torch.ones_like(x) for x in _example_outputs(gm, example_inputs, differentiable)]
-    traced = make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
-                     _allow_non_fake_inputs=True)(*example_inputs, *tangents)
+    # Real zeros with the outputs' metadata: make_fx turns them into fake tangents.
+    tangents = [torch.zeros(outputs[i].shape, dtype=outputs[i].dtype, device=outputs[i].device)
+                for i in differentiable]
+    with torch.set_grad_enabled(torch.is_grad_enabled()):
+        traced = make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
+                         _allow_non_fake_inputs=True)(*example_inputs, *tangents)
     traced = _functionalize_escaped(traced, [*example_inputs, *tangents], decompositions)
-    mutated = _lift_input_mutations(traced, num_primals, num_outputs)
-    return TracedGraph(traced, num_primals, num_outputs, mutated, differentiable, grad_inputs,
+    mutated = _lift_input_mutations(traced, num_primals, len(outputs))
+    return TracedGraph(traced, num_primals, len(outputs), mutated, differentiable, grad_inputs,
                        num_tangents=len(tangents))
 
 
@@ -130,16 +148,6 @@ def _functionalize_escaped(traced: torch.fx.GraphModule, inputs: list, decomposi
     with torch.no_grad():  # the graph already holds its backward; nothing is differentiated here
         return make_fx(functionalize(run, remove="mutations"), decomposition_table=decompositions or {},
                        tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
-
-
-def _example_outputs(gm, example_inputs, indices: list[int]) -> list[torch.Tensor]:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
-    with mode:
-        outs = _functional(gm)(*fakes)
-    # Real zeros with the outputs' metadata: make_fx turns them into fake tangents.
-    return [torch.zeros(outs[i].shape, dtype=outs[i].dtype, device=outs[i].device) for i in indices]
 
 
 def _lift_input_mutations(traced: torch.fx.GraphModule, num_primals: int, num_outputs: int) -> list[int]:
