@@ -19,10 +19,11 @@ def gradients(fn, params, *inputs):
     inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
     for p in params:
         p.grad = None
+    params = [p for p in params if p.requires_grad]
     out = fn(*inputs)
     outs = out if isinstance(out, tuple) else (out,)
     sum(o.float().sum() for o in outs if o.requires_grad).backward()
-    return [o.detach() for o in outs], [x.grad for x in inputs] + [p.grad.clone() for p in params]
+    return [o.detach() for o in outs], [x.grad for x in inputs] + [None if p.grad is None else p.grad.clone() for p in params]
 
 
 def assert_same_gradients(fn, params, *inputs, backend, atol=1e-5):
@@ -191,3 +192,46 @@ def test_outputs_require_grad_as_in_eager(fn, mode, backend):
         (want,) = torch.autograd.grad(sum(o.sum() for o in expected if o.requires_grad and o.is_floating_point()),
                                       x, allow_unused=True)
         torch.testing.assert_close(grad, want)
+
+
+# --- item 5: complex values: view_as_complex/view_as_real, conj, complex outputs ------------
+
+def _complex_programs():
+    torch.manual_seed(0)
+    as_pairs = torch.randn(9, 2, requires_grad=True)
+    weight = torch.randn(9, dtype=torch.complex64, requires_grad=True)
+    programs = {
+        "fft_filter_view_as_complex": lambda x: torch.fft.irfft(torch.fft.rfft(x) * torch.view_as_complex(as_pairs),
+                                                                n=16),
+        "complex_parameter": lambda x: torch.fft.irfft(torch.fft.rfft(x) * weight, n=16),
+        "complex_output_conj": lambda x: torch.fft.rfft(x) * weight.conj(),
+        "view_as_real_output": lambda x: torch.view_as_real(torch.fft.rfft(x) * weight),
+        "abs_and_angle": lambda x: (torch.fft.rfft(x) * weight).abs() + (torch.fft.rfft(x) * weight).angle(),
+        "conj_physical": lambda x: torch.view_as_real((torch.fft.rfft(x).conj() * weight).conj_physical()),
+        "polar": lambda x: torch.polar(x.abs() + 0.1, x).sum(-1),
+    }
+    return programs, [as_pairs, weight]
+
+
+COMPLEX_PROGRAMS, COMPLEX_PARAMETERS = _complex_programs()
+
+
+def _real_loss(out):
+    return (out.abs() ** 2 if out.is_complex() else out.square()).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(COMPLEX_PROGRAMS))
+def test_complex_gradients(name, backend, caplog):
+    """The loss inside the compiled region, and outside it (the compiled region's complex
+    outputs then get complex tangents from autograd)."""
+    fn = COMPLEX_PROGRAMS[name]
+    x = torch.randn(4, 16, requires_grad=True)
+    with caplog.at_level("WARNING", logger="tensorjit.codegen"):
+        expected = gradients(lambda t: _real_loss(fn(t)), COMPLEX_PARAMETERS, x)
+        inside = gradients(tensorjit.compile(lambda t: _real_loss(fn(t)), backend=backend), COMPLEX_PARAMETERS, x)
+        compiled = tensorjit.compile(fn, backend=backend)
+        outside = gradients(lambda t: _real_loss(compiled(t)), COMPLEX_PARAMETERS, x)
+    torch.testing.assert_close(inside, expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(outside, expected, atol=1e-4, rtol=1e-4)
+    assert "codegen failed" not in caplog.text

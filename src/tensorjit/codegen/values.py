@@ -51,6 +51,12 @@ def ir_dtype(dtype: torch.dtype) -> str:
     return TORCH_TO_IR[dtype]
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a buffer's dtype name: kernel dtypes, and the others (complex64,
+    float16, uint8 ...) that only externs produce or read (`dtype_name` names them)."""
+    return IR_TO_TORCH.get(name) or getattr(torch, name)
+
+
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, running = [], 1
     for size in reversed(shape):
