@@ -235,3 +235,39 @@ def test_complex_gradients(name, backend, caplog):
     torch.testing.assert_close(inside, expected, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(outside, expected, atol=1e-4, rtol=1e-4)
     assert "codegen failed" not in caplog.text
+
+
+# --- item 6: constants created while tracing reach both partitioned graphs -----------------
+
+def constant_vector(x):
+    return x * torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+
+
+def constant_in_backward(x):
+    return (x * torch.tensor(2.0)).sin() * torch.tensor([0.5]).exp()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("partitioner", ["min_cut", "save_all"])
+@pytest.mark.parametrize("fn", [constant_vector, constant_in_backward])
+def test_tensor_constants_in_training_graphs(fn, partitioner, backend):
+    from tensorjit.config import config
+    old, config.partitioner = config.partitioner, partitioner
+    try:
+        assert_same_gradients(fn, [], torch.randn(2, 8, requires_grad=True), backend=backend)
+    finally:
+        config.partitioner = old
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_multihead_attention_with_masks_made_inside(backend):
+    torch.manual_seed(0)
+    attention = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def fn(q):
+        padding = torch.tensor([[False, False, False, False, True], [False] * 5])
+        causal = torch.ones(5, 5, dtype=torch.bool).triu(1)
+        return attention(q, q, q, key_padding_mask=padding, attn_mask=causal)[0]
+
+    assert_same_gradients(fn, list(attention.parameters()), torch.randn(2, 5, 8, requires_grad=True),
+                          backend=backend)

@@ -42,6 +42,8 @@ def _backward_nodes(graph: torch.fx.Graph, tangents: set[torch.fx.Node]) -> set[
 
 
 def _recomputable(node: torch.fx.Node) -> bool:
+    if node.op == "get_attr":
+        return True  # a constant of the graph: both halves read it, nothing to save
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return node.op == "call_function"  # getitem and Python operators on sizes
     tags = node.target.tags
@@ -105,13 +107,16 @@ def partition(traced: TracedGraph, mode: str = "min_cut") -> Partition:
     outputs = list(next(n for n in graph.nodes if n.op == "output").args[0])
     num_forward_outputs = traced.num_outputs + len(traced.mutated_inputs)
     forward_outputs, gradients = outputs[:num_forward_outputs], outputs[num_forward_outputs:]
-    forward = _extract(graph, primals, forward_outputs + saved)
-    backward = _extract(graph, saved + tangents, gradients)
+    root = traced.graph_module  # holds the constants tracing created (`_tensor_constant0`) for get_attr nodes
+    forward = _extract(root, primals, forward_outputs + saved)
+    backward = _extract(root, saved + tangents, gradients)
     return Partition(forward, backward, len(saved), [n.name for n in saved])
 
 
-def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list) -> torch.fx.GraphModule:
-    """A new graph computing `outputs` from `inputs`, copying the nodes in between."""
+def _extract(root: torch.fx.GraphModule, inputs: list[torch.fx.Node], outputs: list) -> torch.fx.GraphModule:
+    """A new graph computing `outputs` from `inputs`, copying the nodes in between; the
+    attributes its get_attr nodes read are copied from `root`."""
+    graph = root.graph
     new = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in inputs:
@@ -131,4 +136,4 @@ def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list) 
         if node in needed:
             env[node] = new.node_copy(node, lambda n: env[n])
     new.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs))
-    return torch.fx.GraphModule(torch.nn.Module(), new)
+    return torch.fx.GraphModule(root, new)
