@@ -271,3 +271,35 @@ def test_multihead_attention_with_masks_made_inside(backend):
 
     assert_same_gradients(fn, list(attention.parameters()), torch.randn(2, 5, 8, requires_grad=True),
                           backend=backend)
+
+
+# --- item 10: a whole training step compiled (graph breaks around backward and step) --------
+
+def _training_setup():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=10)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        return loss.detach(), loss, loss.detach() * 2
+    return model, step
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_training_step_returns_losses_as_eager(backend):
+    eager_model, eager_step = _training_setup()
+    model, step = _training_setup()
+    step = tensorjit.compile(step, backend=backend)
+    torch.manual_seed(1)
+    for _ in range(3):
+        x, y = torch.randn(4, 8), torch.randn(4, 1)
+        expected, actual = eager_step(x, y), step(x, y)
+        assert [t.requires_grad for t in actual] == [t.requires_grad for t in expected]
+        torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(list(model.parameters()), list(eager_model.parameters()))
