@@ -303,3 +303,66 @@ def test_training_step_returns_losses_as_eager(backend):
         assert [t.requires_grad for t in actual] == [t.requires_grad for t in expected]
         torch.testing.assert_close(actual, expected)
     torch.testing.assert_close(list(model.parameters()), list(eager_model.parameters()))
+
+
+# --- found by the OpInfo gradient tier (tests/ops/test_opinfo_grad.py) ----------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rrelu_backward_reads_the_noise_it_drew(backend):
+    """rrelu_with_noise fills its noise buffer in place; functionalized, the backward must read
+    the filled buffer (the functional variant's result), not the empty one."""
+    def fn(x):
+        noise = torch.empty_like(x)
+        return torch.ops.aten.rrelu_with_noise(x, noise, 0.125, 0.25, True) * 2 + noise
+
+    x = torch.randn(64, requires_grad=True)
+    torch.manual_seed(3)
+    expected = gradients(fn, [], x)
+    torch.manual_seed(3)
+    actual = gradients(tensorjit.compile(fn, backend=backend), [], x)
+    torch.testing.assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("partitioner", ["min_cut", "save_all"])
+def test_gradient_that_needs_no_tangent(partitioner, backend):
+    """angle of a real input has a zero gradient built from the input alone: the backward
+    graph returns a forward value."""
+    from tensorjit.config import config
+    old, config.partitioner = config.partitioner, partitioner
+    try:
+        assert_same_gradients(lambda x, y: torch.angle(x) + y * 2, [], torch.randn(5, requires_grad=True),
+                              torch.randn(5, requires_grad=True), backend=backend)
+    finally:
+        config.partitioner = old
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sizes_known_only_at_run_time(backend):
+    """index_fill with a tensor value: its backward sums the gradient at data-dependent
+    positions; the partitioner weighs such values without guarding on their size."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x, index, value):
+        return x.index_fill(0, index, value)
+
+    x, value = torch.randn(8, 3, requires_grad=True), torch.tensor(2.0, requires_grad=True)
+    index = torch.tensor([1, 3])
+    from tensorjit.backends.registry import lookup_backend
+    compiled = lookup_backend(backend)(make_fx(fn)(x, index, value), [x, index, value])
+    (out,) = compiled(x, index, value)
+    expected = torch.autograd.grad((fn(x, index, value) * torch.arange(24.0).view(8, 3)).sum(), [x, value])
+    actual = torch.autograd.grad((out * torch.arange(24.0).view(8, 3)).sum(), [x, value])
+    torch.testing.assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sparse_output_runs_eagerly(backend):
+    def fn(x):
+        return (x * 2).to_sparse()
+
+    x = torch.randn(4, 4, requires_grad=True)
+    out = tensorjit.compile(fn, backend=backend)(x)
+    torch.testing.assert_close(out.to_dense(), fn(x).to_dense())
+    (grad,) = torch.autograd.grad(out.to_dense().sum(), x)
+    torch.testing.assert_close(grad, torch.full((4, 4), 2.0))

@@ -45,6 +45,9 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
         outputs = fake_outputs(gm, example_inputs)
     except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
         return _eagerly(gm, f"{type(error).__name__}: {error}")
+    layouts = {t.layout for t in [*example_inputs, *outputs] if isinstance(t, torch.Tensor)} - {torch.strided}
+    if layouts:  # sparse tensors: functionalization and the partitioner know strided ones only
+        return _eagerly(gm, f"tensors of layout {sorted(map(str, layouts))[0]}")
     if not differentiable_outputs(outputs):
         return _inference(gm, example_inputs, inference_compiler, decompositions)
     reason = untraceable(gm, example_inputs)

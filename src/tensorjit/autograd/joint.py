@@ -10,6 +10,7 @@ runtime copies them back into the inputs, as eager code would have written them.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +105,7 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: 
         traced = make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs, *tangents)
     traced = _functionalize_escaped(traced, [*example_inputs, *tangents], decompositions)
+    _backward_reads_updated_values(traced, num_primals)
     mutated = _lift_input_mutations(traced, num_primals, len(outputs))
     return TracedGraph(traced, num_primals, len(outputs), mutated, differentiable, grad_inputs,
                        num_tangents=len(tangents))
@@ -148,6 +150,63 @@ def _functionalize_escaped(traced: torch.fx.GraphModule, inputs: list, decomposi
     with torch.no_grad():  # the graph already holds its backward; nothing is differentiated here
         return make_fx(functionalize(run, remove="mutations"), decomposition_table=decompositions or {},
                        tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
+
+
+def _backward_reads_updated_values(traced: torch.fx.GraphModule, num_primals: int) -> None:
+    """Backward nodes read what a functional variant of an in-place op (`rrelu_with_noise_functional`)
+    returns for an argument it updates, not the argument's old value.
+
+    In eager, `rrelu_with_noise(x, noise)` fills `noise` in place and its autograd node saves
+    `noise`: the backward reads the filled values. Functionalized below autograd, the op becomes
+    `rrelu_with_noise_functional(x, noise) -> (out, new_noise)` and the derivative formula of the
+    functional variant names its `noise` input, the unfilled buffer: a wrong gradient. A value an
+    op updated is, to eager's saved tensor, the updated one."""
+    graph = traced.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    backward = set(placeholders[num_primals:])
+    for node in graph.nodes:
+        if node.op == "call_function" and any(a in backward for a in node.all_input_nodes):
+            backward.add(node)
+    for node in list(graph.nodes):
+        for argument, index in _updated_arguments(node):
+            readers = [user for user in argument.users if user in backward]
+            if readers:
+                updated = _result(graph, node, index)
+                for user in readers:
+                    user.replace_input_with(argument, updated)
+    graph.lint()
+    traced.recompile()
+
+
+def _updated_arguments(node: torch.fx.Node) -> list[tuple[torch.fx.Node, int]]:
+    """(argument node, index of its new value among the results) for a functional variant."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) \
+            or not target._schema.name.endswith("_functional"):
+        return []
+    base_name = target._schema.name.split("::")[-1][:-len("_functional")]
+    packet = getattr(torch.ops.aten, base_name, None)
+    base = getattr(packet, target._overloadname, None) if packet is not None else None
+    if base is None:
+        return []
+    written = [i for i, a in enumerate(base._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    result = []
+    for k, position in enumerate(written):
+        name = base._schema.arguments[position].name
+        argument = node.args[position] if position < len(node.args) else node.kwargs.get(name)
+        if isinstance(argument, torch.fx.Node):
+            result.append((argument, len(base._schema.returns) + k))
+    return result
+
+
+def _result(graph: torch.fx.Graph, node: torch.fx.Node, index: int) -> torch.fx.Node:
+    for user in node.users:
+        if user.target is operator.getitem and user.args[1] == index:
+            return user
+    with graph.inserting_after(node):
+        item = graph.call_function(operator.getitem, (node, index))
+    item.meta["val"] = node.meta["val"][index]
+    return item
 
 
 def _lift_input_mutations(traced: torch.fx.GraphModule, num_primals: int, num_outputs: int) -> list[int]:

@@ -63,7 +63,11 @@ _CHEAP = {aten.view.default, aten.expand.default, aten.t.default, aten.permute.d
 def _weight(node: torch.fx.Node) -> float:
     value = node.meta.get("val")
     if isinstance(value, torch.Tensor):
-        return float(value.numel() * value.element_size()) + 1.0  # +1: prefer fewer values at equal size
+        numel = value.numel()
+        if not isinstance(numel, int):
+            # A size known only at run time (nonzero, masked_select): no guard may be added; count it large.
+            numel = numel.node.hint if numel.node.has_hint() else 1 << 20
+        return float(numel * value.element_size()) + 1.0  # +1: prefer fewer values at equal size
     return 1.0
 
 
@@ -73,21 +77,27 @@ def choose_saved(traced: TracedGraph, mode: str) -> list[torch.fx.Node]:
     primals, tangents = placeholders[:traced.num_primals], set(placeholders[traced.num_primals:])
     backward = _backward_nodes(graph, tangents)
     forward = [n for n in graph.nodes if n.op != "output" and n not in backward]
-    needed = [n for n in forward if any(u in backward for u in n.users)]
+    # A gradient that does not depend on a tangent (zeros: `angle` of a real input, `det` of a
+    # singular matrix) is a forward value the backward graph returns: it reads it like any other.
+    outputs = next(n for n in graph.nodes if n.op == "output").args[0]
+    gradients = {g for g in outputs[traced.num_outputs + len(traced.mutated_inputs):] if isinstance(g, torch.fx.Node)}
+    needed = [n for n in forward if n in gradients or any(u in backward for u in n.users)]
     if mode == "save_all":
         return needed
     if mode != "min_cut":
         raise ValueError(f"tensorjit: unknown partitioner {mode!r}; valid partitioners are: min_cut, save_all")
-    return _min_cut(forward, backward, primals)
+    return _min_cut(forward, backward, primals, gradients)
 
 
 def _min_cut(forward: list[torch.fx.Node], backward: set[torch.fx.Node],
-             primals: list[torch.fx.Node]) -> list[torch.fx.Node]:
+             primals: list[torch.fx.Node], gradients: set[torch.fx.Node]) -> list[torch.fx.Node]:
     flow = FlowGraph()
     source, sink = "source", "sink"
     forward_set = set(forward)
     for node in forward:
         flow.add_edge((node, "in"), (node, "out"), _weight(node))
+        if node in gradients:
+            flow.add_edge((node, "out"), sink, INFINITY)
         if node in primals or not _recomputable(node):
             flow.add_edge(source, (node, "in"), INFINITY)  # available in the forward only
         for user in node.users:
