@@ -4,12 +4,14 @@
                 decompositions=None, partitioner="min_cut") -> callable
 
 takes a captured FX graph and returns a callable with the same inputs and outputs.
-When some input requires grad (and grad mode is on), the graph is traced into a joint
+When some output requires grad, as it would in eager (the call's grad mode, the inputs'
+`requires_grad` and the graph's own grad-mode regions decide), the graph is traced into a joint
 forward/backward ATen graph (`joint.py`), split by the partitioner (`partition.py`),
 the two halves are compiled separately by `fw_compiler` and `bw_compiler` (how a code
 generator receives them), and a `torch.autograd.Function` runs them (`runtime.py`).
 Otherwise only the functionalized forward is traced and compiled by
-`inference_compiler`, with no autograd overhead.
+`inference_compiler`, with no autograd overhead. A graph that makes its own leaves
+(`requires_grad_()` on a value without history) runs eagerly.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Callable
 import torch
 
 from .. import logs
-from .joint import trace_forward, trace_joint, untraceable
+from .joint import differentiable_outputs, fake_outputs, trace_forward, trace_joint, untraceable
 from .partition import partition as split_joint
 from .runtime import make_inference_function, make_training_function
 
@@ -39,25 +41,22 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
                 decompositions: dict | None = None, partitioner: str = "min_cut") -> Callable:
     bw_compiler = bw_compiler or fw_compiler
     inference_compiler = inference_compiler or fw_compiler
-    needs_grad = torch.is_grad_enabled() and any(
-        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
-    if not needs_grad:
-        try:
-            traced = trace_forward(gm, example_inputs, decompositions)
-        except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
-            logs.emit("graph_breaks", f"autograd: running the graph eagerly: {type(error).__name__}: {error}")
-            return gm.forward
-        compiled = inference_compiler(traced.graph_module, _examples(traced.graph_module))
-        return make_inference_function(compiled, traced.num_outputs, traced.mutated_inputs)
-    reason = untraceable(gm)
-    if reason is not None:
-        logs.emit("graph_breaks", f"autograd: running the graph eagerly: {reason}")
-        return gm.forward
     try:
-        traced = trace_joint(gm, example_inputs, decompositions)
+        outputs = fake_outputs(gm, example_inputs)
+    except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
+        return _eagerly(gm, f"{type(error).__name__}: {error}")
+    layouts = {t.layout for t in [*example_inputs, *outputs] if isinstance(t, torch.Tensor)} - {torch.strided}
+    if layouts:  # sparse tensors: functionalization and the partitioner know strided ones only
+        return _eagerly(gm, f"tensors of layout {sorted(map(str, layouts))[0]}")
+    if not differentiable_outputs(outputs):
+        return _inference(gm, example_inputs, inference_compiler, decompositions)
+    reason = untraceable(gm, example_inputs)
+    if reason is not None:
+        return _eagerly(gm, reason)
+    try:
+        traced = trace_joint(gm, example_inputs, decompositions, outputs)
     except Exception as error:  # noqa: BLE001 - e.g. requires_grad_() inside: autograd runs it eagerly
-        logs.emit("graph_breaks", f"autograd: running the graph eagerly: {type(error).__name__}: {error}")
-        return gm.forward
+        return _eagerly(gm, f"{type(error).__name__}: {error}")
     parts = split_joint(traced, partitioner)
     forward = fw_compiler(parts.forward, _examples(parts.forward))
     backward = bw_compiler(parts.backward, _examples(parts.backward))
@@ -67,3 +66,19 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
         differentiable_outputs=traced.differentiable_outputs, grad_inputs=traced.grad_inputs)
     training.partition = parts
     return training
+
+
+def _inference(gm, example_inputs, inference_compiler, decompositions) -> Callable:
+    """No output requires grad (given the call's grad mode and the graph's own grad-mode
+    regions): the functionalized forward alone, without autograd."""
+    try:
+        traced = trace_forward(gm, example_inputs, decompositions)
+    except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
+        return _eagerly(gm, f"{type(error).__name__}: {error}")
+    compiled = inference_compiler(traced.graph_module, _examples(traced.graph_module))
+    return make_inference_function(compiled, traced.num_outputs, traced.mutated_inputs)
+
+
+def _eagerly(gm: torch.fx.GraphModule, reason: str) -> Callable:
+    logs.emit("graph_breaks", f"autograd: running the graph eagerly: {reason}")
+    return gm.forward

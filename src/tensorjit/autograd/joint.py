@@ -10,6 +10,7 @@ runtime copies them back into the inputs, as eager code would have written them.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,38 +40,53 @@ def _is_differentiable(value: Any) -> bool:
 
 def _functional(gm: torch.fx.GraphModule):
     def run(*args):
-        out = gm(*args)
+        out = gm.forward(*args)  # not gm(): fx prints a traceback for every error, even handled ones
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
     return functionalize(run, remove="mutations")
 
 
-def _probe_outputs(gm, example_inputs) -> tuple[list[bool], int]:
-    """Which outputs need a gradient, found by running the graph on fake copies."""
+def fake_outputs(gm, example_inputs) -> tuple:
+    """The graph's outputs on fake copies of the inputs, under the caller's grad mode: their
+    `requires_grad` is eager's, whatever grad-mode regions (`enable_grad`, `no_grad`,
+    `set_grad_enabled`, `inference_mode`, `detach`) the graph holds. The grad mode is
+    restored even if the graph stops half-way through a region."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
-    with mode:
-        outs = _functional(gm)(*fakes)
-    return [_is_differentiable(o) for o in outs], len(outs)
+    with mode, torch.set_grad_enabled(torch.is_grad_enabled()):
+        return _functional(gm)(*fakes)
+
+
+def differentiable_outputs(outputs) -> list[int]:
+    """Indices of the outputs that require grad, as eager's would."""
+    return [i for i, out in enumerate(outputs) if _is_differentiable(out)]
 
 
 RECURRENT = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
 
 
-def untraceable(gm: torch.fx.GraphModule) -> str | None:
-    """Why the joint graph of `gm` cannot be trusted, or None. Recurrent layers: tracing their
-    fused kernels' derivatives gave wrong weight gradients (GRU) and undefined workspaces
-    (LSTM) (tests/conformance/test_with_inductor.py); they run eagerly, under autograd."""
+def untraceable(gm: torch.fx.GraphModule, example_inputs: list) -> str | None:
+    """Why the joint graph of `gm` cannot be trusted, or None.
+
+    - Recurrent layers: tracing their fused kernels' derivatives gave wrong weight gradients
+      (GRU) and undefined workspaces (LSTM) on CUDA (tests/conformance/test_with_inductor.py);
+      they run eagerly, under autograd.
+    - No input requires grad, yet an output does: the graph makes its own leaf
+      (`requires_grad_()`), whose gradient only eager autograd can deliver."""
     for node in gm.graph.nodes:
         if node.op == "call_function" and getattr(node.target, "__name__", None) in RECURRENT:
             return f"recurrent layer ({node.target.__name__}) in a training graph"
+    if not any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+        return "an output requires grad though no input does (requires_grad_() inside the graph)"
     return None
 
 
-def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None) -> TracedGraph:
+def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None,
+                outputs: tuple | None = None) -> TracedGraph:
+    """`outputs`: the graph's fake outputs (`fake_outputs`), when the caller has them already."""
     grad_inputs = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
-    needs_grad, num_outputs = _probe_outputs(gm, example_inputs)
-    differentiable = [i for i, needs in enumerate(needs_grad) if needs]
+    outputs = fake_outputs(gm, example_inputs) if outputs is None else outputs
+    differentiable = differentiable_outputs(outputs)
     forward = _functional(gm)
     num_primals = len(example_inputs)
 
@@ -82,11 +98,16 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: 
         grads = torch.autograd.grad(wanted, sources, tangents, allow_unused=True) if wanted and sources else ()
         return (*outs, *grads)
 
-    tangents = [torch.ones_like(x) for x in _example_outputs(gm, example_inputs, differentiable)]
-    traced = make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
-                     _allow_non_fake_inputs=True)(*example_inputs, *tangents)
-    mutated = _lift_input_mutations(traced, num_primals, num_outputs)
-    return TracedGraph(traced, num_primals, num_outputs, mutated, differentiable, grad_inputs,
+    # Real zeros with the outputs' metadata: make_fx turns them into fake tangents.
+    tangents = [torch.zeros(outputs[i].shape, dtype=outputs[i].dtype, device=outputs[i].device)
+                for i in differentiable]
+    with torch.set_grad_enabled(torch.is_grad_enabled()):
+        traced = make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
+                         _allow_non_fake_inputs=True)(*example_inputs, *tangents)
+    traced = _functionalize_escaped(traced, [*example_inputs, *tangents], decompositions)
+    _backward_reads_updated_values(traced, num_primals)
+    mutated = _lift_input_mutations(traced, num_primals, len(outputs))
+    return TracedGraph(traced, num_primals, len(outputs), mutated, differentiable, grad_inputs,
                        num_tangents=len(tangents))
 
 
@@ -95,19 +116,97 @@ def trace_forward(gm: torch.fx.GraphModule, example_inputs: list, decompositions
     with torch.no_grad():
         traced = make_fx(_functional(gm), decomposition_table=decompositions or {}, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs)
+        traced = _functionalize_escaped(traced, example_inputs, decompositions)
     outputs = next(n for n in traced.graph.nodes if n.op == "output").args[0]
     mutated = _lift_input_mutations(traced, len(example_inputs), len(outputs))
     return TracedGraph(traced, len(example_inputs), len(outputs), mutated, [], [])
 
 
-def _example_outputs(gm, example_inputs, indices: list[int]) -> list[torch.Tensor]:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
-    with mode:
-        outs = _functional(gm)(*fakes)
-    # Real zeros with the outputs' metadata: make_fx turns them into fake tangents.
-    return [torch.zeros(outs[i].shape, dtype=outs[i].dtype, device=outs[i].device) for i in indices]
+def _escaped_mutations(traced: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """In-place ATen ops left in a functionalized graph, other than its final `copy_`s into inputs.
+
+    `functionalize` sees the ops it is called with, not what a CompositeImplicitAutograd op
+    (`gru_cell`, `lstm_cell`) decomposes into below it: those decompositions update their
+    temporaries in place (`add_`, `sigmoid_`, `mul_` on chunks of one matmul), and the
+    in-place ops reach the graph. A partitioner that recomputes such a node in the backward
+    applies the update twice, a wrong gradient."""
+    nodes = [n for n in traced.graph.nodes if n.op == "call_function"]
+    trailing = len(nodes)
+    while trailing and nodes[trailing - 1].target is torch.ops.aten.copy_.default \
+            and nodes[trailing - 1].args[0].op == "placeholder":
+        trailing -= 1
+    return [n for n in nodes[:trailing]
+            if isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable]
+
+
+def _functionalize_escaped(traced: torch.fx.GraphModule, inputs: list, decompositions: dict | None):
+    """The traced graph, functionalized once more if in-place ops escaped the first pass.
+    The graph is ATen now, so every in-place op is seen by functionalization this time."""
+    if not _escaped_mutations(traced):
+        return traced
+
+    def run(*args):
+        return tuple(traced(*args))
+    with torch.no_grad():  # the graph already holds its backward; nothing is differentiated here
+        return make_fx(functionalize(run, remove="mutations"), decomposition_table=decompositions or {},
+                       tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
+
+
+def _backward_reads_updated_values(traced: torch.fx.GraphModule, num_primals: int) -> None:
+    """Backward nodes read what a functional variant of an in-place op (`rrelu_with_noise_functional`)
+    returns for an argument it updates, not the argument's old value.
+
+    In eager, `rrelu_with_noise(x, noise)` fills `noise` in place and its autograd node saves
+    `noise`: the backward reads the filled values. Functionalized below autograd, the op becomes
+    `rrelu_with_noise_functional(x, noise) -> (out, new_noise)` and the derivative formula of the
+    functional variant names its `noise` input, the unfilled buffer: a wrong gradient. A value an
+    op updated is, to eager's saved tensor, the updated one."""
+    graph = traced.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    backward = set(placeholders[num_primals:])
+    for node in graph.nodes:
+        if node.op == "call_function" and any(a in backward for a in node.all_input_nodes):
+            backward.add(node)
+    for node in list(graph.nodes):
+        for argument, index in _updated_arguments(node):
+            readers = [user for user in argument.users if user in backward]
+            if readers:
+                updated = _result(graph, node, index)
+                for user in readers:
+                    user.replace_input_with(argument, updated)
+    graph.lint()
+    traced.recompile()
+
+
+def _updated_arguments(node: torch.fx.Node) -> list[tuple[torch.fx.Node, int]]:
+    """(argument node, index of its new value among the results) for a functional variant."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) \
+            or not target._schema.name.endswith("_functional"):
+        return []
+    base_name = target._schema.name.split("::")[-1][:-len("_functional")]
+    packet = getattr(torch.ops.aten, base_name, None)
+    base = getattr(packet, target._overloadname, None) if packet is not None else None
+    if base is None:
+        return []
+    written = [i for i, a in enumerate(base._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    result = []
+    for k, position in enumerate(written):
+        name = base._schema.arguments[position].name
+        argument = node.args[position] if position < len(node.args) else node.kwargs.get(name)
+        if isinstance(argument, torch.fx.Node):
+            result.append((argument, len(base._schema.returns) + k))
+    return result
+
+
+def _result(graph: torch.fx.Graph, node: torch.fx.Node, index: int) -> torch.fx.Node:
+    for user in node.users:
+        if user.target is operator.getitem and user.args[1] == index:
+            return user
+    with graph.inserting_after(node):
+        item = graph.call_function(operator.getitem, (node, index))
+    item.meta["val"] = node.meta["val"][index]
+    return item
 
 
 def _lift_input_mutations(traced: torch.fx.GraphModule, num_primals: int, num_outputs: int) -> list[int]:

@@ -42,6 +42,8 @@ def _backward_nodes(graph: torch.fx.Graph, tangents: set[torch.fx.Node]) -> set[
 
 
 def _recomputable(node: torch.fx.Node) -> bool:
+    if node.op == "get_attr":
+        return True  # a constant of the graph: both halves read it, nothing to save
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return node.op == "call_function"  # getitem and Python operators on sizes
     tags = node.target.tags
@@ -61,7 +63,11 @@ _CHEAP = {aten.view.default, aten.expand.default, aten.t.default, aten.permute.d
 def _weight(node: torch.fx.Node) -> float:
     value = node.meta.get("val")
     if isinstance(value, torch.Tensor):
-        return float(value.numel() * value.element_size()) + 1.0  # +1: prefer fewer values at equal size
+        numel = value.numel()
+        if not isinstance(numel, int):
+            # A size known only at run time (nonzero, masked_select): no guard may be added; count it large.
+            numel = numel.node.hint if numel.node.has_hint() else 1 << 20
+        return float(numel * value.element_size()) + 1.0  # +1: prefer fewer values at equal size
     return 1.0
 
 
@@ -71,21 +77,27 @@ def choose_saved(traced: TracedGraph, mode: str) -> list[torch.fx.Node]:
     primals, tangents = placeholders[:traced.num_primals], set(placeholders[traced.num_primals:])
     backward = _backward_nodes(graph, tangents)
     forward = [n for n in graph.nodes if n.op != "output" and n not in backward]
-    needed = [n for n in forward if any(u in backward for u in n.users)]
+    # A gradient that does not depend on a tangent (zeros: `angle` of a real input, `det` of a
+    # singular matrix) is a forward value the backward graph returns: it reads it like any other.
+    outputs = next(n for n in graph.nodes if n.op == "output").args[0]
+    gradients = {g for g in outputs[traced.num_outputs + len(traced.mutated_inputs):] if isinstance(g, torch.fx.Node)}
+    needed = [n for n in forward if n in gradients or any(u in backward for u in n.users)]
     if mode == "save_all":
         return needed
     if mode != "min_cut":
         raise ValueError(f"tensorjit: unknown partitioner {mode!r}; valid partitioners are: min_cut, save_all")
-    return _min_cut(forward, backward, primals)
+    return _min_cut(forward, backward, primals, gradients)
 
 
 def _min_cut(forward: list[torch.fx.Node], backward: set[torch.fx.Node],
-             primals: list[torch.fx.Node]) -> list[torch.fx.Node]:
+             primals: list[torch.fx.Node], gradients: set[torch.fx.Node]) -> list[torch.fx.Node]:
     flow = FlowGraph()
     source, sink = "source", "sink"
     forward_set = set(forward)
     for node in forward:
         flow.add_edge((node, "in"), (node, "out"), _weight(node))
+        if node in gradients:
+            flow.add_edge((node, "out"), sink, INFINITY)
         if node in primals or not _recomputable(node):
             flow.add_edge(source, (node, "in"), INFINITY)  # available in the forward only
         for user in node.users:
@@ -105,13 +117,16 @@ def partition(traced: TracedGraph, mode: str = "min_cut") -> Partition:
     outputs = list(next(n for n in graph.nodes if n.op == "output").args[0])
     num_forward_outputs = traced.num_outputs + len(traced.mutated_inputs)
     forward_outputs, gradients = outputs[:num_forward_outputs], outputs[num_forward_outputs:]
-    forward = _extract(graph, primals, forward_outputs + saved)
-    backward = _extract(graph, saved + tangents, gradients)
+    root = traced.graph_module  # holds the constants tracing created (`_tensor_constant0`) for get_attr nodes
+    forward = _extract(root, primals, forward_outputs + saved)
+    backward = _extract(root, saved + tangents, gradients)
     return Partition(forward, backward, len(saved), [n.name for n in saved])
 
 
-def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list) -> torch.fx.GraphModule:
-    """A new graph computing `outputs` from `inputs`, copying the nodes in between."""
+def _extract(root: torch.fx.GraphModule, inputs: list[torch.fx.Node], outputs: list) -> torch.fx.GraphModule:
+    """A new graph computing `outputs` from `inputs`, copying the nodes in between; the
+    attributes its get_attr nodes read are copied from `root`."""
+    graph = root.graph
     new = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in inputs:
@@ -131,4 +146,4 @@ def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list) 
         if node in needed:
             env[node] = new.node_copy(node, lambda n: env[n])
     new.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs))
-    return torch.fx.GraphModule(torch.nn.Module(), new)
+    return torch.fx.GraphModule(root, new)

@@ -33,10 +33,15 @@ def _as_traced(tangent):
 
 def make_inference_function(compiled: Callable, num_outputs: int, mutated: list[int]) -> Callable:
     def run(*inputs):
-        results = compiled(*inputs)
+        # No output requires grad (the graph decided it); generated code that views an input
+        # (`detach` lowered to an alias) must not record autograd history on it either.
+        with torch.no_grad():
+            results = compiled(*inputs)
         if mutated:
             _write_back(inputs, mutated, results[num_outputs:num_outputs + len(mutated)])
-        return tuple(results[:num_outputs])
+        # A graph's `x.detach()` may come back as the input tensor itself from generated code.
+        return tuple(out.detach() if isinstance(out, torch.Tensor) and out.requires_grad else out
+                     for out in results[:num_outputs])
     return run
 
 
@@ -58,6 +63,10 @@ def make_training_function(forward: Callable, backward: Callable, *, num_inputs:
             ctx.save_for_backward(*tensors)
             ctx.saved_layout = [isinstance(s, torch.Tensor) for s in saved]
             ctx.saved_other = [s for s in saved if not isinstance(s, torch.Tensor)]
+            # A fresh alias for each output that needs no gradient: a compiled graph may return
+            # one tensor for several outputs (`y.detach(), y`), and marking is per tensor.
+            outputs = [out.detach() if i in non_differentiable and isinstance(out, torch.Tensor) else out
+                       for i, out in enumerate(outputs)]
             ctx.mark_non_differentiable(*[outputs[i] for i in non_differentiable
                                           if isinstance(outputs[i], torch.Tensor)])
             return tuple(outputs)
@@ -78,6 +87,9 @@ def make_training_function(forward: Callable, backward: Callable, *, num_inputs:
             return tuple(result)
 
     def run(*inputs):
-        return CompiledFunction.apply(*inputs)
+        # Grad mode on: an output computed under the graph's own enable_grad() needs a gradient
+        # even in a call made under no_grad; the others are marked non-differentiable.
+        with torch.enable_grad():
+            return CompiledFunction.apply(*inputs)
 
     return run

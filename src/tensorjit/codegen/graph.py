@@ -323,6 +323,7 @@ class GraphLowering:
                     (args[0].buffer is not None or args[0].alias_of is not None):
                 return self.lower_view_of_buffer(node, meta, args, kwargs)
             try:
+                _check_kernel_dtypes(meta, args, kwargs)
                 args = tuple(self.realize(a) if isinstance(a, ReductionValue) else a for a in args)
                 if isinstance(meta, (tuple, list)) and target not in TUPLE_LOWERINGS:
                     raise NotLowerable("multiple results")
@@ -371,3 +372,24 @@ class GraphLowering:
         self.steps.append(ir.Extern(f"extern{len(self.steps)}", target, tuple(args),
                                     tuple(kwargs.items()), buffer.name))
         return ExternObject(buffer.name)
+
+
+def _check_kernel_dtypes(meta, args, kwargs) -> None:
+    """Refuse (the node becomes an ATen extern) a node whose result or operands have a dtype
+    kernels do not implement (complex64, float16 ...). Checked before lowering: loaders are
+    called later, when a kernel is built, too late for the node to become an extern."""
+    operands = [a for a in _flatten((args, kwargs)) if isinstance(a, LazyValue)]
+    dtypes = {a.dtype for a in operands}
+    if isinstance(meta, torch.Tensor):
+        dtypes.add(TORCH_TO_IR.get(meta.dtype, str(meta.dtype)))
+    unsupported = sorted(d for d in dtypes if d not in ir.DTYPES)
+    if unsupported:
+        raise NotLowerable(f"dtype {unsupported[0]} has no kernel support")
+
+
+def _flatten(value) -> list:
+    if isinstance(value, (list, tuple)):
+        return [item for inner in value for item in _flatten(inner)]
+    if isinstance(value, dict):
+        return _flatten(list(value.values()))
+    return [value]

@@ -67,6 +67,12 @@ def is_float(dtype: str) -> bool:
     return dtype in ("float32", "float64") or dtype in ir.HALF_DTYPES
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a buffer's dtype name: kernel dtypes, and the others (complex64,
+    float16, uint8 ...) that only externs produce or read (`dtype_name` names them)."""
+    return IR_TO_TORCH.get(name) or getattr(torch, name)
+
+
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, running = [], 1
     for size in reversed(shape):

@@ -30,7 +30,7 @@ import torch
 from . import ir
 from .graph import EXACT_LAYOUT_EXTERNS
 from .memory import last_uses, names_written
-from .values import IR_TO_TORCH, contiguous_strides
+from .values import IR_TO_TORCH, contiguous_strides, torch_dtype
 
 
 class _Source:
@@ -114,7 +114,7 @@ def _input_check(source: _Source, program: ir.Program, buffers: dict[str, ir.Buf
         buffer = buffers[name]
         if buffer.dtype == "object":
             continue
-        dtype = source.constant(IR_TO_TORCH[buffer.dtype], "dtype")
+        dtype = source.constant(torch_dtype(buffer.dtype), "dtype")  # an input only externs read
         terms.append(f"{name}.stride() == {tuple(buffer.strides)!r} and {name}.shape == {tuple(buffer.shape)!r} "
                      f"and {name}.dtype is {dtype} and {name}.{device_test}")
     return " and ".join(terms) or "True"
