@@ -10,7 +10,9 @@ from .api import OptimizedModule, compile, disable, reset
 from .backends.registry import list_backends, register_backend
 from .capture.breaks import CaptureError, GraphBreakError
 from .explain import explain
+from .runtime.cudagraphs import mark_step_begin as cudagraph_mark_step_begin
 
 __all__ = ["compile", "disable", "explain", "reset", "list_backends", "register_backend",
-           "GraphBreakError", "CaptureError", "OptimizedModule", "config", "logs"]
+           "GraphBreakError", "CaptureError", "OptimizedModule", "config", "logs",
+           "cudagraph_mark_step_begin"]
 __version__ = "0.1.0"

@@ -43,7 +43,14 @@ class Config:
     max_autotune: bool = False
     """Benchmark several kernel configurations and keep the fastest."""
     triton_cudagraphs: bool = False
-    """Replay the compiled graph through CUDA graphs (mode="reduce-overhead")."""
+    """Replay compiled graphs through CUDA graphs (mode="reduce-overhead"): inference graphs, and the
+    forward and backward graphs of training; see runtime/cudagraphs.py."""
+    cudagraph_max_shapes: int = 8
+    """Distinct input shapes recorded per compiled graph; calls with further shapes run without CUDA graphs."""
+    cudagraph_max_recordings_per_shape: int = 2
+    """Recordings of one input shape whose parameters or saved activations moved; further ones run without."""
+    cudagraph_warmup_calls: int = 2
+    """Calls on a side stream before recording (lazy initialisation and autotuning stay out of the graph)."""
     fallback_random: bool = False
     """Run random ops through ATen so compiled random numbers match eager bit for bit."""
     profile_kernels: bool = False

@@ -1,7 +1,7 @@
 """Ahead-of-time autograd: the AOTAutograd role.
 
     aot_compile(gm, example_inputs, *, fw_compiler, bw_compiler=None, inference_compiler=None,
-                decompositions=None, partitioner="min_cut") -> callable
+                decompositions=None, partitioner="min_cut", wrap_compiled=None) -> callable
 
 takes a captured FX graph and returns a callable with the same inputs and outputs.
 When some input requires grad (and grad mode is on), the graph is traced into a joint
@@ -10,6 +10,12 @@ the two halves are compiled separately by `fw_compiler` and `bw_compiler` (how a
 generator receives them), and a `torch.autograd.Function` runs them (`runtime.py`).
 Otherwise only the functionalized forward is traced and compiled by
 `inference_compiler`, with no autograd overhead.
+
+`wrap_compiled(compiled, kind, saved_outputs)`, when given, wraps each compiled graph
+before the runtime calls it: kind is "inference", "forward" or "backward", and the
+forward's last `saved_outputs` outputs are the values saved for the backward. CUDA
+graphs (mode="reduce-overhead") come in here, around the compiled graphs and not the
+`torch.autograd.Function`.
 """
 
 from __future__ import annotations
@@ -34,10 +40,16 @@ def _examples(gm: torch.fx.GraphModule) -> list:
     return [_example_of(n) for n in gm.graph.nodes if n.op == "placeholder"]
 
 
+def _unwrapped(compiled: Callable, kind: str, saved_outputs: int) -> Callable:
+    return compiled
+
+
 def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: Callable,
                 bw_compiler: Callable | None = None, inference_compiler: Callable | None = None,
-                decompositions: dict | None = None, partitioner: str = "min_cut") -> Callable:
+                decompositions: dict | None = None, partitioner: str = "min_cut",
+                wrap_compiled: Callable | None = None) -> Callable:
     bw_compiler = bw_compiler or fw_compiler
+    wrap = wrap_compiled or _unwrapped
     inference_compiler = inference_compiler or fw_compiler
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
@@ -47,7 +59,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
         except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
             logs.emit("graph_breaks", f"autograd: running the graph eagerly: {type(error).__name__}: {error}")
             return gm.forward
-        compiled = inference_compiler(traced.graph_module, _examples(traced.graph_module))
+        compiled = wrap(inference_compiler(traced.graph_module, _examples(traced.graph_module)), "inference", 0)
         return make_inference_function(compiled, traced.num_outputs, traced.mutated_inputs)
     reason = untraceable(gm)
     if reason is not None:
@@ -59,8 +71,8 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
         logs.emit("graph_breaks", f"autograd: running the graph eagerly: {type(error).__name__}: {error}")
         return gm.forward
     parts = split_joint(traced, partitioner)
-    forward = fw_compiler(parts.forward, _examples(parts.forward))
-    backward = bw_compiler(parts.backward, _examples(parts.backward))
+    forward = wrap(fw_compiler(parts.forward, _examples(parts.forward)), "forward", parts.num_saved)
+    backward = wrap(bw_compiler(parts.backward, _examples(parts.backward)), "backward", 0)
     training = make_training_function(
         forward, backward, num_inputs=len(example_inputs), num_outputs=traced.num_outputs,
         mutated=traced.mutated_inputs, num_saved=parts.num_saved,

@@ -4,8 +4,9 @@ The captured graph goes through `tensorjit.autograd.aot_compile`, which hands th
 forward and backward ATen graphs (or the inference graph) separately to the code
 generator for the graph's device:
 
-- CUDA: `tensorjit.codegen.triton` (fused Triton kernels, ATen for matmul/conv/attention,
-  CUDA graphs under mode="reduce-overhead");
+- CUDA: `tensorjit.codegen.triton` (fused Triton kernels, ATen for matmul/conv/attention);
+  under mode="reduce-overhead" (`config.triton_cudagraphs`) each compiled graph (inference,
+  forward, backward) is replayed through CUDA graphs (`runtime/cudagraphs.py`);
 - CPU: `tensorjit.codegen.cpp` when it is present; until then the ATen graphs run as they
   are (correct, and without the Python overhead of the original modules).
 
@@ -40,20 +41,32 @@ def _code_generator(device_type: str) -> tuple[Callable, dict | None]:
     return module.compile_aten_graph, module.decompositions()
 
 
+def cudagraph_wrapper(config: Config, device: str) -> Callable | None:
+    """What aot_compile wraps each compiled graph in: CUDA graph runners under `triton_cudagraphs`."""
+    if not config.triton_cudagraphs or device != "cuda":
+        return None
+    from ..runtime.cudagraphs import Settings, wrap_compiled
+
+    return wrap_compiled(Settings.from_config(config))
+
+
 def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Config | None = None) -> Callable:
     config = config or default_config
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     device = devices.pop() if len(devices) == 1 else "mixed"
     compile_aten_graph, decompositions = _code_generator(device)
+    wrap = cudagraph_wrapper(config, device)
+    # The wrapping happens here, per graph kind; the code generator must not wrap again.
+    generator_config = config.replace(triton_cudagraphs=False) if wrap else config
 
     def compiler(aten_gm, aten_inputs):
         if compile_aten_graph is _run_as_is:
             return aten_gm.forward
-        return compile_aten_graph(aten_gm, aten_inputs, config=config)
+        return compile_aten_graph(aten_gm, aten_inputs, config=generator_config)
 
     try:
         return aot_compile(gm, example_inputs, fw_compiler=compiler, decompositions=decompositions,
-                           partitioner=config.partitioner)
+                           partitioner=config.partitioner, wrap_compiled=wrap)
     except Exception as error:  # noqa: BLE001 - a compiler gap must not become a wrong answer
         logs.emit("graph_breaks", f"inductor: running the graph eagerly: {type(error).__name__}: {error}")
         return gm.forward
