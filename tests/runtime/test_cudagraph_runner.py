@@ -187,6 +187,26 @@ def test_mutated_inference_input_is_detected_without_version_counters():
     assert next(iter(runner.recordings.values())).mutated == [0]
 
 
+def test_inputs_holding_tuples_of_tensors_are_flattened():
+    runner = FakeDeviceRunner(lambda x, pair: (x * pair[0] + pair[1],))
+    for _ in range(2):
+        x, a, b = torch.randn(3), torch.randn(3), torch.randn(3)
+        torch.testing.assert_close(runner(x, (a, b))[0], x * a + b)
+    (flat_runner,) = runner.structured.values()
+    assert flat_runner.replays == 2 and runner.eager_calls == 0
+
+
+def test_saved_outputs_holding_tuples_are_handed_out_in_place():
+    def forward(x):
+        return (x + 1, (x * 2, x * 3), x * 4)  # one output, then two saved values, the first a pair
+
+    runner = FakeDeviceRunner(forward, kind="forward", saved_outputs=2)
+    with torch.no_grad():
+        runner(torch.randn(3))
+    recording = next(iter(runner.recordings.values()))
+    assert recording.first_handed_out == 1 and recording.protected == [1, 2, 3]
+
+
 def test_parameter_written_in_place_runs_eagerly_with_reason():
     weight = torch.nn.Parameter(torch.ones(3), requires_grad=False)
 

@@ -34,6 +34,6 @@ def cudagraphs(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor], *,
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(value, torch.Tensor) and value.requires_grad for value in example_inputs)
     if not needs_grad:
-        return CudaGraphRunner(gm, settings=settings, name="cudagraphs backend")
+        return CudaGraphRunner(gm, settings=settings, name="cudagraphs backend (inference)")
     return aot_compile(gm, example_inputs, fw_compiler=_as_is,
                        wrap_compiled=wrap_compiled(settings, name="cudagraphs backend"))

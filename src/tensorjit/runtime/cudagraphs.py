@@ -244,11 +244,15 @@ class CudaGraphRunner:
         self.eager_calls = 0
         self.replays = 0
         self.reasons: list[str] = []
+        self.structured: dict[Any, CudaGraphRunner] = {}
+        """Runners of the flattened inputs, by input structure (see `_call_structured`)."""
         self._pool = None
 
     # -- calls --
 
     def __call__(self, *inputs: Any) -> Any:
+        if any(type(value) in (tuple, list) for value in inputs):
+            return self._call_structured(inputs)
         reason = ungraphable_reason(inputs, self.device_type)
         if reason is not None:
             return self._eager(inputs, reason)
@@ -264,6 +268,21 @@ class CudaGraphRunner:
                                        "still held (their backward has not run): this call runs eagerly; "
                                        "call tensorjit.cudagraph_mark_step_begin() when the previous step is done")
         return self._replay(recording, inputs)
+
+    def _call_structured(self, inputs: Sequence[Any]) -> Any:
+        """Inputs holding tuples of tensors (a saved multi-output op, as graphs run as they are pass them):
+        a runner of the flat tensors, one per structure."""
+        flat, spec = pytree.tree_flatten(list(inputs))
+        runner = self.structured.get(spec)
+        if runner is None:
+            function = self.function
+
+            def call_flat(*leaves: Any) -> Any:
+                return function(*pytree.tree_unflatten(list(leaves), spec))
+
+            runner = self.structured[spec] = type(self)(call_flat, kind=self.kind, saved_outputs=self.saved_outputs,
+                                                        settings=self.settings, name=self.name)
+        return runner(*flat)
 
     def _eager(self, inputs: Sequence[Any], reason: str | None) -> Any:
         self.eager_calls += 1
@@ -315,7 +334,7 @@ class CudaGraphRunner:
             return None
         flat_outputs, rebuild = flatten(outputs)
         recording = Recording(graph, pool, static_inputs, copied, mutated, flat_outputs, rebuild,
-                              first_handed_out=self._first_handed_out(flat_outputs))
+                              first_handed_out=self._first_handed_out(outputs, flat_outputs))
         self._protect(recording, static_inputs, in_place)
         for index, fixed in enumerate(in_place):
             # Read in place: the key holds their address, and a replay happens only when a caller's
@@ -358,10 +377,11 @@ class CudaGraphRunner:
         torch.cuda.set_rng_state(rng_state)  # warm-up must not shift the random stream eager would see
         return outputs
 
-    def _first_handed_out(self, flat_outputs: Sequence[Any]) -> int:
-        if self.kind != "forward":
+    def _first_handed_out(self, outputs: Any, flat_outputs: Sequence[Any]) -> int:
+        """The flat index of the forward's first saved output (saved values may be tuples of tensors)."""
+        if self.kind != "forward" or not self.saved_outputs or type(outputs) not in (tuple, list):
             return len(flat_outputs)
-        return max(0, len(flat_outputs) - self.saved_outputs)
+        return len(flatten(list(outputs[:max(0, len(outputs) - self.saved_outputs)]))[0])
 
     def _protect(self, recording: Recording, static_inputs: Sequence[Any], in_place: Sequence[bool]) -> None:
         """Note the handed-out outputs a replay overwrites; register every handed-out one as read in place."""
