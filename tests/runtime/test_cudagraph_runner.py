@@ -339,6 +339,22 @@ def test_second_forward_before_backward_runs_eagerly_and_both_gradients_are_righ
     assert any("still held" in line for line in logs.recent("cudagraphs"))
 
 
+def test_other_holders_of_saved_activations_do_not_stop_replays():
+    # A backward graph may return a view of a saved activation, and its recording keeps that
+    # view: only the step token (finished by the backward, dropped with the graph) counts.
+    runner = FakeDeviceRunner(lambda x: (x + 1, x * 2), kind="forward", saved_outputs=1)
+    with torch.no_grad():
+        _, saved = runner(torch.randn(3))
+        kept_view = saved.view(-1)
+        runner.take_step_token().finish()
+        runner(torch.randn(3))
+        token = runner.take_step_token()
+        runner(torch.randn(3))  # its token is alive and not finished: eager
+        del token
+        runner(torch.randn(3))  # the graph holding it was dropped: replay
+    assert runner.replays == 3 and runner.eager_calls == 1 and kept_view.shape == (3,)
+
+
 def test_stale_backward_after_mark_step_begin_fails_loudly():
     torch.manual_seed(0)
     model = Net()

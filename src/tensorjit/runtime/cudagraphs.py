@@ -38,10 +38,11 @@ caller sees (inference outputs, the forward's outputs, the gradients) are
 cloned, so a result held across calls never changes under its holder. The
 forward's saved activations are not cloned: the backward reads them in place.
 Two rules keep that safe and loud:
-  * a forward replay while the saved activations of its previous replay are
-    still held (their backward has not run, or the graph was kept) runs the
-    forward eagerly instead, unless `mark_step_begin()` was called since, which
-    declares the previous step finished;
+  * a forward replay while the saved activations of its previous replay still
+    await their backward (the autograd runtime finishes the replay's
+    `StepToken` after the backward; dropping the autograd graph drops it) runs
+    the forward eagerly instead, unless `mark_step_begin()` was called since,
+    which declares the previous step finished;
   * each replay bumps the saved buffers' version counters, so a backward that
     reads activations a later replay overwrote fails with autograd's "modified
     by an inplace operation" error instead of computing a wrong gradient.
@@ -206,20 +207,33 @@ class Recording:
     first_handed_out: int
     """Outputs from this index on are handed out in place (saved activations), not cloned."""
     protected: list[int] = dataclasses.field(default_factory=list)
-    """Of those, the ones a replay writes (not parameters): guarded by use counts and versions."""
-    baseline_uses: list[int] = dataclasses.field(default_factory=list)
+    """Of those, the ones a replay writes (not parameters): their version counters are bumped."""
+    step_token: Callable[[], "StepToken | None"] = lambda: None
+    """A weak reference to the token of the last replay (see `StepToken`)."""
     last_step: int = -1
 
 
-def storage_uses(value: torch.Tensor) -> int:
-    """How many tensors (and storage objects) reference value's memory."""
-    return torch._C._storage_Use_Count(value.untyped_storage()._cdata)
+class StepToken:
+    """Stands for one forward replay's saved activations until its backward has run.
+
+    The autograd runtime takes it from the forward runner (`take_step_token`),
+    keeps it on the autograd node, and calls `finish()` after the backward. The
+    runner holds only a weak reference: a token that is finished, or dead
+    because its autograd graph was dropped, no longer holds the activations."""
+
+    __slots__ = ("done", "__weakref__")
+
+    def __init__(self):
+        self.done = False
+
+    def finish(self) -> None:
+        self.done = True
 
 
 def still_held(recording: Recording) -> bool:
-    """Whether a saved activation handed out by the previous replay is still referenced."""
-    return any(storage_uses(recording.static_outputs[index]) > baseline
-               for index, baseline in zip(recording.protected, recording.baseline_uses))
+    """Whether the saved activations of the recording's previous replay still await their backward."""
+    token = recording.step_token()
+    return token is not None and not token.done
 
 
 class CudaGraphRunner:
@@ -247,10 +261,17 @@ class CudaGraphRunner:
         self.structured: dict[Any, CudaGraphRunner] = {}
         """Runners of the flattened inputs, by input structure (see `_call_structured`)."""
         self._pool = None
+        self._step_token: StepToken | None = None
 
     # -- calls --
 
+    def take_step_token(self) -> StepToken | None:
+        """The token of this call's forward replay (None after an eager call); see `StepToken`."""
+        token, self._step_token = self._step_token, None
+        return token
+
     def __call__(self, *inputs: Any) -> Any:
+        self._step_token = None
         if any(type(value) in (tuple, list) for value in inputs):
             return self._call_structured(inputs)
         reason = ungraphable_reason(inputs, self.device_type)
@@ -282,7 +303,9 @@ class CudaGraphRunner:
 
             runner = self.structured[spec] = type(self)(call_flat, kind=self.kind, saved_outputs=self.saved_outputs,
                                                         settings=self.settings, name=self.name)
-        return runner(*flat)
+        result = runner(*flat)
+        self._step_token = runner.take_step_token()
+        return result
 
     def _eager(self, inputs: Sequence[Any], reason: str | None) -> Any:
         self.eager_calls += 1
@@ -390,7 +413,6 @@ class CudaGraphRunner:
         recording.protected = [i for i in range(recording.first_handed_out, len(outputs))
                                if isinstance(outputs[i], torch.Tensor)
                                and outputs[i].untyped_storage().data_ptr() not in fixed]
-        recording.baseline_uses = [storage_uses(outputs[i]) for i in recording.protected]
         _register_saved(recording, outputs, [i for i in range(recording.first_handed_out, len(outputs))
                                              if isinstance(outputs[i], torch.Tensor)])
 
@@ -428,9 +450,10 @@ class CudaGraphRunner:
                 torch.autograd.graph.increment_version(static_outputs[index])
         outputs = [value.clone(memory_format=torch.preserve_format) if isinstance(value, torch.Tensor) else value
                    for value in static_outputs[:recording.first_handed_out]]
-        # A fresh alias per replay: its reference count tells whether the step is done.
-        outputs += [value.detach() if isinstance(value, torch.Tensor) else value
-                    for value in static_outputs[recording.first_handed_out:]]
+        outputs += static_outputs[recording.first_handed_out:]
+        if recording.protected:
+            token = self._step_token = StepToken()
+            recording.step_token = weakref.ref(token)
         return recording.rebuild(outputs)
 
 
