@@ -95,15 +95,15 @@ def test_cpu_inputs_run_eagerly_with_one_log_line():
 def test_key_holds_addresses_of_inputs_read_in_place_only():
     parameter = torch.nn.Parameter(torch.randn(4))
     x = torch.randn(4)
-    in_place = [cudagraphs.read_in_place(v) for v in (parameter, x, 3)]
-    assert in_place == [True, False, False]
-    key = recording_key([parameter, x, 3], in_place)
-    assert key[1][4] == parameter.data_ptr() and key[2][4] is None and key[3] == (int, 3)
-    assert shape_of(key) == shape_of(recording_key([torch.nn.Parameter(torch.randn(4)), x, 3], in_place))
-    assert recording_key([x], [False]) != recording_key([x.t()[None]], [False])  # shape differs
+    assert [cudagraphs.read_in_place(v) for v in (parameter, x, 3)] == [True, False, False]
+    key = recording_key([parameter, x, 3])
+    assert key[1][3] == parameter.data_ptr() and key[2][3] is None and key[3] == (int, 3)
+    assert cudagraphs.in_place_of(key) == [True, False, False]
+    assert shape_of(key) == shape_of(recording_key([torch.nn.Parameter(torch.randn(4)), x, 3]))
+    assert recording_key([x]) != recording_key([x.t()[None]])  # shape differs
     with torch.inference_mode():
-        inference_key = recording_key([x], [False])
-    assert inference_key != recording_key([x], [False])
+        inference_key = recording_key([x])
+    assert inference_key != recording_key([x])
 
 
 def test_warm_up_refusals():
@@ -317,7 +317,7 @@ def test_training_steps_match_eager_and_backward_reads_saved_activations_in_plac
     assert backward_recording.pool == forward_recording.pool  # one pool per step
     in_place = [key for key in backward.recordings][0][1:]
     saved = {forward_recording.static_outputs[i].data_ptr() for i in forward_recording.protected}
-    assert saved <= {part[4] for part in in_place}  # the backward's key holds their addresses: read in place
+    assert saved <= {part[3] for part in in_place}  # the backward's key holds their addresses: read in place
     assert len(backward_recording.copied) == 1  # the tangent alone is copied (a saved weight is read in place)
 
 

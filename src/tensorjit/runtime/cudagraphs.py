@@ -170,21 +170,32 @@ def ungraphable_reason(inputs: Sequence[Any], device_type: str = "cuda") -> str 
     return None
 
 
-def recording_key(inputs: Sequence[Any], in_place: Sequence[bool]) -> tuple:
-    """Shapes, strides, dtypes and number values; addresses of the inputs read in place."""
-    parts: list[Any] = [torch.is_inference_mode_enabled()]
-    for value, fixed in zip(inputs, in_place):
+def recording_key(inputs: Sequence[Any]) -> tuple:
+    """Shapes, strides, dtypes and number values; addresses of the inputs read in place (`read_in_place`).
+
+    One pass, one device: every input is on the same one (`ungraphable_reason`)."""
+    saved = _saved_buffers
+    parameter = torch.nn.Parameter
+    device = next((value.device for value in inputs if isinstance(value, torch.Tensor)), None)
+    parts: list[Any] = [(torch.is_inference_mode_enabled(), device)]
+    for value in inputs:
         if isinstance(value, torch.Tensor):
-            parts.append((value.shape, value.stride(), value.dtype, value.device,
-                          value.data_ptr() if fixed else None))
+            address = value.data_ptr()
+            fixed = isinstance(value, parameter) or address in saved
+            parts.append((value.shape, value.stride(), value.dtype, address if fixed else None))
         else:
             parts.append((type(value), value))
     return tuple(parts)
 
 
+def in_place_of(key: tuple) -> list[bool]:
+    """Which inputs a key reads in place."""
+    return [len(part) == 4 and part[3] is not None for part in key[1:]]
+
+
 def shape_of(key: tuple) -> tuple:
     """The key without the addresses of inputs read in place."""
-    return tuple(part[:4] if len(part) == 5 else part for part in key[1:])
+    return tuple(part[:3] if len(part) == 4 else part for part in key[1:])
 
 
 # -- recordings ------------------------------------------------------------------
@@ -277,11 +288,10 @@ class CudaGraphRunner:
         reason = ungraphable_reason(inputs, self.device_type)
         if reason is not None:
             return self._eager(inputs, reason)
-        in_place = [read_in_place(value) for value in inputs]
-        key = recording_key(inputs, in_place)
+        key = recording_key(inputs)
         recording = self.recordings.get(key, _MISSING)
         if recording is _MISSING:
-            recording = self.recordings[key] = self._new_recording(key, inputs, in_place)
+            recording = self.recordings[key] = self._new_recording(key, inputs, in_place_of(key))
         if recording is None:
             return self._eager(inputs, None)
         if recording.protected and recording.last_step == _step and still_held(recording):
