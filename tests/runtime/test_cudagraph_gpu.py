@@ -61,8 +61,11 @@ def test_training_steps_with_optimizer_match_eager(settings):
         reference_optimizer.step()
         reference_optimizer.zero_grad()
         torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
+    # AdamW divides by the root of the squared gradients, so float32 rounding differences of the
+    # generated kernels in near-zero gradients reach the parameters at ~2e-5 after 5 steps (seen on
+    # the H100); a replay of stale values would be off by the size of a whole update (~1e-2).
     for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
     assert recorded("forward") and recorded("backward"), logs.recent("cudagraphs")
     assert not [line for line in logs.recent("cudagraphs") if "not replayed" in line], logs.recent("cudagraphs")
 

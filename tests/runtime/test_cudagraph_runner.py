@@ -53,8 +53,9 @@ class FakeDeviceRunner(CudaGraphRunner):
 def fake_wrapper(settings=Settings()):
     runners = []
 
-    def wrap(compiled, kind, saved_outputs=0):
-        runner = FakeDeviceRunner(compiled, kind=kind, saved_outputs=saved_outputs, settings=settings)
+    def wrap(compiled, kind, saved_outputs=0, kept_outputs=None):
+        runner = FakeDeviceRunner(compiled, kind=kind, saved_outputs=saved_outputs, kept_outputs=kept_outputs,
+                                  settings=settings)
         runners.append(runner)
         return runner
 
@@ -204,7 +205,7 @@ def test_saved_outputs_holding_tuples_are_handed_out_in_place():
     with torch.no_grad():
         runner(torch.randn(3))
     recording = next(iter(runner.recordings.values()))
-    assert recording.first_handed_out == 1 and recording.protected == [1, 2, 3]
+    assert recording.first_saved == 1 and recording.protected == [1, 2, 3]
 
 
 def test_parameter_written_in_place_runs_eagerly_with_reason():
@@ -250,6 +251,32 @@ def test_parameters_are_read_in_place():
     torch.testing.assert_close(runner(weight, x)[0], x * weight)
     recording = next(iter(runner.recordings.values()))
     assert recording.copied == [1] and recording.static_inputs[0] is None  # not pinned
+
+
+def test_module_buffers_are_read_in_place():
+    def backend(gm, example_inputs):
+        backend.indices = cudagraphs.module_state_indices(gm)
+        return gm.forward
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3)).eval()
+    tensorjit.compile(model, backend=backend)(torch.randn(2, 3))
+    assert backend.indices == frozenset(range(1, 7))  # not the input, every parameter and buffer
+
+    mean = torch.randn(4)  # a plain tensor, as a batch-norm buffer is
+    runner = FakeDeviceRunner(lambda x, m: (x - m,), static_input_indices=frozenset({1}))
+    for _ in range(2):
+        x = torch.randn(4)
+        torch.testing.assert_close(runner(x, mean)[0], x - mean)
+        mean.add_(1)
+    assert next(iter(runner.recordings.values())).copied == [0] and runner.replays == 2
+
+
+def test_only_kept_outputs_are_cloned():
+    runner = FakeDeviceRunner(lambda x: (x + 1, x * 2), kept_outputs=1)
+    first = runner(torch.zeros(2))
+    second = runner(torch.ones(2))
+    torch.testing.assert_close(first[0], torch.ones(2))  # kept: cloned, still its own call's value
+    assert first[1] is second[1]  # a mutated input's new value, which the runtime copies at once
 
 
 def test_capture_failure_runs_eagerly_with_reason():

@@ -11,9 +11,11 @@ generator receives them), and a `torch.autograd.Function` runs them (`runtime.py
 Otherwise only the functionalized forward is traced and compiled by
 `inference_compiler`, with no autograd overhead.
 
-`wrap_compiled(compiled, kind, saved_outputs)`, when given, wraps each compiled graph
-before the runtime calls it: kind is "inference", "forward" or "backward", and the
-forward's last `saved_outputs` outputs are the values saved for the backward. CUDA
+`wrap_compiled(compiled, kind, saved_outputs, kept_outputs)`, when given, wraps each
+compiled graph before the runtime calls it: kind is "inference", "forward" or "backward";
+the first `kept_outputs` outputs are what the caller gets (None: all, as the backward's
+gradients), the ones after are new values of mutated inputs, which the runtime copies at
+once, and the forward's last `saved_outputs` are the values saved for the backward. CUDA
 graphs (mode="reduce-overhead") come in here, around the compiled graphs and not the
 `torch.autograd.Function`.
 """
@@ -40,7 +42,7 @@ def _examples(gm: torch.fx.GraphModule) -> list:
     return [_example_of(n) for n in gm.graph.nodes if n.op == "placeholder"]
 
 
-def _unwrapped(compiled: Callable, kind: str, saved_outputs: int) -> Callable:
+def _unwrapped(compiled: Callable, kind: str, saved_outputs: int, kept_outputs: int | None) -> Callable:
     return compiled
 
 
@@ -59,7 +61,8 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
         except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
             logs.emit("graph_breaks", f"autograd: running the graph eagerly: {type(error).__name__}: {error}")
             return gm.forward
-        compiled = wrap(inference_compiler(traced.graph_module, _examples(traced.graph_module)), "inference", 0)
+        compiled = wrap(inference_compiler(traced.graph_module, _examples(traced.graph_module)), "inference", 0,
+                        traced.num_outputs)
         return make_inference_function(compiled, traced.num_outputs, traced.mutated_inputs)
     reason = untraceable(gm)
     if reason is not None:
@@ -71,8 +74,9 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
         logs.emit("graph_breaks", f"autograd: running the graph eagerly: {type(error).__name__}: {error}")
         return gm.forward
     parts = split_joint(traced, partitioner)
-    forward = wrap(fw_compiler(parts.forward, _examples(parts.forward)), "forward", parts.num_saved)
-    backward = wrap(bw_compiler(parts.backward, _examples(parts.backward)), "backward", 0)
+    forward = wrap(fw_compiler(parts.forward, _examples(parts.forward)), "forward", parts.num_saved,
+                   traced.num_outputs)
+    backward = wrap(bw_compiler(parts.backward, _examples(parts.backward)), "backward", 0, None)
     training = make_training_function(
         forward, backward, num_inputs=len(example_inputs), num_outputs=traced.num_outputs,
         mutated=traced.mutated_inputs, num_saved=parts.num_saved,

@@ -20,7 +20,7 @@ import torch
 
 from tensorjit.autograd import aot_compile
 from tensorjit.config import Config, config as default_config
-from tensorjit.runtime.cudagraphs import CudaGraphRunner, Settings, wrap_compiled
+from tensorjit.runtime.cudagraphs import CudaGraphRunner, Settings, module_state_indices, wrap_compiled
 
 
 def _as_is(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -33,7 +33,9 @@ def cudagraphs(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor], *,
     settings = Settings.from_config(config or default_config)
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(value, torch.Tensor) and value.requires_grad for value in example_inputs)
+    static = module_state_indices(gm)  # module parameters and buffers: read in place
     if not needs_grad:
-        return CudaGraphRunner(gm, settings=settings, name="cudagraphs backend (inference)")
+        return CudaGraphRunner(gm, settings=settings, static_input_indices=static,
+                               name="cudagraphs backend (inference)")
     return aot_compile(gm, example_inputs, fw_compiler=_as_is,
-                       wrap_compiled=wrap_compiled(settings, name="cudagraphs backend"))
+                       wrap_compiled=wrap_compiled(settings, name="cudagraphs backend", static_input_indices=static))

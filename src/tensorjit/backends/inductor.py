@@ -41,13 +41,15 @@ def _code_generator(device_type: str) -> tuple[Callable, dict | None]:
     return module.compile_aten_graph, module.decompositions()
 
 
-def cudagraph_wrapper(config: Config, device: str) -> Callable | None:
-    """What aot_compile wraps each compiled graph in: CUDA graph runners under `triton_cudagraphs`."""
+def cudagraph_wrapper(config: Config, device: str, gm: torch.fx.GraphModule | None = None) -> Callable | None:
+    """What aot_compile wraps each compiled graph in: CUDA graph runners under `triton_cudagraphs`,
+    reading the module's parameters and buffers in place."""
     if not config.triton_cudagraphs or device != "cuda":
         return None
-    from ..runtime.cudagraphs import Settings, wrap_compiled
+    from ..runtime.cudagraphs import Settings, module_state_indices, wrap_compiled
 
-    return wrap_compiled(Settings.from_config(config))
+    static = module_state_indices(gm) if gm is not None else frozenset()
+    return wrap_compiled(Settings.from_config(config), static_input_indices=static)
 
 
 def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Config | None = None) -> Callable:
@@ -55,7 +57,7 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Con
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     device = devices.pop() if len(devices) == 1 else "mixed"
     compile_aten_graph, decompositions = _code_generator(device)
-    wrap = cudagraph_wrapper(config, device)
+    wrap = cudagraph_wrapper(config, device, gm)
     # The wrapping happens here, per graph kind; the code generator must not wrap again.
     generator_config = config.replace(triton_cudagraphs=False) if wrap else config
 

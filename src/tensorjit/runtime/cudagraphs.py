@@ -126,6 +126,14 @@ def _forget_saved(addresses: list[int]) -> None:
         _saved_buffers.pop(address, None)
 
 
+def module_state_indices(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """Inputs the capture read from a module's parameters or buffers: the module owns them, so their
+    address stays put from call to call (batch-norm statistics, masks, position tables)."""
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    return frozenset(index for index, node in enumerate(placeholders)
+                     if any(part in str(node.meta.get("source", "")) for part in ("._buffers[", "._parameters[")))
+
+
 def read_in_place(value: Any) -> bool:
     """Whether an input keeps its address across steps: a parameter or a recorded forward's saved activation."""
     return isinstance(value, torch.nn.Parameter) or (
@@ -170,7 +178,7 @@ def ungraphable_reason(inputs: Sequence[Any], device_type: str = "cuda") -> str 
     return None
 
 
-def recording_key(inputs: Sequence[Any]) -> tuple:
+def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = frozenset()) -> tuple:
     """Shapes, strides, dtypes and number values; addresses of the inputs read in place (`read_in_place`).
 
     One pass, one device: every input is on the same one (`ungraphable_reason`)."""
@@ -178,10 +186,10 @@ def recording_key(inputs: Sequence[Any]) -> tuple:
     parameter = torch.nn.Parameter
     device = next((value.device for value in inputs if isinstance(value, torch.Tensor)), None)
     parts: list[Any] = [(torch.is_inference_mode_enabled(), device)]
-    for value in inputs:
+    for index, value in enumerate(inputs):
         if isinstance(value, torch.Tensor):
             address = value.data_ptr()
-            fixed = isinstance(value, parameter) or address in saved
+            fixed = isinstance(value, parameter) or address in saved or index in static_input_indices
             parts.append((value.shape, value.stride(), value.dtype, address if fixed else None))
         else:
             parts.append((type(value), value))
@@ -215,8 +223,11 @@ class Recording:
     static_outputs: list[Any]
     rebuild: Callable[[list[Any]], Any]
     """Puts the flat outputs back in the structure the function returned."""
-    first_handed_out: int
-    """Outputs from this index on are handed out in place (saved activations), not cloned."""
+    first_uncloned: int
+    """Outputs from this index on are handed out as they are: the runtime consumes them at once
+    (new values of mutated inputs) or saves them for the backward."""
+    first_saved: int
+    """Outputs from this index on are the forward's saved activations."""
     protected: list[int] = dataclasses.field(default_factory=list)
     """Of those, the ones a replay writes (not parameters): their version counters are bumped."""
     step_token: Callable[[], "StepToken | None"] = lambda: None
@@ -256,12 +267,17 @@ class CudaGraphRunner:
     device_type = "cuda"
 
     def __init__(self, function: Callable[..., Any], *, kind: str = "inference", saved_outputs: int = 0,
+                 kept_outputs: int | None = None, static_input_indices: frozenset[int] = frozenset(),
                  settings: Settings | None = None, name: str | None = None):
         if kind not in KINDS:
             raise ValueError(f"tensorjit: unknown CUDA graph kind {kind!r}; valid kinds are: {', '.join(KINDS)}")
         self.function = function
         self.kind = kind
         self.saved_outputs = saved_outputs
+        self.kept_outputs = kept_outputs
+        """Leading outputs the caller keeps (cloned); None: all of them."""
+        self.static_input_indices = static_input_indices
+        """Inputs known to keep their address (module parameters and buffers), read in place."""
         self.settings = settings or Settings()
         self.name = name or f"{kind} graph"
         self.recordings: dict[tuple, Recording | None] = {}
@@ -288,7 +304,7 @@ class CudaGraphRunner:
         reason = ungraphable_reason(inputs, self.device_type)
         if reason is not None:
             return self._eager(inputs, reason)
-        key = recording_key(inputs)
+        key = recording_key(inputs, self.static_input_indices)
         recording = self.recordings.get(key, _MISSING)
         if recording is _MISSING:
             recording = self.recordings[key] = self._new_recording(key, inputs, in_place_of(key))
@@ -312,7 +328,8 @@ class CudaGraphRunner:
                 return function(*pytree.tree_unflatten(list(leaves), spec))
 
             runner = self.structured[spec] = type(self)(call_flat, kind=self.kind, saved_outputs=self.saved_outputs,
-                                                        settings=self.settings, name=self.name)
+                                                        kept_outputs=self.kept_outputs, settings=self.settings,
+                                                        name=self.name)
         result = runner(*flat)
         self._step_token = runner.take_step_token()
         return result
@@ -367,7 +384,8 @@ class CudaGraphRunner:
             return None
         flat_outputs, rebuild = flatten(outputs)
         recording = Recording(graph, pool, static_inputs, copied, mutated, flat_outputs, rebuild,
-                              first_handed_out=self._first_handed_out(outputs, flat_outputs))
+                              first_uncloned=self._flat_index(outputs, self.kept_outputs, flat_outputs),
+                              first_saved=self._flat_index(outputs, self._first_saved(outputs), flat_outputs))
         self._protect(recording, static_inputs, in_place)
         for index, fixed in enumerate(in_place):
             # Read in place: the key holds their address, and a replay happens only when a caller's
@@ -410,20 +428,26 @@ class CudaGraphRunner:
         torch.cuda.set_rng_state(rng_state)  # warm-up must not shift the random stream eager would see
         return outputs
 
-    def _first_handed_out(self, outputs: Any, flat_outputs: Sequence[Any]) -> int:
-        """The flat index of the forward's first saved output (saved values may be tuples of tensors)."""
+    def _first_saved(self, outputs: Any) -> int | None:
         if self.kind != "forward" or not self.saved_outputs or type(outputs) not in (tuple, list):
+            return None
+        return max(0, len(outputs) - self.saved_outputs)
+
+    @staticmethod
+    def _flat_index(outputs: Any, index: int | None, flat_outputs: Sequence[Any]) -> int:
+        """The flat index of output `index` (outputs may hold tuples of tensors); None: past the end."""
+        if index is None or type(outputs) not in (tuple, list):
             return len(flat_outputs)
-        return len(flatten(list(outputs[:max(0, len(outputs) - self.saved_outputs)]))[0])
+        return len(flatten(list(outputs[:index]))[0])
 
     def _protect(self, recording: Recording, static_inputs: Sequence[Any], in_place: Sequence[bool]) -> None:
         """Note the handed-out outputs a replay overwrites; register every handed-out one as read in place."""
         fixed = {static_inputs[i].untyped_storage().data_ptr() for i, f in enumerate(in_place) if f}
         outputs = recording.static_outputs
-        recording.protected = [i for i in range(recording.first_handed_out, len(outputs))
+        recording.protected = [i for i in range(recording.first_saved, len(outputs))
                                if isinstance(outputs[i], torch.Tensor)
                                and outputs[i].untyped_storage().data_ptr() not in fixed]
-        _register_saved(recording, outputs, [i for i in range(recording.first_handed_out, len(outputs))
+        _register_saved(recording, outputs, [i for i in range(recording.first_saved, len(outputs))
                                              if isinstance(outputs[i], torch.Tensor)])
 
     def _warm_up(self, inputs: Sequence[Any], in_place: Sequence[bool]) -> tuple[list[int], str | None]:
@@ -459,8 +483,8 @@ class CudaGraphRunner:
                 # Backwards still holding the previous replay's activations now fail loudly.
                 torch.autograd.graph.increment_version(static_outputs[index])
         outputs = [value.clone(memory_format=torch.preserve_format) if isinstance(value, torch.Tensor) else value
-                   for value in static_outputs[:recording.first_handed_out]]
-        outputs += static_outputs[recording.first_handed_out:]
+                   for value in static_outputs[:recording.first_uncloned]]
+        outputs += static_outputs[recording.first_uncloned:]
         if recording.protected:
             token = self._step_token = StepToken()
             recording.step_token = weakref.ref(token)
@@ -505,11 +529,17 @@ def static_copy(value: torch.Tensor) -> torch.Tensor:
     return buffer
 
 
-def wrap_compiled(settings: Settings, name: str = "graph") -> Callable[..., Callable[..., Any]]:
-    """The wrapper `autograd.aot_compile` applies to each compiled graph: a runner of that graph's kind."""
+def wrap_compiled(settings: Settings, name: str = "graph",
+                  static_input_indices: frozenset[int] = frozenset()) -> Callable[..., Callable[..., Any]]:
+    """The wrapper `autograd.aot_compile` applies to each compiled graph: a runner of that graph's kind.
 
-    def wrap(compiled: Callable[..., Any], kind: str, saved_outputs: int = 0) -> Callable[..., Any]:
-        return CudaGraphRunner(compiled, kind=kind, saved_outputs=saved_outputs, settings=settings,
-                               name=f"{name} ({kind})")
+    `static_input_indices` index the captured graph's inputs, which are the
+    inference and forward graphs' inputs too (not the backward's)."""
+
+    def wrap(compiled: Callable[..., Any], kind: str, saved_outputs: int = 0,
+             kept_outputs: int | None = None) -> Callable[..., Any]:
+        static = static_input_indices if kind != "backward" else frozenset()
+        return CudaGraphRunner(compiled, kind=kind, saved_outputs=saved_outputs, kept_outputs=kept_outputs,
+                               static_input_indices=static, settings=settings, name=f"{name} ({kind})")
 
     return wrap
