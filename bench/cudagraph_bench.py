@@ -116,6 +116,23 @@ def median_ms(step):
     return float(triton.testing.do_bench(step, warmup=25, rep=200, return_mode="median"))
 
 
+def gpu_ms(step, steps=5):
+    """Device time per step (sum of kernel times under torch.profiler): what is left once the host is off the path."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    total_us = sum(event.self_device_time_total for event in profiler.key_averages()
+                   if event.device_type == torch.autograd.DeviceType.CUDA)
+    return total_us / steps / 1000
+
+
+PROFILE = False
+
+
 def run(name, sides):
     from tensorjit import logs
 
@@ -141,6 +158,8 @@ def run(name, sides):
                 output = result.float()
                 row[f"{side}_rel_err"] = float((output - reference).norm() / reference.norm())
             row[f"{side}_ms"] = median_ms(step)
+            if PROFILE:
+                row[f"{side}_gpu_ms"] = round(gpu_ms(step), 3)
         except Exception as error:  # noqa: BLE001 - report and go on
             row[f"{side}_error"] = f"{type(error).__name__}: {str(error)[:300]}"
             traceback.print_exc()
@@ -156,7 +175,10 @@ def main(argv=None):
     parser.add_argument("workloads", nargs="*")
     parser.add_argument("--sides", default="torch_ro,tj_ro,tj_default")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile", action="store_true", help="also record device time per step (torch.profiler)")
     arguments = parser.parse_args(argv)
+    global PROFILE
+    PROFILE = arguments.profile
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     sides = arguments.sides.split(",")
