@@ -84,6 +84,15 @@ def test_refusal_reasons():
         assert ungraphable_reason([weight], device_type="cpu") is None
 
 
+def test_key_refuses_what_ungraphable_reason_refuses():
+    x = torch.randn(3)
+    weight = torch.randn(3, requires_grad=True)
+    for inputs in ([x], [x, "a"], [1, 2], [weight]):
+        assert recording_key(inputs, device_type="cuda") is None
+    assert recording_key([weight], device_type="cpu") is None
+    assert recording_key([x, 3, None], device_type="cpu") is not None
+
+
 def test_cpu_inputs_run_eagerly_with_one_log_line():
     runner = CudaGraphRunner(lambda x: (x + 1,), name="g")
     for _ in range(3):
@@ -98,7 +107,7 @@ def test_key_holds_addresses_of_inputs_read_in_place_only():
     x = torch.randn(4)
     assert [cudagraphs.read_in_place(v) for v in (parameter, x, 3)] == [True, False, False]
     key = recording_key([parameter, x, 3])
-    assert key[1][3] == parameter.data_ptr() and key[2][3] is None and key[3] == (int, 3)
+    assert key[1][4] == parameter.data_ptr() and key[2][4] is None and key[3] == (int, 3)
     assert cudagraphs.in_place_of(key) == [True, False, False]
     assert shape_of(key) == shape_of(recording_key([torch.nn.Parameter(torch.randn(4)), x, 3]))
     assert recording_key([x]) != recording_key([x.t()[None]])  # shape differs
@@ -234,8 +243,8 @@ def test_shapes_are_bounded_and_logged():
 def test_moved_parameters_are_bounded_per_shape():
     runner = FakeDeviceRunner(lambda w, x: (w * x,), settings=Settings(max_recordings_per_shape=2), name="g")
     x = torch.randn(3)
-    for _ in range(3):
-        weight = torch.nn.Parameter(torch.randn(3), requires_grad=False)
+    weights = [torch.nn.Parameter(torch.randn(3), requires_grad=False) for _ in range(3)]  # alive: 3 addresses
+    for weight in weights:
         torch.testing.assert_close(runner(weight, x)[0], weight * x)
     assert runner.replays == 2 and runner.eager_calls == 1
     assert any("changed more than 2 times" in line for line in logs.recent("cudagraphs"))
@@ -344,7 +353,7 @@ def test_training_steps_match_eager_and_backward_reads_saved_activations_in_plac
     assert backward_recording.pool == forward_recording.pool  # one pool per step
     in_place = [key for key in backward.recordings][0][1:]
     saved = {forward_recording.static_outputs[i].data_ptr() for i in forward_recording.protected}
-    assert saved <= {part[3] for part in in_place}  # the backward's key holds their addresses: read in place
+    assert saved <= {part[4] for part in in_place}  # the backward's key holds their addresses: read in place
     assert len(backward_recording.copied) == 1  # the tangent alone is copied (a saved weight is read in place)
 
 

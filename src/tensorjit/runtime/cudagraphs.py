@@ -11,7 +11,8 @@ compiled forward and the compiled backward that the autograd stage split
 `torch.autograd.Function` around them, whose tape a CUDA graph cannot record.
 
 How a call goes:
-  * `ungraphable_reason(inputs)`: inputs on the CPU or on several devices,
+  * `ungraphable_reason(inputs)` (checked in the pass that builds the key,
+    `recording_key`): inputs on the CPU or on several devices,
     inputs of other types than tensors and numbers, gradients being recorded
     through an input, a capture already under way: run `function` eagerly.
   * Otherwise look up a recording by `recording_key`: the inputs' shapes,
@@ -178,32 +179,42 @@ def ungraphable_reason(inputs: Sequence[Any], device_type: str = "cuda") -> str 
     return None
 
 
-def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = frozenset()) -> tuple:
-    """Shapes, strides, dtypes and number values; addresses of the inputs read in place (`read_in_place`).
-
-    One pass, one device: every input is on the same one (`ungraphable_reason`)."""
+def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = frozenset(),
+                  device_type: str | None = None) -> tuple | None:
+    """Shapes, strides, dtypes, devices and number values; addresses of the inputs read in place
+    (`read_in_place`, and `static_input_indices`). None when `ungraphable_reason` has a reason: the
+    same checks, made in this one pass over the inputs because it runs on every call."""
     saved = _saved_buffers
     parameter = torch.nn.Parameter
-    device = next((value.device for value in inputs if isinstance(value, torch.Tensor)), None)
-    parts: list[Any] = [(torch.is_inference_mode_enabled(), device)]
+    want_cuda = device_type == "cuda"
+    grad = torch.is_grad_enabled()
+    parts: list[Any] = [torch.is_inference_mode_enabled()]
+    tensors = 0
     for index, value in enumerate(inputs):
         if isinstance(value, torch.Tensor):
+            tensors += 1
+            if device_type is not None and (value.is_cuda is not want_cuda or grad and value.requires_grad):
+                return None
             address = value.data_ptr()
             fixed = isinstance(value, parameter) or address in saved or index in static_input_indices
-            parts.append((value.shape, value.stride(), value.dtype, address if fixed else None))
-        else:
+            parts.append((value.shape, value.stride(), value.dtype, value.get_device(), address if fixed else None))
+        elif isinstance(value, NUMBER_TYPES):
             parts.append((type(value), value))
+        else:
+            return None
+    if not tensors or device_type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return None
     return tuple(parts)
 
 
 def in_place_of(key: tuple) -> list[bool]:
     """Which inputs a key reads in place."""
-    return [len(part) == 4 and part[3] is not None for part in key[1:]]
+    return [len(part) == 5 and part[4] is not None for part in key[1:]]
 
 
 def shape_of(key: tuple) -> tuple:
     """The key without the addresses of inputs read in place."""
-    return tuple(part[:3] if len(part) == 4 else part for part in key[1:])
+    return tuple(part[:4] if len(part) == 5 else part for part in key[1:])
 
 
 # -- recordings ------------------------------------------------------------------
@@ -301,10 +312,10 @@ class CudaGraphRunner:
         self._step_token = None
         if any(type(value) in (tuple, list) for value in inputs):
             return self._call_structured(inputs)
-        reason = ungraphable_reason(inputs, self.device_type)
-        if reason is not None:
-            return self._eager(inputs, reason)
-        key = recording_key(inputs, self.static_input_indices)
+        key = recording_key(inputs, self.static_input_indices, self.device_type)
+        if key is None:
+            return self._eager(inputs, ungraphable_reason(inputs, self.device_type)
+                               or "inputs on several devices")
         recording = self.recordings.get(key, _MISSING)
         if recording is _MISSING:
             recording = self.recordings[key] = self._new_recording(key, inputs, in_place_of(key))
