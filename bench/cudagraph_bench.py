@@ -131,6 +131,26 @@ def gpu_ms(step, steps=5):
 
 
 PROFILE = False
+HOST_PROFILE: str | None = None
+
+
+def host_profile(step, label, calls=20):
+    """Top host functions by own time over `calls` steps (cProfile), appended to HOST_PROFILE."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    torch.cuda.synchronize()
+    profiler.enable()
+    for _ in range(calls):
+        step()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(14)
+    with open(HOST_PROFILE, "a") as handle:
+        handle.write(f"== {label} ({calls} steps)\n{text.getvalue()}\n")
 
 
 def run(name, sides):
@@ -160,6 +180,8 @@ def run(name, sides):
             row[f"{side}_ms"] = median_ms(step)
             if PROFILE:
                 row[f"{side}_gpu_ms"] = round(gpu_ms(step), 3)
+            if HOST_PROFILE and side == "tj_ro":
+                host_profile(step, f"{name} {side}")
         except Exception as error:  # noqa: BLE001 - report and go on
             row[f"{side}_error"] = f"{type(error).__name__}: {str(error)[:300]}"
             traceback.print_exc()
@@ -176,9 +198,11 @@ def main(argv=None):
     parser.add_argument("--sides", default="torch_ro,tj_ro,tj_default")
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile", action="store_true", help="also record device time per step (torch.profiler)")
+    parser.add_argument("--host-profile", default=None, help="append cProfile tables of tensorjit's steps to this file")
     arguments = parser.parse_args(argv)
-    global PROFILE
+    global PROFILE, HOST_PROFILE
     PROFILE = arguments.profile
+    HOST_PROFILE = arguments.host_profile
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     sides = arguments.sides.split(",")
