@@ -206,6 +206,17 @@ def test_inputs_holding_tuples_of_tensors_are_flattened():
     assert flat_runner.replays == 2 and runner.eager_calls == 0
 
 
+def test_one_level_structures_round_trip():
+    a, b, c = torch.randn(1), torch.randn(2), torch.randn(3)
+    flat, layout = cudagraphs.flatten_one_level([a, (b, c), None, [c]])
+    assert flat == [a, b, c, None, c] and layout == (None, (tuple, 2), None, (list, 1))
+    rebuilt = cudagraphs.rebuild_one_level(flat, layout)
+    assert rebuilt[0] is a and rebuilt[1] == (b, c) and rebuilt[2] is None and rebuilt[3] == [c]
+    assert cudagraphs.flatten_one_level([((a,),)]) is None  # deeper: pytree's business
+    flat, rebuild = cudagraphs.flatten((a, (b, c)))
+    assert flat == [a, b, c] and rebuild(flat) == (a, (b, c))
+
+
 def test_saved_outputs_holding_tuples_are_handed_out_in_place():
     def forward(x):
         return (x + 1, (x * 2, x * 3), x * 4)  # one output, then two saved values, the first a pair

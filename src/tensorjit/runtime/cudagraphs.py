@@ -179,11 +179,16 @@ def ungraphable_reason(inputs: Sequence[Any], device_type: str = "cuda") -> str 
     return None
 
 
+STRUCTURED = ("structured",)
+"""What `recording_key` returns for inputs holding tuples or lists (see `_call_structured`)."""
+
+
 def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = frozenset(),
                   device_type: str | None = None) -> tuple | None:
     """Shapes, strides, dtypes, devices and number values; addresses of the inputs read in place
     (`read_in_place`, and `static_input_indices`). None when `ungraphable_reason` has a reason: the
-    same checks, made in this one pass over the inputs because it runs on every call."""
+    same checks, made in this one pass over the inputs because it runs on every call. `STRUCTURED`
+    when an input is a tuple or list."""
     saved = _saved_buffers
     parameter = torch.nn.Parameter
     want_cuda = device_type == "cuda"
@@ -196,10 +201,14 @@ def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = 
             if device_type is not None and (value.is_cuda is not want_cuda or grad and value.requires_grad):
                 return None
             address = value.data_ptr()
-            fixed = isinstance(value, parameter) or address in saved or index in static_input_indices
+            # (Parameter's isinstance goes through a Python __instancecheck__: last, and only for subclasses.)
+            fixed = (index in static_input_indices or address in saved
+                     or type(value) is not torch.Tensor and isinstance(value, parameter))
             parts.append((value.shape, value.stride(), value.dtype, value.get_device(), address if fixed else None))
         elif isinstance(value, NUMBER_TYPES):
             parts.append((type(value), value))
+        elif type(value) in (tuple, list):
+            return STRUCTURED
         else:
             return None
     if not tensors or device_type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -310,9 +319,9 @@ class CudaGraphRunner:
 
     def __call__(self, *inputs: Any) -> Any:
         self._step_token = None
-        if any(type(value) in (tuple, list) for value in inputs):
-            return self._call_structured(inputs)
         key = recording_key(inputs, self.static_input_indices, self.device_type)
+        if key is STRUCTURED:
+            return self._call_structured(inputs)
         if key is None:
             return self._eager(inputs, ungraphable_reason(inputs, self.device_type)
                                or "inputs on several devices")
@@ -330,15 +339,18 @@ class CudaGraphRunner:
     def _call_structured(self, inputs: Sequence[Any]) -> Any:
         """Inputs holding tuples of tensors (a saved multi-output op, as graphs run as they are pass them):
         a runner of the flat tensors, one per structure."""
-        flat, spec = pytree.tree_flatten(list(inputs))
-        runner = self.structured.get(spec)
+        flattened = flatten_one_level(inputs)
+        if flattened is None:
+            return self._eager(inputs, "inputs nested deeper than tuples of tensors")
+        flat, layout = flattened
+        runner = self.structured.get(layout)
         if runner is None:
             function = self.function
 
             def call_flat(*leaves: Any) -> Any:
-                return function(*pytree.tree_unflatten(list(leaves), spec))
+                return function(*rebuild_one_level(leaves, layout))
 
-            runner = self.structured[spec] = type(self)(call_flat, kind=self.kind, saved_outputs=self.saved_outputs,
+            runner = self.structured[layout] = type(self)(call_flat, kind=self.kind, saved_outputs=self.saved_outputs,
                                                         kept_outputs=self.kept_outputs, settings=self.settings,
                                                         name=self.name)
         result = runner(*flat)
@@ -526,11 +538,53 @@ def flatten(outputs: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     pytree would drop); anything else goes through pytree."""
     if isinstance(outputs, torch.Tensor):
         return [outputs], lambda flat: flat[0]
-    if type(outputs) in (tuple, list) and all(
-            isinstance(value, (torch.Tensor, *NUMBER_TYPES)) for value in outputs):
-        return list(outputs), type(outputs)
+    if type(outputs) in (tuple, list):
+        flattened = flatten_one_level(outputs)
+        if flattened is not None:
+            flat, layout = flattened
+            if not any(layout):
+                return flat, type(outputs)
+            container = type(outputs)
+            return flat, lambda values: container(rebuild_one_level(values, layout))
     flat, spec = pytree.tree_flatten(outputs)
     return flat, lambda values: pytree.tree_unflatten(values, spec)
+
+
+def flatten_one_level(values: Sequence[Any]) -> tuple[list[Any], tuple] | None:
+    """Leaves (tensors, numbers) and tuples or lists of leaves, flattened; with the layout that
+    `rebuild_one_level` needs (per value: None, or (type, length)). None for deeper structures.
+
+    Graphs run as they are save multi-output ops (batch norm) as tuples: hundreds per call,
+    which this handles without pytree's per-node cost."""
+    flat: list[Any] = []
+    layout: list[Any] = []
+    for value in values:
+        kind = type(value)
+        if kind is tuple or kind is list:
+            if not all(isinstance(item, (torch.Tensor, *NUMBER_TYPES)) for item in value):
+                return None
+            flat.extend(value)
+            layout.append((kind, len(value)))
+        elif isinstance(value, (torch.Tensor, *NUMBER_TYPES)):
+            flat.append(value)
+            layout.append(None)
+        else:
+            return None
+    return flat, tuple(layout)
+
+
+def rebuild_one_level(flat: Sequence[Any], layout: tuple) -> list[Any]:
+    values: list[Any] = []
+    position = 0
+    for entry in layout:
+        if entry is None:
+            values.append(flat[position])
+            position += 1
+        else:
+            kind, length = entry
+            values.append(kind(flat[position:position + length]))
+            position += length
+    return values
 
 
 def static_copy(value: torch.Tensor) -> torch.Tensor:
