@@ -11,9 +11,10 @@ from .backends.registry import BackendCompilerFailed, BackendUnavailable, list_b
 from .capture.breaks import CaptureError, GraphBreakError
 from .explain import explain
 from .report import report
+from .runtime.cudagraphs import mark_step_begin as cudagraph_mark_step_begin
 from . import compiler
 
 __all__ = ["compile", "disable", "explain", "reset", "list_backends", "register_backend",
            "GraphBreakError", "CaptureError", "BackendCompilerFailed", "BackendUnavailable", "OptimizedModule",
-           "config", "logs", "report", "compiler"]
+           "config", "logs", "report", "compiler", "cudagraph_mark_step_begin"]
 __version__ = "0.1.0"

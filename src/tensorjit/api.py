@@ -531,9 +531,9 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     if backend is None:
         backend = get_default_backend()
     backend_fn, backend_name = _resolve_backend(backend)
-    if backend_name == "inductor":  # the mode and options reach the code generator
+    if backend_name in ("inductor", "cudagraphs"):  # the mode and options reach the backend
         backend_fn = functools.partial(backend_fn, config=config)
-        backend_fn.__name__ = "inductor"
+        backend_fn.__name__ = backend_name
 
     def wrap(target: Callable):
         if disable:

@@ -50,7 +50,14 @@ class Config:
     max_autotune: bool = False
     """Benchmark several kernel configurations and keep the fastest."""
     triton_cudagraphs: bool = False
-    """Replay the compiled graph through CUDA graphs (mode="reduce-overhead")."""
+    """Replay compiled graphs through CUDA graphs (mode="reduce-overhead"): inference graphs, and the
+    forward and backward graphs of training; see runtime/cudagraphs.py."""
+    cudagraph_max_shapes: int = 8
+    """Distinct input shapes recorded per compiled graph; calls with further shapes run without CUDA graphs."""
+    cudagraph_max_recordings_per_shape: int = 2
+    """Recordings of one input shape whose parameters or saved activations moved; further ones run without."""
+    cudagraph_warmup_calls: int = 2
+    """Calls on a side stream before recording (lazy initialisation and autotuning stay out of the graph)."""
     progress: str = "auto"
     """A live progress line on stderr for compiles over 2 s: "auto" (when stderr is a terminal),
     "always" or "never" (`tensorjit.progress`)."""

@@ -1,7 +1,7 @@
 """Ahead-of-time autograd: the AOTAutograd role.
 
     aot_compile(gm, example_inputs, *, fw_compiler, bw_compiler=None, inference_compiler=None,
-                decompositions=None, partitioner="min_cut") -> callable
+                decompositions=None, partitioner="min_cut", wrap_compiled=None) -> callable
 
 takes a captured FX graph and returns a callable with the same inputs and outputs.
 When some output requires grad, as it would in eager (the call's grad mode, the inputs'
@@ -12,6 +12,14 @@ generator receives them), and a `torch.autograd.Function` runs them (`runtime.py
 Otherwise only the functionalized forward is traced and compiled by
 `inference_compiler`, with no autograd overhead. A graph that makes its own leaves
 (`requires_grad_()` on a value without history) runs eagerly.
+
+`wrap_compiled(compiled, kind, saved_outputs, kept_outputs)`, when given, wraps each
+compiled graph before the runtime calls it: kind is "inference", "forward" or "backward";
+the first `kept_outputs` outputs are what the caller gets (None: all, as the backward's
+gradients), the ones after are new values of mutated inputs, which the runtime copies at
+once, and the forward's last `saved_outputs` are the values saved for the backward. CUDA
+graphs (mode="reduce-overhead") come in here, around the compiled graphs and not the
+`torch.autograd.Function`.
 """
 
 from __future__ import annotations
@@ -36,10 +44,16 @@ def _examples(gm: torch.fx.GraphModule) -> list:
     return [_example_of(n) for n in gm.graph.nodes if n.op == "placeholder"]
 
 
+def _unwrapped(compiled: Callable, kind: str, saved_outputs: int, kept_outputs: int | None) -> Callable:
+    return compiled
+
+
 def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: Callable,
                 bw_compiler: Callable | None = None, inference_compiler: Callable | None = None,
-                decompositions: dict | None = None, partitioner: str = "min_cut") -> Callable:
+                decompositions: dict | None = None, partitioner: str = "min_cut",
+                wrap_compiled: Callable | None = None) -> Callable:
     bw_compiler = bw_compiler or fw_compiler
+    wrap = wrap_compiled or _unwrapped
     inference_compiler = inference_compiler or fw_compiler
     try:
         outputs = fake_outputs(gm, example_inputs)
@@ -49,7 +63,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     if layouts:  # sparse tensors: functionalization and the partitioner know strided ones only
         return _eagerly(gm, f"tensors of layout {sorted(map(str, layouts))[0]}")
     if not differentiable_outputs(outputs):
-        return _inference(gm, example_inputs, inference_compiler, decompositions)
+        return _inference(gm, example_inputs, inference_compiler, decompositions, wrap)
     reason = untraceable(gm, example_inputs)
     if reason is not None:
         return _eagerly(gm, reason)
@@ -58,8 +72,9 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     except Exception as error:  # noqa: BLE001 - e.g. requires_grad_() inside: autograd runs it eagerly
         return _eagerly(gm, f"{type(error).__name__}: {error}")
     parts = split_joint(traced, partitioner)
-    forward = fw_compiler(parts.forward, _examples(parts.forward))
-    backward = bw_compiler(parts.backward, _examples(parts.backward))
+    forward = wrap(fw_compiler(parts.forward, _examples(parts.forward)), "forward", parts.num_saved,
+                   traced.num_outputs)
+    backward = wrap(bw_compiler(parts.backward, _examples(parts.backward)), "backward", 0, None)
     training = make_training_function(
         forward, backward, num_inputs=len(example_inputs), num_outputs=traced.num_outputs,
         mutated=traced.mutated_inputs, num_saved=parts.num_saved,
@@ -68,14 +83,15 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     return training
 
 
-def _inference(gm, example_inputs, inference_compiler, decompositions) -> Callable:
+def _inference(gm, example_inputs, inference_compiler, decompositions, wrap) -> Callable:
     """No output requires grad (given the call's grad mode and the graph's own grad-mode
     regions): the functionalized forward alone, without autograd."""
     try:
         traced = trace_forward(gm, example_inputs, decompositions)
     except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
         return _eagerly(gm, f"{type(error).__name__}: {error}")
-    compiled = inference_compiler(traced.graph_module, _examples(traced.graph_module))
+    compiled = wrap(inference_compiler(traced.graph_module, _examples(traced.graph_module)), "inference", 0,
+                    traced.num_outputs)
     return make_inference_function(compiled, traced.num_outputs, traced.mutated_inputs)
 
 

@@ -50,11 +50,15 @@ def make_training_function(forward: Callable, backward: Callable, *, num_inputs:
                            grad_inputs: list[int]) -> Callable:
     num_mutated = len(mutated)
     non_differentiable = [i for i in range(num_outputs) if i not in set(differentiable_outputs)]
+    take_step_token = getattr(forward, "take_step_token", None)
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *inputs):
             results = forward(*inputs)
+            # A forward replayed through a CUDA graph hands out its saved activations in place; the
+            # token says when the backward has read them (runtime/cudagraphs.py).
+            ctx.step_token = take_step_token() if take_step_token else None
             outputs = results[:num_outputs]
             if num_mutated:
                 _write_back(inputs, mutated, results[num_outputs:num_outputs + num_mutated])
@@ -81,6 +85,8 @@ def make_training_function(forward: Callable, backward: Callable, *, num_inputs:
             # caller's gradient has (an expanded scalar from .sum().backward(), a transpose).
             tangents = [_as_traced(grad_outputs[i]) for i in differentiable_outputs]
             grads = backward(*saved, *tangents)
+            if ctx.step_token is not None:
+                ctx.step_token.finish()
             result: list = [None] * num_inputs
             for index, grad in zip(grad_inputs, grads):
                 result[index] = grad

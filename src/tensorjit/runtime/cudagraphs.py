@@ -1,172 +1,610 @@
 """Replaying a function's CUDA work through recorded CUDA graphs.
 
-`CudaGraphRunner(function)` takes a function of tensors (a compiled graph, a
-GraphModule, any callable returning a tensor or a tuple/list of tensors) and
-returns a callable with the same signature that, on CUDA inputs, replays a
-`torch.cuda.CUDAGraph` recorded from it instead of launching its kernels one by
-one. It is what the `cudagraphs` backend returns and what the inductor backend
-wraps its compiled callable in under mode="reduce-overhead"
-(`Config.triton_cudagraphs`).
+`CudaGraphRunner(function, role=..., settings=...)` takes a function of tensors
+(a compiled graph, a GraphModule, any callable returning a tensor or a
+tuple/list of tensors) and returns a callable with the same signature that, on
+CUDA inputs, replays a `torch.cuda.CUDAGraph` recorded from it instead of
+launching its kernels one by one. mode="reduce-overhead" (`Config.triton_cudagraphs`)
+wraps every compiled graph in one: the inference graph, and in training the
+compiled forward and the compiled backward that the autograd stage split
+(`wrap_compiled`, handed to `autograd.aot_compile`), never the
+`torch.autograd.Function` around them, whose tape a CUDA graph cannot record.
 
 How a call goes:
-  * Inputs not all on one CUDA device, or gradients being recorded through an
-    input that requires grad: run `function` eagerly (a CUDA graph cannot
-    record autograd's tape; the training path records forward and backward
-    graphs separately, after the autograd stage has split them).
-  * Otherwise look up a recording by the inputs' shapes, strides, dtypes and,
-    for parameters, addresses. None yet: warm up on a side stream (so lazy
-    initialisation, cuBLAS workspaces and autotuning happen outside the
-    capture), then record. More than `max_recordings` distinct keys: eager.
-  * Copy the non-parameter inputs into the recording's static input buffers,
-    replay, copy back inputs the function mutates in place, return outputs.
+  * `ungraphable_reason(inputs)` (checked in the pass that builds the key,
+    `recording_key`): inputs on the CPU or on several devices,
+    inputs of other types than tensors and numbers, gradients being recorded
+    through an input, a capture already under way: run `function` eagerly.
+  * Otherwise look up a recording by `recording_key`: the inputs' shapes,
+    strides, dtypes, the numbers' values, and, for inputs read in place, their
+    addresses. None yet: warm up on a side stream on copies of the inputs (so
+    lazy initialisation, cuBLAS workspaces and autotuning happen outside the
+    capture, and to see which inputs the function writes), then record. At
+    most `max_shapes` shapes and `max_recordings_per_shape` recordings of one
+    shape; past that, or when a graph cannot be recorded (outputs on the CPU,
+    a parameter written in place, an op that cannot be captured), calls of
+    that key run eagerly and one log line (kind "cudagraphs") says why.
+  * Copy the other inputs into the recording's static buffers, replay, copy
+    back the inputs the function writes in place, hand out the outputs.
 
-Parameters (`nn.Parameter` inputs, as the capture stage lifts them) are read
-in place at their own address instead of copied: they are large and rarely
-move; an optimizer updating them in place is seen by the next replay. If one
-is reallocated, its new address is a new key and a new recording.
+Inputs read in place. Parameters, and the saved activations a recorded
+forward hands to its backward, keep their address from step to step: the
+graph reads them where they are (an optimizer's in-place update is seen by the
+next replay) and their address is part of the key. Everything else is copied
+into a static buffer, which costs one device copy but never pins the caller's
+memory.
 
-Outputs. A replay writes its outputs into the same static buffers every time,
-so a returned static buffer would silently change under a caller still
-holding it when the next call replays. We clone outputs by default
-(`clone_outputs=True`): one device copy per output, correct for every caller.
-Callers that consume each result before calling again (a benchmark loop, a
-runtime wrapper that copies into its own buffers) may pass
-`clone_outputs=False` and get the static buffers, valid until the next call.
-torch.compile's cudagraph trees instead hand out the static buffers and fail
-loudly when an overwritten one is read; we prefer the copy to the trap.
+Outputs. A replay writes into the same static buffers every time. Outputs the
+caller sees (inference outputs, the forward's outputs, the gradients) are
+cloned, so a result held across calls never changes under its holder. The
+forward's saved activations are not cloned: the backward reads them in place.
+Two rules keep that safe and loud:
+  * a forward replay while the saved activations of its previous replay still
+    await their backward (the autograd runtime finishes the replay's
+    `StepToken` after the backward; dropping the autograd graph drops it) runs
+    the forward eagerly instead, unless `mark_step_begin()` was called since,
+    which declares the previous step finished;
+  * each replay bumps the saved buffers' version counters, so a backward that
+    reads activations a later replay overwrote fails with autograd's "modified
+    by an inplace operation" error instead of computing a wrong gradient.
+
+Memory pools (`choose_pool`). Inference recordings of one runner share a pool:
+their outputs are cloned right after each replay, so a later graph may reuse
+an earlier one's memory. Each training forward recording gets a pool of its
+own (its saved activations stay live between forward and backward, and another
+forward replayed in between must not write over them), and the backward joins
+the pool of the forward whose activations it reads: one pool per step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.utils._pytree as pytree
 
-WARMUP_CALLS = 2
-"""Eager calls on a side stream before recording: the first call may allocate
-workspaces or autotune, which must not happen inside the capture."""
+from .. import logs
+
+KINDS = ("inference", "forward", "backward")
+NUMBER_TYPES = (int, float, bool, type(None))
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The options of `Config` that shape CUDA graph recording."""
+
+    max_shapes: int = 8
+    """Distinct input shapes recorded per runner; further shapes run eagerly."""
+    max_recordings_per_shape: int = 2
+    """Recordings of one shape whose in-place inputs moved; further ones run eagerly."""
+    warmup_calls: int = 2
+    """Eager calls on a side stream before recording."""
+
+    @classmethod
+    def from_config(cls, config: Any) -> "Settings":
+        return cls(max_shapes=config.cudagraph_max_shapes,
+                   max_recordings_per_shape=config.cudagraph_max_recordings_per_shape,
+                   warmup_calls=config.cudagraph_warmup_calls)
+
+
+# -- steps ---------------------------------------------------------------------
+
+_step = 0
+
+
+def mark_step_begin() -> None:
+    """Declare a new step: results of earlier replays are no longer needed.
+
+    A forward replayed after this overwrites the saved activations of its
+    previous replay even if they are still held; a backward that later reads
+    them fails loudly (version counter) instead of using them. Call it at the
+    top of a training loop that keeps graphs alive across steps."""
+    global _step
+    _step += 1
+
+
+def current_step() -> int:
+    return _step
+
+
+# -- buffers read in place -------------------------------------------------------
+
+_saved_buffers: dict[int, Any] = {}
+"""Address of each saved activation a live forward recording hands out -> that recording's pool."""
+
+
+def _register_saved(recording: "Recording", outputs: Sequence[Any], indices: Sequence[int]) -> None:
+    addresses = [outputs[index].data_ptr() for index in indices]
+    for address in addresses:
+        _saved_buffers[address] = recording.pool
+    weakref.finalize(recording, _forget_saved, addresses)
+
+
+def _forget_saved(addresses: list[int]) -> None:
+    for address in addresses:
+        _saved_buffers.pop(address, None)
+
+
+def module_state_indices(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """Inputs the capture read from a module's parameters or buffers: the module owns them, so their
+    address stays put from call to call (batch-norm statistics, masks, position tables)."""
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    return frozenset(index for index, node in enumerate(placeholders)
+                     if any(part in str(node.meta.get("source", "")) for part in ("._buffers[", "._parameters[")))
+
+
+def read_in_place(value: Any) -> bool:
+    """Whether an input keeps its address across steps: a parameter or a recorded forward's saved activation."""
+    return isinstance(value, torch.nn.Parameter) or (
+        isinstance(value, torch.Tensor) and value.data_ptr() in _saved_buffers)
+
+
+def choose_pool(kind: str, in_place_inputs: Sequence[torch.Tensor], runner_pool: Callable[[], Any],
+                new_pool: Callable[[], Any]) -> Any:
+    """The memory pool a new recording allocates from; see the module docstring."""
+    if kind == "backward":
+        for value in in_place_inputs:
+            pool = _saved_buffers.get(value.data_ptr())
+            if pool is not None:
+                return pool
+        return new_pool()
+    if kind == "forward":
+        return new_pool()
+    return runner_pool()
+
+
+# -- keys and refusals -----------------------------------------------------------
+
+
+def ungraphable_reason(inputs: Sequence[Any], device_type: str = "cuda") -> str | None:
+    """Why these inputs cannot be replayed through a graph of `device_type`, or None."""
+    devices = set()
+    for value in inputs:
+        if isinstance(value, torch.Tensor):
+            devices.add(value.device)
+        elif not isinstance(value, NUMBER_TYPES):
+            return f"an input of type {type(value).__name__}"
+    if not devices:
+        return "no tensor inputs"
+    if len(devices) > 1:
+        return f"inputs on several devices ({', '.join(sorted(map(str, devices)))})"
+    if next(iter(devices)).type != device_type:
+        return f"inputs on the {next(iter(devices)).type.upper()}"
+    if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in inputs):
+        return "gradients are recorded through the inputs (training graphs are recorded after the autograd split)"
+    if device_type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return "called while another CUDA graph is being captured"
+    return None
+
+
+STRUCTURED = ("structured",)
+"""What `recording_key` returns for inputs holding tuples or lists (see `_call_structured`)."""
+
+
+def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = frozenset(),
+                  device_type: str | None = None) -> tuple | None:
+    """Shapes, strides, dtypes, devices and number values; addresses of the inputs read in place
+    (`read_in_place`, and `static_input_indices`). None when `ungraphable_reason` has a reason: the
+    same checks, made in this one pass over the inputs because it runs on every call. `STRUCTURED`
+    when an input is a tuple or list."""
+    saved = _saved_buffers
+    parameter = torch.nn.Parameter
+    want_cuda = device_type == "cuda"
+    grad = torch.is_grad_enabled()
+    parts: list[Any] = [torch.is_inference_mode_enabled()]
+    tensors = 0
+    for index, value in enumerate(inputs):
+        if isinstance(value, torch.Tensor):
+            tensors += 1
+            if device_type is not None and (value.is_cuda is not want_cuda or grad and value.requires_grad):
+                return None
+            address = value.data_ptr()
+            # (Parameter's isinstance goes through a Python __instancecheck__: last, and only for subclasses.)
+            fixed = (index in static_input_indices or address in saved
+                     or type(value) is not torch.Tensor and isinstance(value, parameter))
+            parts.append((value.shape, value.stride(), value.dtype, value.get_device(), address if fixed else None))
+        elif isinstance(value, NUMBER_TYPES):
+            parts.append((type(value), value))
+        elif type(value) in (tuple, list):
+            return STRUCTURED
+        else:
+            return None
+    if not tensors or device_type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return None
+    return tuple(parts)
+
+
+def in_place_of(key: tuple) -> list[bool]:
+    """Which inputs a key reads in place."""
+    return [len(part) == 5 and part[4] is not None for part in key[1:]]
+
+
+def shape_of(key: tuple) -> tuple:
+    """The key without the addresses of inputs read in place."""
+    return tuple(part[:4] if len(part) == 5 else part for part in key[1:])
+
+
+# -- recordings ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(eq=False)
 class Recording:
     """One recorded graph and the buffers it reads and writes."""
 
-    graph: torch.cuda.CUDAGraph
-    static_inputs: list[torch.Tensor]
+    graph: Any
+    pool: Any
+    static_inputs: list[Any]
     copied: list[int]
-    """Indices of inputs copied into static buffers before each replay."""
+    """Inputs copied into static buffers before each replay."""
     mutated: list[int]
-    """Indices of inputs the function writes in place; copied back after replay."""
-    static_outputs: list[torch.Tensor]
-    output_spec: pytree.TreeSpec
+    """Inputs the function writes in place; copied back after each replay."""
+    static_outputs: list[Any]
+    rebuild: Callable[[list[Any]], Any]
+    """Puts the flat outputs back in the structure the function returned."""
+    first_uncloned: int
+    """Outputs from this index on are handed out as they are: the runtime consumes them at once
+    (new values of mutated inputs) or saves them for the backward."""
+    first_saved: int
+    """Outputs from this index on are the forward's saved activations."""
+    protected: list[int] = dataclasses.field(default_factory=list)
+    """Of those, the ones a replay writes (not parameters): their version counters are bumped."""
+    step_token: Callable[[], "StepToken | None"] = lambda: None
+    """A weak reference to the token of the last replay (see `StepToken`)."""
+    last_step: int = -1
+
+
+class StepToken:
+    """Stands for one forward replay's saved activations until its backward has run.
+
+    The autograd runtime takes it from the forward runner (`take_step_token`),
+    keeps it on the autograd node, and calls `finish()` after the backward. The
+    runner holds only a weak reference: a token that is finished, or dead
+    because its autograd graph was dropped, no longer holds the activations."""
+
+    __slots__ = ("done", "__weakref__")
+
+    def __init__(self):
+        self.done = False
+
+    def finish(self) -> None:
+        self.done = True
+
+
+def still_held(recording: Recording) -> bool:
+    """Whether the saved activations of the recording's previous replay still await their backward."""
+    token = recording.step_token()
+    return token is not None and not token.done
 
 
 class CudaGraphRunner:
-    """Calls `function` through CUDA graph replays; see the module docstring."""
+    """Calls `function` through CUDA graph replays; see the module docstring.
 
-    def __init__(self, function: Callable[..., Any], *, clone_outputs: bool = True, max_recordings: int = 8):
+    The device work is in four methods (`_new_pool`, `_run_warm_up_calls`,
+    `_capture`, `_launch`); tests replace them to run the bookkeeping on the CPU."""
+
+    device_type = "cuda"
+
+    def __init__(self, function: Callable[..., Any], *, kind: str = "inference", saved_outputs: int = 0,
+                 kept_outputs: int | None = None, static_input_indices: frozenset[int] = frozenset(),
+                 settings: Settings | None = None, name: str | None = None):
+        if kind not in KINDS:
+            raise ValueError(f"tensorjit: unknown CUDA graph kind {kind!r}; valid kinds are: {', '.join(KINDS)}")
         self.function = function
-        self.clone_outputs = clone_outputs
-        self.max_recordings = max_recordings
+        self.kind = kind
+        self.saved_outputs = saved_outputs
+        self.kept_outputs = kept_outputs
+        """Leading outputs the caller keeps (cloned); None: all of them."""
+        self.static_input_indices = static_input_indices
+        """Inputs known to keep their address (module parameters and buffers), read in place."""
+        self.settings = settings or Settings()
+        self.name = name or f"{kind} graph"
         self.recordings: dict[tuple, Recording | None] = {}
+        self.shapes: dict[tuple, int] = {}
         self.eager_calls = 0
         self.replays = 0
+        self.reasons: list[str] = []
+        self.structured: dict[Any, CudaGraphRunner] = {}
+        """Runners of the flattened inputs, by input structure (see `_call_structured`)."""
+        self._pool = None
+        self._step_token: StepToken | None = None
+
+    # -- calls --
+
+    def take_step_token(self) -> StepToken | None:
+        """The token of this call's forward replay (None after an eager call); see `StepToken`."""
+        token, self._step_token = self._step_token, None
+        return token
 
     def __call__(self, *inputs: Any) -> Any:
-        if not _graphable(inputs):
-            self.eager_calls += 1
-            return self.function(*inputs)
-        key = _recording_key(inputs)
-        if key not in self.recordings:
-            if len(self.recordings) >= self.max_recordings:
-                self.eager_calls += 1
-                return self.function(*inputs)
-            self.recordings[key] = self._record(inputs)
-        recording = self.recordings[key]
+        self._step_token = None
+        key = recording_key(inputs, self.static_input_indices, self.device_type)
+        if key is STRUCTURED:
+            return self._call_structured(inputs)
+        if key is None:
+            return self._eager(inputs, ungraphable_reason(inputs, self.device_type)
+                               or "inputs on several devices")
+        recording = self.recordings.get(key, _MISSING)
+        if recording is _MISSING:
+            recording = self.recordings[key] = self._new_recording(key, inputs, in_place_of(key))
         if recording is None:
-            self.eager_calls += 1
-            return self.function(*inputs)
+            return self._eager(inputs, None)
+        if recording.protected and recording.last_step == _step and still_held(recording):
+            return self._eager(inputs, "called again while the saved activations of its previous replay are "
+                                       "still held (their backward has not run): this call runs eagerly; "
+                                       "call tensorjit.cudagraph_mark_step_begin() when the previous step is done")
         return self._replay(recording, inputs)
 
-    def _record(self, inputs: Sequence[torch.Tensor]) -> Recording | None:
-        """Warm up, then record; None when the function cannot be replayed safely."""
-        mutated = self._warm_up(inputs)
-        if any(_is_static(inputs[index]) for index in mutated):
-            return None  # parameters written in place: replay would skip eager's write order checks
-        copied = [index for index, value in enumerate(inputs) if not _is_static(value)]
+    def _call_structured(self, inputs: Sequence[Any]) -> Any:
+        """Inputs holding tuples of tensors (a saved multi-output op, as graphs run as they are pass them):
+        a runner of the flat tensors, one per structure."""
+        flattened = flatten_one_level(inputs)
+        if flattened is None:
+            return self._eager(inputs, "inputs nested deeper than tuples of tensors")
+        flat, layout = flattened
+        runner = self.structured.get(layout)
+        if runner is None:
+            function = self.function
+
+            def call_flat(*leaves: Any) -> Any:
+                return function(*rebuild_one_level(leaves, layout))
+
+            runner = self.structured[layout] = type(self)(call_flat, kind=self.kind, saved_outputs=self.saved_outputs,
+                                                        kept_outputs=self.kept_outputs, settings=self.settings,
+                                                        name=self.name)
+        result = runner(*flat)
+        self._step_token = runner.take_step_token()
+        return result
+
+    def _eager(self, inputs: Sequence[Any], reason: str | None) -> Any:
+        self.eager_calls += 1
+        if reason is not None:
+            self._log(reason)
+        return self.function(*inputs)
+
+    def _log(self, reason: str) -> None:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+            logs.emit("cudagraphs", f"{self.name}: not replayed through a CUDA graph: {reason}")
+
+    def refuse(self, reason: str) -> None:
+        """Log why a key will not be recorded (its calls run eagerly)."""
+        self._log(reason)
+
+    # -- recording --
+
+    def _new_recording(self, key: tuple, inputs: Sequence[Any], in_place: Sequence[bool]) -> Recording | None:
+        shape = shape_of(key)
+        if shape not in self.shapes and len(self.shapes) >= self.settings.max_shapes:
+            self.refuse(f"more than {self.settings.max_shapes} input shapes (dynamic shapes); raise "
+                        f"Config.cudagraph_max_shapes to record more")
+            return None
+        if self.shapes.get(shape, 0) >= self.settings.max_recordings_per_shape:
+            self.refuse(f"the addresses of parameters or saved activations read in place changed more than "
+                        f"{self.settings.max_recordings_per_shape} times for one input shape")
+            return None
+        self.shapes[shape] = self.shapes.get(shape, 0) + 1
+        return self._record(inputs, in_place)
+
+    def _record(self, inputs: Sequence[Any], in_place: Sequence[bool]) -> Recording | None:
+        mutated, reason = self._warm_up(inputs, in_place)
+        if reason is not None:
+            self.refuse(reason)
+            return None
+        copied = [i for i, value in enumerate(inputs) if isinstance(value, torch.Tensor) and not in_place[i]]
         static_inputs = list(inputs)
-        for index in copied:
-            static_inputs[index] = _static_copy(inputs[index])
+        with torch.inference_mode(False):  # usable under any mode: the key tells modes apart, not the buffers
+            for index in copied:
+                static_inputs[index] = static_copy(inputs[index])
+        pool = choose_pool(self.kind, [v for v, fixed in zip(inputs, in_place) if fixed],
+                           self._runner_pool, self._new_pool)
+        try:
+            graph, outputs = self._capture(static_inputs, pool)
+        except Exception as error:  # noqa: BLE001 - an op that cannot be captured runs eagerly
+            first_line = (str(error).splitlines() or [""])[0]
+            self.refuse(f"capture failed ({type(error).__name__}: {first_line})")
+            return None
+        flat_outputs, rebuild = flatten(outputs)
+        recording = Recording(graph, pool, static_inputs, copied, mutated, flat_outputs, rebuild,
+                              first_uncloned=self._flat_index(outputs, self.kept_outputs, flat_outputs),
+                              first_saved=self._flat_index(outputs, self._first_saved(outputs), flat_outputs))
+        self._protect(recording, static_inputs, in_place)
+        for index, fixed in enumerate(in_place):
+            # Read in place: the key holds their address, and a replay happens only when a caller's
+            # tensor is there again, so the recording needs no reference (one would pin the memory
+            # and count as a holder of a saved activation).
+            if fixed:
+                static_inputs[index] = None
+        logs.emit("cudagraphs", f"{self.name}: recorded a CUDA graph for inputs "
+                                f"{[tuple(v.shape) for v in inputs if isinstance(v, torch.Tensor)][:4]}"
+                                f"{'...' if len(inputs) > 4 else ''} ({len(copied)} copied, "
+                                f"{sum(in_place)} read in place)")
+        return recording
+
+    def _runner_pool(self) -> Any:
+        if self._pool is None:
+            self._pool = self._new_pool()
+        return self._pool
+
+    def _new_pool(self) -> Any:
+        return torch.cuda.graph_pool_handle()
+
+    def _capture(self, static_inputs: Sequence[Any], pool: Any) -> tuple[Any, Any]:
+        """Record one call on the static inputs: the graph and its (static) outputs."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=torch.cuda.graph_pool_handle()):
+        with torch.cuda.graph(graph, pool=pool):
             outputs = self.function(*static_inputs)
-        flat_outputs, output_spec = pytree.tree_flatten(outputs)
-        return Recording(graph, static_inputs, copied, mutated, flat_outputs, output_spec)
+        return graph, outputs
 
-    def _warm_up(self, inputs: Sequence[torch.Tensor]) -> list[int]:
-        """Run on copies of every input on a side stream; return the indices it mutated.
+    def _launch(self, recording: Recording, inputs: Sequence[Any]) -> None:
+        recording.graph.replay()
 
-        Copies, parameters included, so that warm-up never changes what the
-        caller sees, whatever the function writes."""
-        copies = [_static_copy(value) for value in inputs]
-        versions = [value._version for value in copies]
+    def _run_warm_up_calls(self, copies: Sequence[Any]) -> Any:
+        rng_state = torch.cuda.get_rng_state()
         side_stream = torch.cuda.Stream()
         side_stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side_stream):
-            for _ in range(WARMUP_CALLS):
-                self.function(*copies)
+            for _ in range(max(1, self.settings.warmup_calls)):
+                outputs = self.function(*copies)
         torch.cuda.current_stream().wait_stream(side_stream)
-        return [index for index, value in enumerate(copies) if value._version != versions[index]]
+        torch.cuda.set_rng_state(rng_state)  # warm-up must not shift the random stream eager would see
+        return outputs
 
-    def _replay(self, recording: Recording, inputs: Sequence[torch.Tensor]) -> Any:
+    def _first_saved(self, outputs: Any) -> int | None:
+        if self.kind != "forward" or not self.saved_outputs or type(outputs) not in (tuple, list):
+            return None
+        return max(0, len(outputs) - self.saved_outputs)
+
+    @staticmethod
+    def _flat_index(outputs: Any, index: int | None, flat_outputs: Sequence[Any]) -> int:
+        """The flat index of output `index` (outputs may hold tuples of tensors); None: past the end."""
+        if index is None or type(outputs) not in (tuple, list):
+            return len(flat_outputs)
+        return len(flatten(list(outputs[:index]))[0])
+
+    def _protect(self, recording: Recording, static_inputs: Sequence[Any], in_place: Sequence[bool]) -> None:
+        """Note the handed-out outputs a replay overwrites; register every handed-out one as read in place."""
+        fixed = {static_inputs[i].untyped_storage().data_ptr() for i, f in enumerate(in_place) if f}
+        outputs = recording.static_outputs
+        recording.protected = [i for i in range(recording.first_saved, len(outputs))
+                               if isinstance(outputs[i], torch.Tensor)
+                               and outputs[i].untyped_storage().data_ptr() not in fixed]
+        _register_saved(recording, outputs, [i for i in range(recording.first_saved, len(outputs))
+                                             if isinstance(outputs[i], torch.Tensor)])
+
+    def _warm_up(self, inputs: Sequence[Any], in_place: Sequence[bool]) -> tuple[list[int], str | None]:
+        """Run on copies of the inputs on a side stream; return the inputs it wrote and a refusal, if any.
+
+        Copies, parameters included, so that warm-up never changes what the
+        caller sees; made outside inference mode so that their version
+        counters show which ones the function writes."""
+        with torch.inference_mode(False):
+            copies = [static_copy(v) if isinstance(v, torch.Tensor) else v for v in inputs]
+        versions = [v._version if isinstance(v, torch.Tensor) else 0 for v in copies]
+        outputs = self._run_warm_up_calls(copies)
+        mutated = [i for i, v in enumerate(copies) if isinstance(v, torch.Tensor) and v._version != versions[i]]
+        return mutated, warm_up_refusal(in_place, mutated, flatten(outputs)[0], self.device_type)
+
+    # -- replay --
+
+    def _replay(self, recording: Recording, inputs: Sequence[Any]) -> Any:
+        static_inputs = recording.static_inputs
         for index in recording.copied:
-            if recording.static_inputs[index].data_ptr() != inputs[index].data_ptr():
-                recording.static_inputs[index].copy_(inputs[index])
-        recording.graph.replay()
+            if static_inputs[index].data_ptr() != inputs[index].data_ptr():
+                static_inputs[index].copy_(inputs[index])
+        self._launch(recording, inputs)
+        self.replays += 1
+        recording.last_step = _step
         # Mutated inputs were written into the static copies; eager would have
         # written the caller's tensors.
-        self.replays += 1
         for index in recording.mutated:
-            inputs[index].copy_(recording.static_inputs[index])
-        outputs = recording.static_outputs
-        if self.clone_outputs:
-            outputs = [_clone(value) for value in outputs]
-        return pytree.tree_unflatten(outputs, recording.output_spec)
+            inputs[index].copy_(static_inputs[index])
+        static_outputs = recording.static_outputs
+        for index in recording.protected:
+            if not static_outputs[index].is_inference():
+                # Backwards still holding the previous replay's activations now fail loudly.
+                torch.autograd.graph.increment_version(static_outputs[index])
+        outputs = [value.clone(memory_format=torch.preserve_format) if isinstance(value, torch.Tensor) else value
+                   for value in static_outputs[:recording.first_uncloned]]
+        outputs += static_outputs[recording.first_uncloned:]
+        if recording.protected:
+            token = self._step_token = StepToken()
+            recording.step_token = weakref.ref(token)
+        return recording.rebuild(outputs)
 
 
-def _graphable(inputs: Sequence[Any]) -> bool:
-    if not inputs or not all(isinstance(value, torch.Tensor) for value in inputs):
-        return False
-    devices = {value.device for value in inputs}
-    if len(devices) != 1 or next(iter(devices)).type != "cuda":
-        return False
-    if torch.is_grad_enabled() and any(value.requires_grad for value in inputs):
-        return False
-    return not torch.cuda.is_current_stream_capturing()
+_MISSING = object()
 
 
-def _is_static(value: torch.Tensor) -> bool:
-    return isinstance(value, torch.nn.Parameter)
+def warm_up_refusal(in_place: Sequence[bool], mutated: Sequence[int], outputs: Sequence[Any],
+                    device_type: str = "cuda") -> str | None:
+    """Why what warm-up saw forbids recording, or None."""
+    written = [i for i in mutated if in_place[i]]
+    if written:
+        return f"the graph writes in place to input {written[0]}, a parameter or saved activation read in place"
+    for value in outputs:
+        if isinstance(value, torch.Tensor) and value.device.type != device_type:
+            return f"an output on the {value.device.type.upper()} (a graph records device work only)"
+        if not isinstance(value, (torch.Tensor, *NUMBER_TYPES)):
+            return f"an output of type {type(value).__name__}"
+    return None
 
 
-def _recording_key(inputs: Sequence[torch.Tensor]) -> tuple:
-    return tuple(
-        (value.shape, value.stride(), value.dtype, value.device, value.data_ptr() if _is_static(value) else None)
-        for value in inputs
-    )
+def flatten(outputs: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    """Outputs as a flat list, and the function that rebuilds their structure.
+
+    Compiled graphs return a flat tuple or list (None entries included, which
+    pytree would drop); anything else goes through pytree."""
+    if isinstance(outputs, torch.Tensor):
+        return [outputs], lambda flat: flat[0]
+    if type(outputs) in (tuple, list):
+        flattened = flatten_one_level(outputs)
+        if flattened is not None:
+            flat, layout = flattened
+            if not any(layout):
+                return flat, type(outputs)
+            container = type(outputs)
+            return flat, lambda values: container(rebuild_one_level(values, layout))
+    flat, spec = pytree.tree_flatten(outputs)
+    return flat, lambda values: pytree.tree_unflatten(values, spec)
 
 
-def _static_copy(value: torch.Tensor) -> torch.Tensor:
-    # empty_strided keeps the caller's layout, so kernels recorded for it see
-    # the same strides as the eager call would.
+def flatten_one_level(values: Sequence[Any]) -> tuple[list[Any], tuple] | None:
+    """Leaves (tensors, numbers) and tuples or lists of leaves, flattened; with the layout that
+    `rebuild_one_level` needs (per value: None, or (type, length)). None for deeper structures.
+
+    Graphs run as they are save multi-output ops (batch norm) as tuples: hundreds per call,
+    which this handles without pytree's per-node cost."""
+    flat: list[Any] = []
+    layout: list[Any] = []
+    for value in values:
+        kind = type(value)
+        if kind is tuple or kind is list:
+            if not all(isinstance(item, (torch.Tensor, *NUMBER_TYPES)) for item in value):
+                return None
+            flat.extend(value)
+            layout.append((kind, len(value)))
+        elif isinstance(value, (torch.Tensor, *NUMBER_TYPES)):
+            flat.append(value)
+            layout.append(None)
+        else:
+            return None
+    return flat, tuple(layout)
+
+
+def rebuild_one_level(flat: Sequence[Any], layout: tuple) -> list[Any]:
+    values: list[Any] = []
+    position = 0
+    for entry in layout:
+        if entry is None:
+            values.append(flat[position])
+            position += 1
+        else:
+            kind, length = entry
+            values.append(kind(flat[position:position + length]))
+            position += length
+    return values
+
+
+def static_copy(value: torch.Tensor) -> torch.Tensor:
+    """A buffer with value's layout and contents (kernels recorded on it see eager's strides)."""
     buffer = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
     buffer.copy_(value)
     return buffer
 
 
-def _clone(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.clone(memory_format=torch.preserve_format)
-    return value
+def wrap_compiled(settings: Settings, name: str = "graph",
+                  static_input_indices: frozenset[int] = frozenset()) -> Callable[..., Callable[..., Any]]:
+    """The wrapper `autograd.aot_compile` applies to each compiled graph: a runner of that graph's kind.
+
+    `static_input_indices` index the captured graph's inputs, which are the
+    inference and forward graphs' inputs too (not the backward's)."""
+
+    def wrap(compiled: Callable[..., Any], kind: str, saved_outputs: int = 0,
+             kept_outputs: int | None = None) -> Callable[..., Any]:
+        static = static_input_indices if kind != "backward" else frozenset()
+        return CudaGraphRunner(compiled, kind=kind, saved_outputs=saved_outputs, kept_outputs=kept_outputs,
+                               static_input_indices=static, settings=settings, name=f"{name} ({kind})")
+
+    return wrap

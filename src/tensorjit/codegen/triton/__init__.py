@@ -7,8 +7,9 @@ produces with `decompositions()`), and returns a callable with the graph's
 signature: fused Triton kernels for pointwise work and last-dimension
 reductions, ATen kernels for the rest (matrix products, convolutions,
 attention), launched by generated straight-line Python. With
-`config.triton_cudagraphs` (mode="reduce-overhead") the whole call is replayed
-through a CUDA graph. If lowering fails, the graph runs eagerly, with the
+`config.triton_cudagraphs` the whole call is replayed through a CUDA graph, as
+an inference graph (the inductor backend instead wraps forward and backward
+graphs itself, by kind, and turns this off). If lowering fails, the graph runs eagerly, with the
 reason logged: never a wrong answer.
 
 Modules: expressions (scalar op -> Triton text), emitter (the scalar-op
@@ -45,7 +46,9 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], *, c
     if config is not None and getattr(config, "triton_cudagraphs", False):
         from tensorjit.runtime.cudagraphs import CudaGraphRunner
 
-        compiled = CudaGraphRunner(compiled)
+        from tensorjit.runtime.cudagraphs import Settings
+
+        compiled = CudaGraphRunner(compiled, settings=Settings.from_config(config))
     return compiled
 
 

@@ -1,0 +1,232 @@
+"""CUDA graphs benchmark: eager vs torch.compile vs tensorjit under mode="reduce-overhead".
+
+Per workload, in one process: eager, torch.compile(mode="reduce-overhead"),
+tensorjit.compile(mode="reduce-overhead"), and tensorjit's default mode for
+reference. Inference runs under torch.inference_mode(); a training step is
+forward + backward + an SGD step. Median of event-timed calls
+(triton.testing.do_bench). Prints a table and writes JSON lines to --json.
+tensorjit's "cudagraphs" log lines (recordings and refusals) are printed per
+workload, so a missing recording shows up with its reason.
+
+    python bench/cudagraph_bench.py                    # every workload
+    python bench/cudagraph_bench.py tiny_block mlp --budget 60
+
+torch.compile is called here only as the reference to beat (allowed in bench).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+_CACHE_ROOT = tempfile.mkdtemp(prefix="tensorjit_cudagraph_bench_")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_CACHE_ROOT, "inductor"))
+os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_CACHE_ROOT, "triton"))
+os.environ.setdefault("TENSORJIT_CACHE_DIR", os.path.join(_CACHE_ROOT, "tensorjit"))
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_models import GPT2, GPT2Settings, TinyBlock  # noqa: E402
+
+
+class MLP(nn.Module):
+    def __init__(self, width=1024, depth=4):
+        super().__init__()
+        self.layers = nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())])
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def _randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device="cuda", dtype=dtype)
+
+
+def build(name):
+    if name == "tiny_block":
+        return TinyBlock().cuda().half().eval(), [_randn(32, 128, 768, dtype=torch.float16)], False
+    if name == "mlp":
+        return MLP().cuda().eval(), [_randn(64, 1024)], False
+    if name == "mlp_train":
+        return MLP().cuda().train(), [_randn(64, 1024)], True
+    if name == "gpt2_infer":
+        model = GPT2(GPT2Settings()).cuda().to(torch.bfloat16).eval()
+        return model, [torch.randint(0, 50257, (8, 512), device="cuda")], False
+    if name == "gpt2_train":
+        model = GPT2(GPT2Settings()).cuda().to(torch.bfloat16).train()
+        return model, [torch.randint(0, 50257, (8, 256), device="cuda")], True
+    if name.startswith("densenet121"):
+        import torchvision
+
+        train = name.endswith("train")
+        return torchvision.models.densenet121().cuda().train(train), [_randn(16, 3, 128, 128)], train
+    if name == "resnet50_infer":
+        import torchvision
+
+        return torchvision.models.resnet50().cuda().half().eval(), [_randn(64, 3, 224, 224, dtype=torch.float16)], False
+    raise KeyError(name)
+
+
+WORKLOADS = ["tiny_block", "mlp", "mlp_train", "gpt2_infer", "gpt2_train", "resnet50_infer",
+             "densenet121_infer", "densenet121_train"]
+
+
+def make_step(function, model, inputs, train):
+    if not train:
+        def infer():
+            with torch.inference_mode():
+                return function(*inputs)
+        return infer
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def step():
+        output = function(*inputs)
+        loss = output.float().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+def compiled_side(side, model):
+    import tensorjit
+
+    torch._dynamo.reset()
+    tensorjit.reset()
+    if side == "torch_ro":
+        return torch.compile(model, mode="reduce-overhead")
+    if side == "tj_ro":
+        return tensorjit.compile(model, mode="reduce-overhead")
+    if side == "tj_default":
+        return tensorjit.compile(model)
+    raise KeyError(side)
+
+
+def median_ms(step):
+    import triton.testing
+
+    return float(triton.testing.do_bench(step, warmup=25, rep=200, return_mode="median"))
+
+
+def gpu_ms(step, steps=5):
+    """Device time per step (sum of kernel times under torch.profiler): what is left once the host is off the path."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    total_us = sum(event.self_device_time_total for event in profiler.key_averages()
+                   if event.device_type == torch.autograd.DeviceType.CUDA)
+    return total_us / steps / 1000
+
+
+PROFILE = False
+HOST_PROFILE: str | None = None
+
+
+def host_profile(step, label, calls=20):
+    """Top host functions by own time over `calls` steps (cProfile), appended to HOST_PROFILE."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    torch.cuda.synchronize()
+    profiler.enable()
+    for _ in range(calls):
+        step()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(14)
+    with open(HOST_PROFILE, "a") as handle:
+        handle.write(f"== {label} ({calls} steps)\n{text.getvalue()}\n")
+
+
+def run(name, sides):
+    from tensorjit import logs
+
+    torch.manual_seed(0)
+    model, inputs, train = build(name)
+    row = {"workload": name, "train": train}
+    with torch.inference_mode():
+        reference = None if train else model(*inputs).float()
+    row["eager_ms"] = median_ms(make_step(model, model, inputs, train))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    for side in sides:
+        model.load_state_dict(state)
+        logs.clear()
+        try:
+            start = time.perf_counter()
+            compiled = compiled_side(side, model)
+            step = make_step(compiled, model, inputs, train)
+            for _ in range(3):  # compile, warm up, record
+                result = step()
+            torch.cuda.synchronize()
+            row[f"{side}_cold_s"] = round(time.perf_counter() - start, 2)
+            if reference is not None:
+                output = result.float()
+                row[f"{side}_rel_err"] = float((output - reference).norm() / reference.norm())
+            row[f"{side}_ms"] = median_ms(step)
+            if PROFILE:
+                row[f"{side}_gpu_ms"] = round(gpu_ms(step), 3)
+            if HOST_PROFILE and side == "tj_ro":
+                host_profile(step, f"{name} {side}")
+        except Exception as error:  # noqa: BLE001 - report and go on
+            row[f"{side}_error"] = f"{type(error).__name__}: {str(error)[:300]}"
+            traceback.print_exc()
+        if side.startswith("tj"):
+            lines = logs.recent("cudagraphs")
+            row[f"{side}_recorded"] = sum("recorded a CUDA graph" in line for line in lines)
+            row[f"{side}_refusals"] = sorted({line for line in lines if "not replayed" in line})[:6]
+    return row
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workloads", nargs="*")
+    parser.add_argument("--sides", default="torch_ro,tj_ro,tj_default")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--profile", action="store_true", help="also record device time per step (torch.profiler)")
+    parser.add_argument("--host-profile", default=None, help="append cProfile tables of tensorjit's steps to this file")
+    arguments = parser.parse_args(argv)
+    global PROFILE, HOST_PROFILE
+    PROFILE = arguments.profile
+    HOST_PROFILE = arguments.host_profile
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    sides = arguments.sides.split(",")
+    rows = []
+    for name in arguments.workloads or WORKLOADS:
+        print(f"== {name}", flush=True)
+        try:
+            row = run(name, sides)
+        except Exception as error:  # noqa: BLE001
+            traceback.print_exc()
+            row = {"workload": name, "error": f"{type(error).__name__}: {error}"}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        if arguments.json:
+            with open(arguments.json, "a") as handle:
+                handle.write(json.dumps(row) + "\n")
+        torch.cuda.empty_cache()
+    print(f"\n{torch.cuda.get_device_name()}  torch {torch.__version__}")
+    print(f"{'workload':<20}{'eager':>9}" + "".join(f"{s:>12}" for s in sides) + f"{'tj_ro/torch_ro':>16}")
+    for row in rows:
+        cells = "".join(f"{row.get(f'{s}_ms', float('nan')):>12.3f}" for s in sides)
+        ratio = row.get("torch_ro_ms", float("nan")) / row.get("tj_ro_ms", float("nan"))
+        print(f"{row['workload']:<20}{row.get('eager_ms', float('nan')):>9.3f}{cells}{ratio:>16.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,447 @@
+"""CUDA graph bookkeeping on the CPU: keys, refusals and their log lines, pools, saved activations.
+
+`FakeDeviceRunner` replaces the runner's device work with a CPU imitation of a
+CUDA graph: "capture" runs the function once on the static inputs, and
+"replay" runs it again and writes the results into the same output buffers, as
+a replay overwrites its static outputs. Everything else (keys, copies,
+clones, aliases, version counters, pools) is the real code.
+"""
+
+import copy
+
+import pytest
+import torch
+
+import tensorjit
+from tensorjit import logs
+from tensorjit.autograd import aot_compile
+from tensorjit.backends.inductor import cudagraph_wrapper
+from tensorjit.config import MODES, Config
+from tensorjit.runtime import cudagraphs
+from tensorjit.runtime.cudagraphs import (
+    CudaGraphRunner, Settings, choose_pool, recording_key, shape_of, ungraphable_reason, warm_up_refusal,
+)
+
+
+class FakeDeviceRunner(CudaGraphRunner):
+    device_type = "cpu"
+    pools_made = 0
+
+    def _new_pool(self):
+        FakeDeviceRunner.pools_made += 1
+        return ("pool", FakeDeviceRunner.pools_made)
+
+    def _run_warm_up_calls(self, copies):
+        for _ in range(self.settings.warmup_calls):
+            outputs = self.function(*copies)
+        return outputs
+
+    def _capture(self, static_inputs, pool):
+        return "graph", self.function(*static_inputs)
+
+    def _launch(self, recording, inputs):
+        # Static buffers for copied inputs, the caller's tensors for those read in place.
+        arguments = [value if index not in recording.copied else recording.static_inputs[index]
+                     for index, value in enumerate(inputs)]
+        with torch.no_grad():
+            fresh, _ = cudagraphs.flatten(self.function(*arguments))
+            for buffer, value in zip(recording.static_outputs, fresh):
+                if isinstance(buffer, torch.Tensor):
+                    buffer.data.copy_(value)  # .data: a device write, which bumps no version counter
+
+
+def fake_wrapper(settings=Settings()):
+    runners = []
+
+    def wrap(compiled, kind, saved_outputs=0, kept_outputs=None):
+        runner = FakeDeviceRunner(compiled, kind=kind, saved_outputs=saved_outputs, kept_outputs=kept_outputs,
+                                  settings=settings)
+        runners.append(runner)
+        return runner
+
+    return wrap, runners
+
+
+@pytest.fixture(autouse=True)
+def fresh_logs():
+    logs.clear()
+    yield
+    logs.clear()
+
+
+# -- refusals and keys ---------------------------------------------------------------
+
+
+def test_refusal_reasons():
+    x = torch.randn(3)
+    assert ungraphable_reason([x]) == "inputs on the CPU"
+    assert ungraphable_reason([x, "a"]) == "an input of type str"
+    assert ungraphable_reason([1, 2]) == "no tensor inputs"
+    assert ungraphable_reason([x, 3, None], device_type="cpu") is None
+    weight = torch.randn(3, requires_grad=True)
+    assert "gradients are recorded" in ungraphable_reason([weight], device_type="cpu")
+    with torch.no_grad():
+        assert ungraphable_reason([weight], device_type="cpu") is None
+
+
+def test_key_refuses_what_ungraphable_reason_refuses():
+    x = torch.randn(3)
+    weight = torch.randn(3, requires_grad=True)
+    for inputs in ([x], [x, "a"], [1, 2], [weight]):
+        assert recording_key(inputs, device_type="cuda") is None
+    assert recording_key([weight], device_type="cpu") is None
+    assert recording_key([x, 3, None], device_type="cpu") is not None
+
+
+def test_cpu_inputs_run_eagerly_with_one_log_line():
+    runner = CudaGraphRunner(lambda x: (x + 1,), name="g")
+    for _ in range(3):
+        (result,) = runner(torch.ones(2))
+        torch.testing.assert_close(result, torch.full((2,), 2.0))
+    assert runner.eager_calls == 3 and not runner.recordings
+    assert logs.recent("cudagraphs") == ["g: not replayed through a CUDA graph: inputs on the CPU"]
+
+
+def test_key_holds_addresses_of_inputs_read_in_place_only():
+    parameter = torch.nn.Parameter(torch.randn(4))
+    x = torch.randn(4)
+    assert [cudagraphs.read_in_place(v) for v in (parameter, x, 3)] == [True, False, False]
+    key = recording_key([parameter, x, 3])
+    assert key[1][4] == parameter.data_ptr() and key[2][4] is None and key[3] == (int, 3)
+    assert cudagraphs.in_place_of(key) == [True, False, False]
+    assert shape_of(key) == shape_of(recording_key([torch.nn.Parameter(torch.randn(4)), x, 3]))
+    assert recording_key([x]) != recording_key([x.t()[None]])  # shape differs
+    with torch.inference_mode():
+        inference_key = recording_key([x])
+    assert inference_key != recording_key([x])
+
+
+def test_warm_up_refusals():
+    assert "writes in place to input 0" in warm_up_refusal([True, False], [0], [])
+    assert warm_up_refusal([False, False], [0], [torch.randn(1, device="meta")]) is not None
+    assert "on the CPU" in warm_up_refusal([False], [], [torch.randn(1)])
+    assert warm_up_refusal([False], [0], [None, 3]) is None
+
+
+def test_pool_choice():
+    made = []
+
+    def new_pool():
+        made.append(object())
+        return made[-1]
+
+    shared = object()
+    assert choose_pool("inference", [], lambda: shared, new_pool) is shared
+    first, second = choose_pool("forward", [], None, new_pool), choose_pool("forward", [], None, new_pool)
+    assert first is not second  # a forward's saved activations must not share memory with another forward
+    saved = torch.randn(4)
+    cudagraphs._saved_buffers[saved.data_ptr()] = first
+    try:
+        assert choose_pool("backward", [saved], None, new_pool) is first
+    finally:
+        del cudagraphs._saved_buffers[saved.data_ptr()]
+    assert choose_pool("backward", [torch.nn.Parameter(torch.randn(2))], None, new_pool) is made[-1]
+
+
+# -- replays on the fake device ---------------------------------------------------------
+
+
+def test_replays_copy_inputs_and_clone_outputs():
+    runner = FakeDeviceRunner(lambda x, y: (x * y, x.sum()))
+    results = []
+    for seed in range(3):
+        x, y = torch.randn(5), torch.randn(5)
+        results.append((x, y, runner(x, y)))
+    for x, y, (product, total) in results:  # outputs held across calls keep their values
+        torch.testing.assert_close(product, x * y)
+        torch.testing.assert_close(total, x.sum())
+    assert runner.replays == 3 and runner.eager_calls == 0 and len(runner.recordings) == 1
+
+
+def test_inputs_mutated_in_place_are_written_back():
+    def mutate(x, y):
+        x.mul_(2)
+        return (x + y,)
+
+    runner = FakeDeviceRunner(mutate)
+    for _ in range(2):
+        x, y = torch.randn(4), torch.randn(4)
+        expected = x * 2
+        (result,) = runner(x, y)
+        torch.testing.assert_close(x, expected)
+        torch.testing.assert_close(result, expected + y)
+    assert runner.replays == 2
+
+
+def test_inference_mode_and_no_grad():
+    runner = FakeDeviceRunner(lambda x: (torch.relu(x) + 1,))
+    for context in (torch.inference_mode, torch.no_grad, torch.inference_mode):
+        with context():
+            x = torch.randn(6)
+            (result,) = runner(x)
+            torch.testing.assert_close(result, torch.relu(x) + 1)
+    assert runner.replays == 3 and len(runner.recordings) == 2  # inference mode is part of the key
+
+
+def test_mutated_inference_input_is_detected_without_version_counters():
+    def mutate(x):
+        x.add_(1)
+        return (x * 3,)
+
+    runner = FakeDeviceRunner(mutate)
+    with torch.inference_mode():
+        x = torch.zeros(3)
+        (result,) = runner(x)
+    torch.testing.assert_close(x, torch.ones(3))
+    torch.testing.assert_close(result, torch.full((3,), 3.0))
+    assert next(iter(runner.recordings.values())).mutated == [0]
+
+
+def test_inputs_holding_tuples_of_tensors_are_flattened():
+    runner = FakeDeviceRunner(lambda x, pair: (x * pair[0] + pair[1],))
+    for _ in range(2):
+        x, a, b = torch.randn(3), torch.randn(3), torch.randn(3)
+        torch.testing.assert_close(runner(x, (a, b))[0], x * a + b)
+    (flat_runner,) = runner.structured.values()
+    assert flat_runner.replays == 2 and runner.eager_calls == 0
+
+
+def test_one_level_structures_round_trip():
+    a, b, c = torch.randn(1), torch.randn(2), torch.randn(3)
+    flat, layout = cudagraphs.flatten_one_level([a, (b, c), None, [c]])
+    assert flat == [a, b, c, None, c] and layout == (None, (tuple, 2), None, (list, 1))
+    rebuilt = cudagraphs.rebuild_one_level(flat, layout)
+    assert rebuilt[0] is a and rebuilt[1] == (b, c) and rebuilt[2] is None and rebuilt[3] == [c]
+    assert cudagraphs.flatten_one_level([((a,),)]) is None  # deeper: pytree's business
+    flat, rebuild = cudagraphs.flatten((a, (b, c)))
+    assert flat == [a, b, c] and rebuild(flat) == (a, (b, c))
+
+
+def test_saved_outputs_holding_tuples_are_handed_out_in_place():
+    def forward(x):
+        return (x + 1, (x * 2, x * 3), x * 4)  # one output, then two saved values, the first a pair
+
+    runner = FakeDeviceRunner(forward, kind="forward", saved_outputs=2)
+    with torch.no_grad():
+        runner(torch.randn(3))
+    recording = next(iter(runner.recordings.values()))
+    assert recording.first_saved == 1 and recording.protected == [1, 2, 3]
+
+
+def test_parameter_written_in_place_runs_eagerly_with_reason():
+    weight = torch.nn.Parameter(torch.ones(3), requires_grad=False)
+
+    def step(w, x):
+        w.add_(x)
+        return (w * 2,)
+
+    runner = FakeDeviceRunner(step, name="g")
+    runner(weight, torch.ones(3))
+    torch.testing.assert_close(weight, torch.full((3,), 2.0))
+    assert runner.eager_calls == 1 and runner.replays == 0
+    assert any("writes in place to input 0" in line for line in logs.recent("cudagraphs"))
+
+
+def test_shapes_are_bounded_and_logged():
+    runner = FakeDeviceRunner(lambda x: (x + 1,), settings=Settings(max_shapes=2), name="g")
+    for size in (2, 3, 4, 4, 2):
+        (result,) = runner(torch.zeros(size))
+        torch.testing.assert_close(result, torch.ones(size))
+    assert runner.replays == 3 and runner.eager_calls == 2
+    assert sum("more than 2 input shapes" in line for line in logs.recent("cudagraphs")) == 1
+
+
+def test_moved_parameters_are_bounded_per_shape():
+    runner = FakeDeviceRunner(lambda w, x: (w * x,), settings=Settings(max_recordings_per_shape=2), name="g")
+    x = torch.randn(3)
+    weights = [torch.nn.Parameter(torch.randn(3), requires_grad=False) for _ in range(3)]  # alive: 3 addresses
+    for weight in weights:
+        torch.testing.assert_close(runner(weight, x)[0], weight * x)
+    assert runner.replays == 2 and runner.eager_calls == 1
+    assert any("changed more than 2 times" in line for line in logs.recent("cudagraphs"))
+
+
+def test_parameters_are_read_in_place():
+    weight = torch.nn.Parameter(torch.randn(4), requires_grad=False)
+    runner = FakeDeviceRunner(lambda w, x: (x * w,))
+    x = torch.randn(4)
+    runner(weight, x)
+    with torch.no_grad():
+        weight.mul_(3)  # an optimizer step
+    torch.testing.assert_close(runner(weight, x)[0], x * weight)
+    recording = next(iter(runner.recordings.values()))
+    assert recording.copied == [1] and recording.static_inputs[0] is None  # not pinned
+
+
+def test_module_buffers_are_read_in_place():
+    def backend(gm, example_inputs):
+        backend.indices = cudagraphs.module_state_indices(gm)
+        return gm.forward
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3)).eval()
+    tensorjit.compile(model, backend=backend)(torch.randn(2, 3))
+    assert backend.indices == frozenset(range(1, 7))  # not the input, every parameter and buffer
+
+    mean = torch.randn(4)  # a plain tensor, as a batch-norm buffer is
+    runner = FakeDeviceRunner(lambda x, m: (x - m,), static_input_indices=frozenset({1}))
+    for _ in range(2):
+        x = torch.randn(4)
+        torch.testing.assert_close(runner(x, mean)[0], x - mean)
+        mean.add_(1)
+    assert next(iter(runner.recordings.values())).copied == [0] and runner.replays == 2
+
+
+def test_only_kept_outputs_are_cloned():
+    runner = FakeDeviceRunner(lambda x: (x + 1, x * 2), kept_outputs=1)
+    first = runner(torch.zeros(2))
+    second = runner(torch.ones(2))
+    torch.testing.assert_close(first[0], torch.ones(2))  # kept: cloned, still its own call's value
+    assert first[1] is second[1]  # a mutated input's new value, which the runtime copies at once
+
+
+def test_capture_failure_runs_eagerly_with_reason():
+    class Failing(FakeDeviceRunner):
+        def _capture(self, static_inputs, pool):
+            raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    runner = Failing(lambda x: (x.sum().item() * x,), name="g")
+    torch.testing.assert_close(runner(torch.ones(2))[0], torch.full((2,), 2.0))
+    assert runner.eager_calls == 1
+    assert logs.recent("cudagraphs")[-1].endswith("capture failed (RuntimeError: operation not permitted when "
+                                                  "stream is capturing)")
+
+
+# -- training: forward and backward graphs -------------------------------------------------
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(8, 16)
+        self.second = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return (self.second(torch.tanh(self.first(x))),)
+
+
+def compiled_net(model, wrap):
+    """Net's graph through aot_compile (parameters as inputs, as capture lifts them), wrapped by `wrap`."""
+    parameters = list(model.parameters())
+    gm = torch.fx.symbolic_trace(lambda w1, b1, w2, b2, x: (
+        torch.nn.functional.linear(torch.tanh(torch.nn.functional.linear(x, w1, b1)), w2, b2),))
+    example = [*parameters, torch.randn(5, 8)]
+    compiled = aot_compile(gm, example, fw_compiler=lambda g, e: g.forward, wrap_compiled=wrap)
+    return lambda x: compiled(*parameters, x)
+
+
+def test_training_steps_match_eager_and_backward_reads_saved_activations_in_place():
+    torch.manual_seed(0)
+    model = Net()
+    reference = copy.deepcopy(model)
+    wrap, runners = fake_wrapper()
+    step = compiled_net(model, wrap)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(4):
+        x = torch.randn(5, 8)
+        loss = step(x)[0].square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        expected = reference(x)[0].square().mean()
+        expected.backward()
+        reference_optimizer.step()
+        reference_optimizer.zero_grad()
+        torch.testing.assert_close(loss, expected)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q)
+    forward, backward = runners
+    assert (forward.kind, backward.kind) == ("forward", "backward")
+    assert forward.replays == 4 and backward.replays == 4 and forward.eager_calls == backward.eager_calls == 0
+    forward_recording = next(iter(forward.recordings.values()))
+    backward_recording = next(iter(backward.recordings.values()))
+    assert forward_recording.protected, "the forward hands saved activations to the backward"
+    assert backward_recording.pool == forward_recording.pool  # one pool per step
+    in_place = [key for key in backward.recordings][0][1:]
+    saved = {forward_recording.static_outputs[i].data_ptr() for i in forward_recording.protected}
+    assert saved <= {part[4] for part in in_place}  # the backward's key holds their addresses: read in place
+    assert len(backward_recording.copied) == 1  # the tangent alone is copied (a saved weight is read in place)
+
+
+def test_second_forward_before_backward_runs_eagerly_and_both_gradients_are_right():
+    torch.manual_seed(0)
+    model = Net()
+    reference = copy.deepcopy(model)
+    wrap, runners = fake_wrapper()
+    step = compiled_net(model, wrap)
+    step(torch.randn(5, 8))[0].sum().backward()  # record both graphs
+    model.zero_grad()
+    x1, x2 = torch.randn(5, 8), torch.randn(5, 8)
+    (step(x1)[0].square().mean() + step(x2)[0].square().mean()).backward()  # gradient accumulation
+    (reference(x1)[0].square().mean() + reference(x2)[0].square().mean()).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    forward = runners[0]
+    assert forward.eager_calls == 1
+    assert any("still held" in line for line in logs.recent("cudagraphs"))
+
+
+def test_other_holders_of_saved_activations_do_not_stop_replays():
+    # A backward graph may return a view of a saved activation, and its recording keeps that
+    # view: only the step token (finished by the backward, dropped with the graph) counts.
+    runner = FakeDeviceRunner(lambda x: (x + 1, x * 2), kind="forward", saved_outputs=1)
+    with torch.no_grad():
+        _, saved = runner(torch.randn(3))
+        kept_view = saved.view(-1)
+        runner.take_step_token().finish()
+        runner(torch.randn(3))
+        token = runner.take_step_token()
+        runner(torch.randn(3))  # its token is alive and not finished: eager
+        del token
+        runner(torch.randn(3))  # the graph holding it was dropped: replay
+    assert runner.replays == 3 and runner.eager_calls == 1 and kept_view.shape == (3,)
+
+
+def test_stale_backward_after_mark_step_begin_fails_loudly():
+    torch.manual_seed(0)
+    model = Net()
+    wrap, runners = fake_wrapper()
+    step = compiled_net(model, wrap)
+    step(torch.randn(5, 8))[0].sum().backward()
+    first = step(torch.randn(5, 8))[0].sum()
+    tensorjit.cudagraph_mark_step_begin()
+    second = step(torch.randn(5, 8))[0].sum()  # overwrites the activations `first` still holds
+    assert runners[0].eager_calls == 0
+    second.backward()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        first.backward()
+
+
+# -- options and wiring --------------------------------------------------------------------
+
+
+def test_modes_and_options_reach_the_runner():
+    assert MODES["reduce-overhead"]["triton_cudagraphs"]
+    config = Config(triton_cudagraphs=True, cudagraph_max_shapes=3, cudagraph_warmup_calls=1)
+    assert cudagraph_wrapper(config, "cpu") is None and cudagraph_wrapper(Config(), "cuda") is None
+    runner = cudagraph_wrapper(config, "cuda")(lambda x: x, "forward", 2)
+    assert isinstance(runner, CudaGraphRunner)
+    assert (runner.kind, runner.saved_outputs, runner.settings) == ("forward", 2, Settings(3, 2, 1))
+    assert "cudagraphs" in logs.KINDS
+
+
+def test_aot_compile_wraps_each_compiled_graph_by_kind():
+    wrap, runners = fake_wrapper()
+    gm = torch.fx.symbolic_trace(lambda w, x: (torch.sin(x * w),))
+    weight = torch.randn(3, requires_grad=True)
+    aot_compile(gm, [weight, torch.randn(3)], fw_compiler=lambda g, e: g.forward, wrap_compiled=wrap)
+    assert [r.kind for r in runners] == ["forward", "backward"] and runners[0].saved_outputs >= 1
+    with torch.no_grad():
+        aot_compile(gm, [weight, torch.randn(3)], fw_compiler=lambda g, e: g.forward, wrap_compiled=wrap)
+    assert runners[-1].kind == "inference"
+
+
+def test_mark_step_begin_is_exported():
+    before = cudagraphs.current_step()
+    tensorjit.cudagraph_mark_step_begin()
+    assert cudagraphs.current_step() == before + 1
