@@ -4,26 +4,11 @@ The captured graph goes through `tensorjit.autograd.aot_compile`, which hands th
 forward and backward ATen graphs (or the inference graph) separately to the code
 generator for the graph's device:
 
-def _shared_ir_triton() -> tuple[Callable, dict | None]:
-    """The loop IR with the Triton emitter (Config.codegen_triton_ir): the C++ path's decompositions."""
-    try:
-        importlib.import_module("triton")
-        from ..codegen.triton.ir_compile import compile_aten_graph
-    except ImportError:
-        return _run_as_is, None
-    from ..codegen.decomp import decompositions
-    return compile_aten_graph, decompositions()
-
-
-def cudagraph_wrapper(config: Config, device: str, gm: torch.fx.GraphModule | None = None) -> Callable | None:
-    """What aot_compile wraps each compiled graph in: CUDA graph runners under `triton_cudagraphs`,
-    reading the module's parameters and buffers in place."""
-    if not config.triton_cudagraphs or device != "cuda":
-        return None
-    from ..runtime.cudagraphs import Settings, module_state_indices, wrap_compiled
-
-    static = module_state_indices(gm) if gm is not None else frozenset()
-    return wrap_compiled(Settings.from_config(config), static_input_indices=static)
+- CUDA: `tensorjit.codegen.triton` (fused Triton kernels, ATen for matmul/conv/attention); with
+  `Config.codegen_triton_ir`, the shared loop IR with the Triton emitter
+  (`tensorjit.codegen.triton.ir_compile`) instead; under mode="reduce-overhead"
+  (`config.triton_cudagraphs`) each compiled graph (inference, forward, backward) is replayed
+  through CUDA graphs (`runtime/cudagraphs.py`);
 - CPU: `tensorjit.codegen.cpp` when it is present; until then the ATen graphs run as they
   are (correct, and without the Python overhead of the original modules).
 
@@ -60,16 +45,40 @@ def _code_generator(device_type: str, config: Config) -> tuple[Callable, dict | 
     return module.compile_aten_graph, module.decompositions()
 
 
-    compile_aten_graph, decompositions = _code_generator(device, config)
-    wrap = cudagraph_wrapper(config, device, gm)
-    # The wrapping happens here, per graph kind; the code generator must not wrap again.
-    generator_config = config.replace(triton_cudagraphs=False) if wrap else config
+def _shared_ir_triton() -> tuple[Callable, dict | None]:
+    """The loop IR with the Triton emitter (Config.codegen_triton_ir): the C++ path's decompositions."""
+    try:
+        importlib.import_module("triton")
+        from ..codegen.triton.ir_compile import compile_aten_graph
+    except ImportError:
+        return _run_as_is, None
+    from ..codegen.decomp import decompositions
+    return compile_aten_graph, decompositions()
+
+
+def cudagraph_wrapper(config: Config, device: str, gm: torch.fx.GraphModule | None = None) -> Callable | None:
+    """What aot_compile wraps each compiled graph in: CUDA graph runners under `triton_cudagraphs`,
+    reading the module's parameters and buffers in place."""
+    if not config.triton_cudagraphs or device != "cuda":
+        return None
+    from ..runtime.cudagraphs import Settings, module_state_indices, wrap_compiled
+
+    static = module_state_indices(gm) if gm is not None else frozenset()
+    return wrap_compiled(Settings.from_config(config), static_input_indices=static)
 
 
 def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Config | None = None) -> Callable:
     config = config or default_config
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     device = devices.pop() if len(devices) == 1 else "mixed"
+    compile_aten_graph, decompositions = _code_generator(device, config)
+    wrap = cudagraph_wrapper(config, device, gm)
+    # The wrapping happens here, per graph kind; the code generator must not wrap again.
+    generator_config = config.replace(triton_cudagraphs=False) if wrap else config
+
+    def compiler(aten_gm, aten_inputs):
+        if compile_aten_graph is _run_as_is:
+            return aten_gm.forward
         progress.graph_started()
         with progress.stage("codegen"):
             return compile_aten_graph(aten_gm, aten_inputs, config=generator_config)
@@ -78,15 +87,6 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Con
         with progress.stage("autograd"):
             return aot_compile(gm, example_inputs, fw_compiler=compiler, decompositions=decompositions,
                                partitioner=config.partitioner, wrap_compiled=wrap)
-
-    def compiler(aten_gm, aten_inputs):
-        if compile_aten_graph is _run_as_is:
-            return aten_gm.forward
-- CUDA: `tensorjit.codegen.triton` (fused Triton kernels, ATen for matmul/conv/attention); with
-  `Config.codegen_triton_ir`, the shared loop IR with the Triton emitter
-  (`tensorjit.codegen.triton.ir_compile`) instead; under mode="reduce-overhead"
-  (`config.triton_cudagraphs`) each compiled graph (inference, forward, backward) is replayed
-  through CUDA graphs (`runtime/cudagraphs.py`);
     except Exception as error:  # noqa: BLE001 - a compiler gap must not become a wrong answer
         logs.emit("graph_breaks", f"inductor: running the graph eagerly: {type(error).__name__}: {error}")
         return gm.forward
