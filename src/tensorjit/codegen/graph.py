@@ -21,7 +21,7 @@ from .report import record_fallback
 from .schedule import linear_form
 from .simplify import simplify_expr
 from . import values
-from .values import LazyValue, NotLowerable, TORCH_TO_IR, buffer_value, contiguous_strides
+from .values import LazyValue, NotLowerable, TORCH_TO_IR, buffer_value, contiguous_strides, kernel_dtype
 
 VIEW_TARGETS = {getattr(torch.ops.aten, n).default for n in
                 ("view", "_unsafe_view", "permute", "expand", "unsqueeze", "t", "alias")} | {
@@ -381,8 +381,8 @@ def _check_kernel_dtypes(meta, args, kwargs) -> None:
     operands = [a for a in _flatten((args, kwargs)) if isinstance(a, LazyValue)]
     dtypes = {a.dtype for a in operands}
     if isinstance(meta, torch.Tensor):
-        dtypes.add(TORCH_TO_IR.get(meta.dtype, str(meta.dtype)))
-    unsupported = sorted(d for d in dtypes if d not in ir.DTYPES)
+        dtypes.add(dtype_name(meta.dtype))
+    unsupported = sorted(d for d in dtypes if not kernel_dtype(d))
     if unsupported:
         raise NotLowerable(f"dtype {unsupported[0]} has no kernel support")
 
