@@ -119,3 +119,33 @@ def test_instance_norm_statistics_become_lifted_input_mutations():
     function, inputs = composite_cases()["instance_norm"]
     traced = trace_joint(torch.fx.symbolic_trace(function), inputs, None)
     assert traced.mutated_inputs == [1, 2]
+
+
+class Loss(nn.Module):
+    """A functional loss as a module of its inputs, its targets a buffer."""
+
+    def __init__(self, function, target):
+        super().__init__()
+        self.function = function
+        self.register_buffer("target", target)
+
+    def forward(self, *inputs):
+        return self.function(*inputs, self.target)
+
+
+SIGNS = torch.tensor([1.0, -1.0, -1.0, 1.0, 1.0] * 10)
+LOSSES = {  # each clamps, fills or masks in place inside its implementation or its backward
+    "margin_ranking": (lambda a, b, t: F.margin_ranking_loss(a, b, t, reduction="none"), 2),
+    "hinge_embedding": (lambda a, t: F.hinge_embedding_loss(a, t, reduction="none"), 1),
+    "cosine_embedding": (lambda a, b, t: F.cosine_embedding_loss(a.view(5, 10), b.view(5, 10), t[:5]), 2),
+    "triplet_margin": (lambda a, b, t: F.triplet_margin_loss(a.view(5, 10), b.view(5, 10), (a * t).view(5, 10)), 2),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_losses_with_in_place_steps_give_eager_gradients(name, backend):
+    function, arity = LOSSES[name]
+    torch.manual_seed(0)
+    inputs = [torch.randn(50, requires_grad=True) for _ in range(arity)]
+    assert_training_matches_eager(Loss(function, SIGNS), *inputs, backend=backend)
