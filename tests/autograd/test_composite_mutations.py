@@ -149,3 +149,27 @@ def test_losses_with_in_place_steps_give_eager_gradients(name, backend):
     torch.manual_seed(0)
     inputs = [torch.randn(50, requires_grad=True) for _ in range(arity)]
     assert_training_matches_eager(Loss(function, SIGNS), *inputs, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_convolution_with_circular_padding_mode_trains_like_eager(backend):
+    torch.manual_seed(0)
+    module = nn.Conv2d(3, 4, 3, padding=1, padding_mode="circular")
+    assert_training_matches_eager(module, torch.randn(2, 3, 6, 6, requires_grad=True), backend=backend)
+
+
+class SpectralFilter(nn.Module):
+    """A learned complex filter in the frequency domain: the backward of rfft copies into slices."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 5, 2))
+
+    def forward(self, x):
+        return torch.fft.irfft(torch.fft.rfft(x) * torch.view_as_complex(self.weight), n=8).abs()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spectral_filter_gradients_match_eager(backend):
+    torch.manual_seed(0)
+    assert_training_matches_eager(SpectralFilter(), torch.randn(8, 8, requires_grad=True), backend=backend)
