@@ -68,17 +68,21 @@ def _kernel_lines(source: _Source, step, function, names: list[str], outputs: li
     source.lines.append(f"{kernel}({pointers}({', '.join(f'{n}.data_ptr()' for n in names)}))")
 
 
-def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer) -> None:
+def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, parameters: str) -> None:
     target = source.constant(extern.target, "extern")
     arguments = [source.literal(a) for a in extern.args]
     arguments += [f"{key}={source.literal(value)}" for key, value in extern.kwargs]
     source.lines.append(f"{output.name} = {target}({', '.join(arguments)})")
     if output.dtype != "object":
-        # Kernels read this buffer with the strides seen at compile time.
         shape, strides = tuple(output.shape), tuple(output.strides)
+        # A shape other than the trace's: torch's shape rule for the op disagrees with its kernel
+        # (multi_margin_loss of a 1-d input gives [] where the rule says [1]). Every later step was
+        # built for the traced shape, so the graph runs through ATen instead, as eager would.
         # (None where the trace saw a tensor: an undefined tensor an ATen kernel returns.)
-        source.lines.append(f"if {output.name} is not None and "
-                            f"({output.name}.stride() != {strides!r} or {output.name}.shape != {shape!r}):")
+        source.lines.append(f"if {output.name} is not None and {output.name}.shape != {shape!r}:")
+        source.lines.append(f"    return fallback({parameters})")
+        # Kernels read this buffer with the strides seen at compile time.
+        source.lines.append(f"if {output.name} is not None and {output.name}.stride() != {strides!r}:")
         source.lines.append(f"    {output.name} = empty_strided({shape!r}, {strides!r}, "
                             f"dtype={output.name}.dtype).copy_({output.name})")
 
@@ -110,10 +114,11 @@ def build_runner(program: ir.Program, library, orders: dict, constants: dict, fa
     source = _Source()
     for name, tensor in constants.items():
         source.lines.append(f"{name} = {source.constant(tensor, 'tensor')}")
+    parameters = ", ".join(program.inputs)
     for step, dead in zip(program.steps, last_uses(program)):
         start = len(source.lines)
         if isinstance(step, ir.Extern):
-            _extern_lines(source, step, buffers[step.output])
+            _extern_lines(source, step, buffers[step.output], parameters)
             label = f"tensorjit extern {getattr(step.target, '__name__', step.target)} -> {step.output}"
         else:
             function = getattr(library, step.name)
@@ -126,7 +131,6 @@ def build_runner(program: ir.Program, library, orders: dict, constants: dict, fa
             source.lines[start:] = [f"with {record}({label!r}):"] + [f"    {line}" for line in source.lines[start:]]
         if dead:
             source.lines.append(f"del {', '.join(dead)}")
-    parameters = ", ".join(program.inputs)
     source.globals["fallback"] = fallback
     text = "\n".join(
         [f"def run({parameters}):",
