@@ -20,6 +20,8 @@ kernels) and inductor (the same, through the C++ code generator on the CPU).
 The modules are split over spawned worker processes, one core each (see
 tests/ops/test_opinfo.py for why spawned, not forked), under a time budget per
 worker, as the OpInfo tier does: the C++ compiler dominates a cold run.
+A few modules (TRITON_MODULES) also go through the Triton code generator: on
+CUDA tensors, or without CUDA in Triton's interpreter on CPU tensors.
 
 TENSORJIT_MODULE_DB_SAMPLES overrides SAMPLES_PER_MODULE, TENSORJIT_MODULE_DB_BUDGET_S
 the budgets; TENSORJIT_MODULE_DB_REPORT names a file to write the per-module results to.
@@ -89,7 +91,7 @@ def run_module(module, sample) -> dict[str, list]:
     differentiable = [t for t in tensors_of(outputs) if t.requires_grad]
     if differentiable:
         generator = torch.Generator().manual_seed(SEED)
-        cotangents = [torch.randn(t.shape, generator=generator, dtype=t.dtype) for t in differentiable]
+        cotangents = [torch.randn(t.shape, generator=generator, dtype=t.dtype).to(t.device) for t in differentiable]
         torch.autograd.backward(differentiable, cotangents)
     leaves = [t for t in tensors_of((args, kwargs)) if t.requires_grad]
     return {
@@ -100,13 +102,13 @@ def run_module(module, sample) -> dict[str, list]:
     }
 
 
-def build(module_info, sample) -> torch.nn.Module:
+def build(module_info, sample, device: str) -> torch.nn.Module:
     torch.manual_seed(SEED)
     constructor = sample.constructor_input
     kwargs = dict(constructor.kwargs)
     if module_info.name in CONSTRUCTOR_FIXES and "_random_samples" in kwargs:
         kwargs["_random_samples"] = kwargs["_random_samples"].to(torch.float32)
-    module = module_info.module_cls(*constructor.args, **kwargs)
+    module = module_info.module_cls(*constructor.args, **kwargs).to(device)
     module.train()
     if module_info.is_lazy:  # parameters take their shapes from a first call
         with torch.no_grad():
@@ -124,11 +126,11 @@ def compare(expected: dict, actual: dict) -> str | None:
     return None
 
 
-def run_sample(module_info, sample, backend: str) -> str:
+def run_sample(module_info, sample, backend, device: str) -> str:
     import tensorjit
 
     try:
-        module = build(module_info, sample)
+        module = build(module_info, sample, device)
         expected = run_module(copy.deepcopy(module), sample)
         again = run_module(copy.deepcopy(module), sample)
         if compare(expected, again) is not None:
@@ -144,18 +146,18 @@ def run_sample(module_info, sample, backend: str) -> str:
     return "pass" if difference is None else f"fail: {difference}"
 
 
-def samples_of(module_info, limit: int) -> list:
+def samples_of(module_info, limit: int, device: str) -> list:
     torch.manual_seed(SEED)
-    samples = module_info.module_inputs_func(module_info, device="cpu", dtype=torch.float32,
+    samples = module_info.module_inputs_func(module_info, device=device, dtype=torch.float32,
                                              requires_grad=True, training=True)
     return samples[:limit]
 
 
-def run_one_module(module_info, backend: str, limit: int) -> str:
+def run_one_module(module_info, backend, limit: int, device: str = "cpu") -> str:
     """The module's result over its first `limit` samples: the first failure, else a pass."""
     outcomes = []
-    for index, sample in enumerate(samples_of(module_info, limit)):
-        outcome = run_sample(module_info, sample, backend)
+    for index, sample in enumerate(samples_of(module_info, limit, device)):
+        outcome = run_sample(module_info, sample, backend, device)
         if outcome.startswith("fail"):
             return f"{outcome} (sample {index}: {sample.desc or 'default'})"
         outcomes.append(outcome)
@@ -224,3 +226,33 @@ def test_module_db_float32_training(backend):
     assert not unexpected, f"{line}\n{details}"
     assert not fixed, f"listed in KNOWN_FAILURES but matching eager now: {fixed}"
     assert len(results) >= MIN_MODULES, line
+
+
+TRITON_MODULES = ["nn.CircularPad2d", "nn.InstanceNorm1d", "nn.RMSNorm", "nn.MarginRankingLoss",
+                  "nn.HingeEmbeddingLoss", "nn.MultiLabelMarginLoss", "nn.GRUCell"]
+"""A few modules through the Triton code generator: one per mechanism this tier found wrong.
+Without CUDA they run in Triton's interpreter (TRITON_INTERPRET=1, tests/conftest.py), which
+is slow, hence a few modules rather than the database."""
+
+
+def triton_backend(gm, example_inputs):
+    """The inductor backend's pipeline with the Triton code generator, whatever the device."""
+    from tensorjit.autograd import aot_compile
+    from tensorjit.codegen import triton
+
+    return aot_compile(gm, example_inputs, fw_compiler=triton.compile_aten_graph,
+                       decompositions=triton.decompositions())
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("name", TRITON_MODULES)
+def test_module_db_samples_through_triton(name):
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no CUDA and Triton's interpreter is off")
+    from torch.testing._internal.common_modules import module_db
+
+    module_info = next(info for info in module_db if info.name == name)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    outcome = run_one_module(module_info, triton_backend, SAMPLES_PER_MODULE, device)
+    assert outcome == "pass", outcome
