@@ -6,6 +6,14 @@ inputs that need them: the result is one ATen graph taking (primals..., tangents
 returning (outputs..., mutated input values..., gradients...). In-place updates of inputs
 (BatchNorm's running statistics, `param.add_`) leave the graph as extra outputs, and the
 runtime copies them back into the inputs, as eager code would have written them.
+
+`torch.func.functionalize` does not see inside every op: a CompositeImplicitAutograd op
+reaching its layer whole (`F.pad(mode="circular")`, `instance_norm`, the CPU `gru_cell`)
+runs below it, and the in-place ops of its implementation (`copy_` into slices of a new
+tensor, `native_batch_norm` updating statistics) are recorded as they are, as are the
+in-place steps of their backward formulas. A graph with such mutations is functionalized
+once more, now op by op (`_functionalize_mutations`): later passes assume a functional
+graph (the partitioner keeps only what outputs depend on, and would drop them).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize
 
@@ -104,7 +113,7 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: 
     with torch.set_grad_enabled(torch.is_grad_enabled()):
         traced = make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs, *tangents)
-    traced = _functionalize_escaped(traced, [*example_inputs, *tangents], decompositions)
+    traced = _functionalize_mutations(traced, [*example_inputs, *tangents], decompositions)
     _backward_reads_updated_values(traced, num_primals)
     mutated = _lift_input_mutations(traced, num_primals, len(outputs))
     return TracedGraph(traced, num_primals, len(outputs), mutated, differentiable, grad_inputs,
@@ -116,39 +125,39 @@ def trace_forward(gm: torch.fx.GraphModule, example_inputs: list, decompositions
     with torch.no_grad():
         traced = make_fx(_functional(gm), decomposition_table=decompositions or {}, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs)
-        traced = _functionalize_escaped(traced, example_inputs, decompositions)
+        traced = _functionalize_mutations(traced, example_inputs, decompositions)
     outputs = next(n for n in traced.graph.nodes if n.op == "output").args[0]
     mutated = _lift_input_mutations(traced, len(example_inputs), len(outputs))
     return TracedGraph(traced, len(example_inputs), len(outputs), mutated, [], [])
 
 
-def _escaped_mutations(traced: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    """In-place ATen ops left in a functionalized graph, other than its final `copy_`s into inputs.
-
-    `functionalize` sees the ops it is called with, not what a CompositeImplicitAutograd op
-    (`gru_cell`, `lstm_cell`) decomposes into below it: those decompositions update their
-    temporaries in place (`add_`, `sigmoid_`, `mul_` on chunks of one matmul), and the
-    in-place ops reach the graph. A partitioner that recomputes such a node in the backward
-    applies the update twice, a wrong gradient."""
-    nodes = [n for n in traced.graph.nodes if n.op == "call_function"]
-    trailing = len(nodes)
-    while trailing and nodes[trailing - 1].target is torch.ops.aten.copy_.default \
-            and nodes[trailing - 1].args[0].op == "placeholder":
-        trailing -= 1
-    return [n for n in nodes[:trailing]
-            if isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable]
+def _mutations(traced: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """In-place ops other than functionalization's own write-back, `copy_(input, value)`."""
+    found = []
+    for node in traced.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if not node.target._schema.is_mutable:
+            continue
+        if node.target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder":
+            continue
+        found.append(node)
+    return found
 
 
-def _functionalize_escaped(traced: torch.fx.GraphModule, inputs: list, decompositions: dict | None):
-    """The traced graph, functionalized once more if in-place ops escaped the first pass.
-    The graph is ATen now, so every in-place op is seen by functionalization this time."""
-    if not _escaped_mutations(traced):
+def _functionalize_mutations(traced: torch.fx.GraphModule, inputs: list, decompositions: dict | None):
+    """`traced`, functionalized op by op if in-place ops remain in it (see the module docstring).
+    The graph runs its ops in program order, so tracing it again under functionalization gives
+    the same values, with every mutation turned into a functional op and inputs' written back."""
+    if not _mutations(traced):
         return traced
-
-    def run(*args):
-        return tuple(traced(*args))
-    with torch.no_grad():  # the graph already holds its backward; nothing is differentiated here
-        return make_fx(functionalize(run, remove="mutations"), decomposition_table=decompositions or {},
+    table = decompositions or {}
+    # First outside functionalization, where torch's Python kernels replace ops whose schema hides
+    # a mutation (`native_batch_norm` updates its running statistics) by ones that declare it.
+    with torch.no_grad(), enable_python_dispatcher():
+        declared = make_fx(traced, decomposition_table=table, tracing_mode="fake",
+                           _allow_non_fake_inputs=True)(*inputs)
+        return make_fx(functionalize(declared, remove="mutations"), decomposition_table=table,
                        tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
 
 

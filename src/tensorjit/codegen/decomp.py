@@ -29,12 +29,22 @@ its fused kernel is faster than the decomposed math, and tracing joint forward/b
 through torch's decomposition gave wrong in_proj gradients for nn.MultiheadAttention
 (tests/conformance/test_with_inductor.py)."""
 
+WRONG_IN_TORCH = [
+    aten.multilabel_margin_loss_forward.default,
+    aten.multi_margin_loss.default,
+]
+"""torch decompositions that give a different answer from the ATen kernel; the kernel runs
+instead (every code generator's table drops them). Both return shape [1], not [], for a 1-d
+input with reduction="none"; multilabel_margin_loss_forward also counts the terms of the
+target positions after the first -1 (gathering input[0] for them), so any target with fewer
+labels than classes gets a larger loss (tests/codegen/test_decompositions.py)."""
+
 
 @functools.lru_cache(maxsize=1)
 def _table() -> dict:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(EXTRA))
-    for op in KEPT:
+    for op in KEPT + WRONG_IN_TORCH:
         table.pop(op, None)
     return table
 

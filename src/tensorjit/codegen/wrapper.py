@@ -93,17 +93,21 @@ def _kernel_lines(source: _Source, step, hook, outputs: list[ir.Buffer]) -> None
     source.lines.append(hook.statement(source, step, [o.name for o in outputs]))
 
 
-def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer) -> None:
+def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, parameters: str) -> None:
     target = source.constant(extern.target, "extern")
     arguments = [source.literal(a) for a in extern.args]
     arguments += [f"{key}={source.literal(value)}" for key, value in extern.kwargs]
     source.lines.append(f"{output.name} = {target}({', '.join(arguments)})")
     if output.dtype != "object" and extern.target not in EXACT_LAYOUT_EXTERNS:
-        # Kernels read this buffer with the strides seen at compile time.
         shape, strides = tuple(output.shape), tuple(output.strides)
+        # A shape other than the trace's: torch's shape rule for the op disagrees with its kernel
+        # (multi_margin_loss of a 1-d input gives [] where the rule says [1]). Every later step was
+        # built for the traced shape, so the graph runs through ATen instead, as eager would.
         # (None where the trace saw a tensor: an undefined tensor an ATen kernel returns.)
-        source.lines.append(f"if {output.name} is not None and "
-                            f"({output.name}.stride() != {strides!r} or {output.name}.shape != {shape!r}):")
+        source.lines.append(f"if {output.name} is not None and {output.name}.shape != {shape!r}:")
+        source.lines.append(f"    return fallback({parameters})")
+        # Kernels read this buffer with the strides seen at compile time.
+        source.lines.append(f"if {output.name} is not None and {output.name}.stride() != {strides!r}:")
         source.lines.append(f"    {output.name} = empty_strided({shape!r}, {strides!r}, "
                             f"dtype={output.name}.dtype, device={output.name}.device).copy_({output.name})")
 
@@ -136,10 +140,11 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
     source = _Source()
     for name, tensor in constants.items():
         source.lines.append(f"{name} = {source.constant(tensor, 'tensor')}")
+    parameters = ", ".join(program.inputs)
     for step, dead in zip(program.steps, last_uses(program)):
         start = len(source.lines)
         if isinstance(step, ir.Extern):
-            _extern_lines(source, step, buffers[step.output])
+            _extern_lines(source, step, buffers[step.output], parameters)
             label = f"tensorjit extern {getattr(step.target, '__name__', step.target)} -> {step.output}"
         else:
             _kernel_lines(source, step, hook, [buffers[n] for n in names_written(step)])
@@ -149,7 +154,6 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
             source.lines[start:] = [f"with {record}({label!r}):"] + [f"    {line}" for line in source.lines[start:]]
         if dead:
             source.lines.append(f"del {', '.join(dead)}")
-    parameters = ", ".join(program.inputs)
     source.globals["fallback"] = fallback
     text = "\n".join(
         [f"def run({parameters}):",

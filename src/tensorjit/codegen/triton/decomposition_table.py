@@ -3,7 +3,8 @@
 `decompositions()` returns core ATen's table plus softmax, layer norm, GELU,
 var_mean and batch norm taken apart into pointwise ops and last-dimension
 reductions, minus attention (kept as one fused ATen kernel: its decomposition
-into matrix products and a softmax is slower on a GPU).
+into matrix products and a softmax is slower on a GPU) and the rules torch gets
+wrong (`tensorjit.codegen.decomp.WRONG_IN_TORCH`).
 
 Inference batch norm is decomposed here rather than by torch's rule, which
 computes 1/sqrt(var + eps) per channel as its own tensor: that tensor becomes
@@ -63,4 +64,8 @@ def decompositions() -> dict:
     table[aten.native_batch_norm.default] = native_batch_norm
     for operator in [op for op in table if "scaled_dot_product" in str(op)]:
         del table[operator]
+    from tensorjit.codegen.decomp import WRONG_IN_TORCH
+
+    for operator in WRONG_IN_TORCH:
+        table.pop(operator, None)
     return table
