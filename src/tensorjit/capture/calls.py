@@ -21,6 +21,7 @@ import torch
 
 from .breaks import GraphBreak
 from .codegen import GradExit
+from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
 from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, SetValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
@@ -251,6 +252,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             TupleValue(a.items + b.items)
     if isinstance(a, SequenceValue) and base is operator.mul and b.is_constant():
         return a.rebuild(a.items * b.constant())
+    plain = plain_binary(tx, op, a, b, _same_object)
+    if plain is not None:
+        return plain
     if op in (operator.eq, operator.ne) and type(a) is not type(b) and not _has_dunder(a, b):
         return ConstantValue((op is operator.ne))
     return _dunder_binary(tx, op, a, b)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from ..config import Config
-from . import builder
+from . import builder, polyfills
 from .breaks import GraphBreak, UserLocation
 from .output import OutputGraph, SideEffect
 from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
@@ -256,6 +256,9 @@ class Frame:
         return obj.getattr(self, name)
 
     def call(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        entry = polyfills.find(fn, args, kwargs)
+        if entry is not None:  # a C function with a Python stand-in: trace that instead of breaking
+            return polyfills.call(self, entry, args, kwargs)
         return fn.call(self, args, kwargs)
 
     def call_object(self, value: ObjectValue, args, kwargs) -> Value:

@@ -1,0 +1,1 @@
+"""collections ' C types as symbolic containers (filled in by the collections family)."""

@@ -1,0 +1,123 @@
+"""Calls of C-implemented library functions and types inside compiled code.
+
+itertools, collections' C types, dict.fromkeys, set algebra, functools.partial
+attributes, namedtuples made in the function and operators on plain values:
+torch.compile traces each of these programs into one graph, and so must we.
+"""
+
+import collections
+import functools
+import itertools
+import operator
+
+import torch
+
+from .harness import check
+
+
+def check_whole(fn, *args, **kwargs):
+    """check() with fullgraph=True: a graph break anywhere fails the test."""
+    return check(fn, *args, compile_kwargs={"fullgraph": True}, **kwargs)
+
+
+def t(*shape):
+    return torch.randn(*shape) if shape else torch.randn(4)
+
+
+# ---------------------------------------------------------------- itertools
+
+
+def test_itertools_chain_islice_zip_longest():
+    def fn(x):
+        flat = list(itertools.chain.from_iterable([[x, x + 1], [x * 2]]))
+        picked = list(itertools.islice(flat, 1, None, 1))
+        pairs = [a if b is None else a * b for a, b in itertools.zip_longest(picked, [x])]
+        return sum(pairs)
+    check_whole(fn, t(), graphs=1)
+
+
+def test_itertools_combinatorics():
+    def fn(x):
+        parts = [x, x + 1, x + 2]
+        total = sum(a * b for a, b in itertools.combinations(parts, 2))
+        total = total + sum(a - b for a, b in itertools.permutations(parts, 2))
+        total = total + len(list(itertools.product([0, 1], repeat=3))) * x
+        return total + sum(a for a, _ in itertools.combinations_with_replacement(parts, 2))
+    check_whole(fn, t(), graphs=1)
+
+
+def test_itertools_accumulate_pairwise_starmap():
+    def fn(x):
+        running = list(itertools.accumulate([x, x * 2, x * 3]))
+        scaled = list(itertools.accumulate([1, 2, 3], operator.mul, initial=2))
+        steps = [b - a for a, b in itertools.pairwise(running)]
+        return sum(steps) + sum(itertools.starmap(operator.mul, zip(running, scaled)))
+    check_whole(fn, t(), graphs=1)
+
+
+def test_itertools_predicates_and_tee():
+    def fn(x):
+        small = list(itertools.takewhile(lambda v: v < 3, [1, 2, 3, 1]))
+        rest = list(itertools.dropwhile(lambda v: v < 3, [1, 2, 3, 1]))
+        odd = list(itertools.filterfalse(lambda v: v % 2 == 0, range(6)))
+        kept = list(itertools.compress([x, x * 2, x * 3], [1, 0, 1]))
+        first, second = itertools.tee(kept)
+        return sum(first) + sum(second) * (len(small) + len(rest) + len(odd))
+    check_whole(fn, t(), graphs=1)
+
+
+def test_itertools_endless_iterators_taken_in_part():
+    def fn(x):
+        numbered = [i * v for i, v in zip(itertools.count(1), [x, x, x])]
+        strided = list(itertools.islice(itertools.count(2, 3), 3))
+        cycled = [v for v, _ in zip(itertools.cycle([x, -x]), range(5))]
+        repeated = sum(itertools.repeat(x, 3))
+        return sum(numbered) + sum(cycled) + repeated * strided[-1]
+    check_whole(fn, t(), graphs=1)
+
+
+def test_islice_consumes_no_more_than_eager():
+    def fn(x):
+        it = iter([x, x * 2, x * 3, x * 4])
+        head = list(itertools.islice(it, 2))
+        return sum(head), next(it)
+    check_whole(fn, t(), graphs=1)
+
+
+def test_min_max_with_key_and_default():
+    def fn(x):
+        sizes = [3, 1, 2]
+        smallest = min(sizes, key=lambda v: -v)
+        largest = max([x, x * 2], key=lambda v: v.shape[0] + (v is x))
+        return largest * smallest + max([], default=1)
+    check_whole(fn, t(), graphs=1)
+
+
+def test_methodcaller():
+    def fn(x):
+        return operator.methodcaller("sum", 0)(x) + operator.methodcaller("mul", 2)(x)
+    check_whole(fn, t(), graphs=1)
+
+
+# ---------------------------------------------------------------- operators on plain values
+
+
+class Plain:
+    pass
+
+
+def test_sequence_comparisons():
+    def fn(x, shape):
+        same = [1, 2] == [1, 2]
+        differ = [1, 2] != [1, 3]
+        ordered = (1, 2) < (1, 3) and [1, 2, 3] > [1, 2] and [x] == [x]
+        return x * same + x * differ + x * ordered + x * (list(shape) == [4])
+    check_whole(fn, t(), (4,), graphs=1)
+
+
+def test_int_times_list_and_identity_equality():
+    def fn(x, obj, other):
+        tiles = 3 * [x]
+        flags = (obj == None) + (obj != None) + (other == obj) + (obj != other)  # noqa: E711
+        return sum(tiles) * flags + len(2 * (1, 2))
+    check_whole(fn, t(), Plain(), Plain(), graphs=1)
