@@ -121,3 +121,50 @@ def test_int_times_list_and_identity_equality():
         flags = (obj == None) + (obj != None) + (other == obj) + (obj != other)  # noqa: E711
         return sum(tiles) * flags + len(2 * (1, 2))
     check_whole(fn, t(), Plain(), Plain(), graphs=1)
+
+
+# ---------------------------------------------------------------- collections
+
+
+def test_defaultdict_factories_and_setdefault():
+    def fn(x, scale):
+        groups = collections.defaultdict(list)
+        for key, value in zip("abca", [x, x * 2, x * 3, x * 4]):
+            groups[key].append(value)
+        tally = collections.defaultdict(int)
+        for key in "abca":
+            tally[key] += 1
+        seen = collections.defaultdict(set)
+        seen.setdefault("k", set()).add(1)
+        seen["j"].add(2)
+        scaled = collections.defaultdict(lambda: scale)
+        return sum(groups["a"]) * tally["a"] + len(seen) + scaled["missing"], groups
+    check_whole(fn, t(), 3, graphs=1)
+
+
+def test_ordered_dict_and_counter():
+    def fn(x):
+        order = collections.OrderedDict()
+        order["a"] = x
+        order["b"] = x * 2
+        order.move_to_end("a")
+        first = next(iter(order.values()))
+        counts = collections.Counter("abcab")
+        counts.update("aa")
+        top, n = counts.most_common(1)[0]
+        return first * n + counts["zzz"] + len(counts), order
+    check_whole(fn, t(), graphs=1)
+
+
+def test_deque_sliding_window():
+    def fn(x):
+        window = collections.deque(maxlen=3)
+        outputs = []
+        for step in range(5):
+            window.append(x * step)
+            outputs.append(sum(window))
+        window.appendleft(x)
+        window.rotate(1)
+        last, first = window.pop(), window.popleft()
+        return sum(outputs) + last + first + window[0] * len(window), list(window), type(window), window.maxlen
+    check_whole(fn, t(), graphs=1)
