@@ -168,3 +168,26 @@ def test_deque_sliding_window():
         last, first = window.pop(), window.popleft()
         return sum(outputs) + last + first + window[0] * len(window), list(window), type(window), window.maxlen
     check_whole(fn, t(), graphs=1)
+
+
+# ---------------------------------------------------------------- dicts and sets
+
+
+def test_dict_fromkeys_and_merge():
+    def fn(x):
+        zeros = dict.fromkeys(["a", "b"], 0)
+        merged = {"a": x} | {"b": x * 2}
+        merged |= {"c": x * 3}
+        return merged["b"] + merged["c"] + zeros["a"] + len(dict.fromkeys("xyz"))
+    check_whole(fn, t(), graphs=1)
+
+
+def test_set_algebra_methods():
+    def fn(x, names):
+        a = set(names)
+        b = {"b", "c", "d"}
+        a.add("z")
+        parts = (a.union(b), a.intersection(b), a.difference(b), a.symmetric_difference(b))
+        flags = a.isdisjoint({"q"}) + a.issubset(b | a) + b.issuperset({"b"})
+        return x * sum(len(p) for p in parts) + flags, sorted(parts[3])
+    check_whole(fn, t(), ["a", "b", "c"], graphs=1)

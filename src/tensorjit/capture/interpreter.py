@@ -258,7 +258,7 @@ class Frame:
     def call(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
         entry = polyfills.find(fn, args, kwargs)
         if entry is not None:  # a C function with a Python stand-in: trace that instead of breaking
-            return polyfills.call(self, entry, args, kwargs)
+            return polyfills.call(self, entry, fn, args, kwargs)
         return fn.call(self, args, kwargs)
 
     def call_object(self, value: ObjectValue, args, kwargs) -> Value:

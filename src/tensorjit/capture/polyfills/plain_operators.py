@@ -2,7 +2,7 @@
 
 Sequence comparisons (list == list, tuple < tuple) compare item by item as
 CPython does: identity first, then ==, and the first unequal pair decides.
-`int * list` repeats like `list * int`. `==` and `!=` between objects whose
+`int * list` repeats like `list * int`; `dict | dict` merges. `==` and `!=` between objects whose
 classes keep object's own __eq__ compare identity, which is all object.__eq__ does.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 
 from ..values.base import ConstantValue, Value
-from ..values.containers import ListValue, SequenceValue, TupleValue
+from ..values.containers import DictValue, ListValue, SequenceValue, TupleValue
 from ..values.objects import lookup_static
 
 _ORDERINGS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
@@ -24,10 +24,21 @@ def plain_binary(tx, op, a: Value, b: Value, same_object) -> Value | None:
     if op in (operator.mul, operator.imul) and isinstance(b, SequenceValue) and a.is_constant() \
             and isinstance(a.constant(), int) and not isinstance(a, SequenceValue):
         return b.rebuild(b.items * a.constant())
+    if op in (operator.or_, operator.ior) and type(a) is DictValue and isinstance(b, DictValue) \
+            and a.cls is dict:
+        return _merge_dicts(tx, op, a, b)
     if op in (operator.eq, operator.ne) and _identity_equality(a) and _identity_equality(b):
         same = same_object(a, b)
         return ConstantValue(same if op is operator.eq else not same)
     return None
+
+
+def _merge_dicts(tx, op, a: DictValue, b: DictValue) -> Value:
+    if op is operator.ior:  # `d |= other` updates d in place, as dict.update
+        a.mutate(tx)
+        a.items.update(b.items)
+        return a
+    return DictValue({**a.items, **b.items})
 
 
 def _same_sequence_kind(a: Value, b: Value) -> bool:

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from ..values.base import Value
 from ..values.builtins import BuiltinValue
+from ..values.containers import ContainerMethodValue
 from ..values.objects import ObjectValue
 
 _TABLE: dict[Any, "Polyfill"] = {}
@@ -85,6 +86,8 @@ def find(fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Polyfill | N
         target = fn.fn
     elif type(fn) is ObjectValue:
         target = fn.obj
+    elif type(fn) is ContainerMethodValue:  # `s.union(t)` on a symbolic set: the C method set.union
+        target = getattr(fn.owner.python_type(), fn.name, None)
     else:
         return None
     try:
@@ -96,7 +99,9 @@ def find(fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Polyfill | N
     return entry
 
 
-def call(tx, entry: Polyfill, args: list[Value], kwargs: dict[str, Value]) -> Value:
+def call(tx, entry: Polyfill, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if type(fn) is ContainerMethodValue:
+        args = [fn.owner, *args]
     if not entry.inlined:
         return entry.implementation(tx, *args, **kwargs)
     from ..values.containers import IteratorValue

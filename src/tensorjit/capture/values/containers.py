@@ -225,7 +225,8 @@ class SetValue(Value):
 
     def getattr(self, tx, name: str) -> Value:
         if name in ("add", "update", "discard", "remove", "pop", "clear", "copy", "union",
-                    "intersection", "difference", "issubset", "issuperset", "__contains__"):
+                    "intersection", "difference", "issubset", "issuperset", "__contains__",
+                    "symmetric_difference", "isdisjoint"):
             return ContainerMethodValue(self, name)
         raise GraphBreak("getattr", f"set attribute {name!r}")
 
