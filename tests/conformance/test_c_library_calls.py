@@ -191,3 +191,19 @@ def test_set_algebra_methods():
         flags = a.isdisjoint({"q"}) + a.issubset(b | a) + b.issuperset({"b"})
         return x * sum(len(p) for p in parts) + flags, sorted(parts[3])
     check_whole(fn, t(), ["a", "b", "c"], graphs=1)
+
+
+# ---------------------------------------------------------------- functools.partial
+
+
+def _affine(a, b, c=1):
+    return a * b + c
+
+
+def test_partial_attributes_and_nesting():
+    def fn(x):
+        inner = functools.partial(_affine, 2)
+        outer = functools.partial(inner, c=3)
+        flags = hasattr(outer, "func") + (outer.func is _affine) + len(outer.args) + len(outer.keywords)
+        return outer(x) * flags + getattr(outer, "missing", 1)
+    check_whole(fn, t(), graphs=1)
