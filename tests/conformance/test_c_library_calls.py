@@ -207,3 +207,31 @@ def test_partial_attributes_and_nesting():
         flags = hasattr(outer, "func") + (outer.func is _affine) + len(outer.args) + len(outer.keywords)
         return outer(x) * flags + getattr(outer, "missing", 1)
     check_whole(fn, t(), graphs=1)
+
+
+# ---------------------------------------------------------------- namedtuples
+
+
+class Point(collections.namedtuple("Point", "x y", defaults=[2])):
+    def norm(self):
+        return self.x * self.x + self.y * self.y
+
+    @property
+    def total(self):
+        return self.x + self.y
+
+
+def test_namedtuple_made_in_the_function():
+    def fn(x):
+        Pair = collections.namedtuple("Pair", ["first", "second"], defaults=[5])
+        pair = Pair(x)
+        moved = pair._replace(first=x * 2)
+        return moved.first + pair.second + len(Pair._fields), tuple(moved)
+    check_whole(fn, t(), graphs=1)
+
+
+def test_namedtuple_subclass_methods():
+    def fn(x, given):
+        made = Point(x)
+        return made.norm() + made.total + given.norm() + given.total
+    check_whole(fn, t(), Point(t(), t()), graphs=1)

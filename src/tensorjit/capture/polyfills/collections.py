@@ -285,3 +285,20 @@ def _deque_rotate(tx, q: DequeValue, steps: Value = ConstantValue(1)) -> Value:
 @method(DequeValue, "copy")
 def _deque_copy(tx, q: DequeValue) -> Value:
     return DequeValue(list(q.items), q.maxlen)
+
+
+# -- namedtuple -----------------------------------------------------------------------------
+def _constant_arguments(args, kwargs) -> bool:
+    return all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values())
+
+
+@capture_rule(collections.namedtuple, applies=_constant_arguments)
+def _namedtuple(tx, *args: Value, **kwargs: Value) -> Value:
+    """Make the class now: its fields are constants, and namedtuple itself runs exec, which capture cannot trace.
+
+    The class is made once per capture, so calls of the compiled code share it where eager makes one per call;
+    its name, fields, defaults and module (the calling function's, as namedtuple finds it) are the same."""
+    options = {k: v.constant() for k, v in kwargs.items()}
+    options.setdefault("module", tx.globals.get("__name__"))
+    cls = collections.namedtuple(*[a.constant() for a in args], **options)
+    return tx.wrap_constant_object(cls)

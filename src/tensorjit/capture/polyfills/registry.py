@@ -26,6 +26,7 @@ from typing import Any, Callable
 from ..values.base import Value
 from ..values.builtins import BuiltinValue
 from ..values.containers import ContainerMethodValue
+from ..values.functions import FunctionValue
 from ..values.objects import ObjectValue
 
 _TABLE: dict[Any, "Polyfill"] = {}
@@ -86,6 +87,8 @@ def find(fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Polyfill | N
         target = fn.fn
     elif type(fn) is ObjectValue:
         target = fn.obj
+    elif type(fn) is FunctionValue:  # a library function capture cannot trace (namedtuple runs exec)
+        target = fn.fn
     elif type(fn) is ContainerMethodValue:  # `s.union(t)` on a symbolic set: the C method set.union
         target = getattr(fn.owner.python_type(), fn.name, None)
     else:
@@ -105,7 +108,6 @@ def call(tx, entry: Polyfill, fn: Value, args: list[Value], kwargs: dict[str, Va
     if not entry.inlined:
         return entry.implementation(tx, *args, **kwargs)
     from ..values.containers import IteratorValue
-    from ..values.functions import FunctionValue
     result = tx.inline_function(FunctionValue(entry.implementation), args, kwargs)
     if result.python_type() is types.GeneratorType:  # a generator polyfill: an iterator, as the C one returns
         return IteratorValue(result.unpack(tx))
