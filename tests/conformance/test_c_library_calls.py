@@ -235,3 +235,13 @@ def test_namedtuple_subclass_methods():
         made = Point(x)
         return made.norm() + made.total + given.norm() + given.total
     check_whole(fn, t(), Point(t(), t()), graphs=1)
+
+
+AFFINE_2 = functools.partial(_affine, 2, c=3)
+
+
+def test_partial_from_outside_attributes():
+    def fn(x):
+        p = AFFINE_2
+        return p(x) * len(p.keywords) + hasattr(p, "func") + (p.func is _affine) + len(p.args)
+    check_whole(fn, t(), graphs=1)

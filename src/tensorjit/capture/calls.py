@@ -288,6 +288,9 @@ def _same_object(a: Value, b: Value) -> bool:
         return a.constant() is b.constant()
     if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
         return a.obj is b.obj
+    if isinstance(a, (FunctionValue, ObjectValue)) and isinstance(b, (FunctionValue, ObjectValue)):
+        # one function read two ways (`partial.func` and the global it names): compare what they wrap
+        return getattr(a, "fn", getattr(a, "obj", a)) is getattr(b, "fn", getattr(b, "obj", b))
     return False
 
 
