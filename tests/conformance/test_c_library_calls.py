@@ -12,7 +12,7 @@ import operator
 
 import torch
 
-from .harness import check
+from .harness import CountingBackend, check, compile, xfail_on_reference
 
 
 def check_whole(fn, *args, **kwargs):
@@ -36,6 +36,7 @@ def test_itertools_chain_islice_zip_longest():
     check_whole(fn, t(), graphs=1)
 
 
+@xfail_on_reference("breaks on itertools.combinations_with_replacement")
 def test_itertools_combinatorics():
     def fn(x):
         parts = [x, x + 1, x + 2]
@@ -84,6 +85,7 @@ def test_islice_consumes_no_more_than_eager():
     check_whole(fn, t(), graphs=1)
 
 
+@xfail_on_reference("max(list, key=lambda) is a TypeError in its min/max handler")
 def test_min_max_with_key_and_default():
     def fn(x):
         sizes = [3, 1, 2]
@@ -142,6 +144,7 @@ def test_defaultdict_factories_and_setdefault():
     check_whole(fn, t(), 3, graphs=1)
 
 
+@xfail_on_reference("breaks on Counter.most_common (object() with no arguments)")
 def test_ordered_dict_and_counter():
     def fn(x):
         order = collections.OrderedDict()
@@ -156,6 +159,7 @@ def test_ordered_dict_and_counter():
     check_whole(fn, t(), graphs=1)
 
 
+@xfail_on_reference("breaks on deque.rotate")
 def test_deque_sliding_window():
     def fn(x):
         window = collections.deque(maxlen=3)
@@ -200,6 +204,7 @@ def _affine(a, b, c=1):
     return a * b + c
 
 
+@xfail_on_reference("breaks on a partial of a partial's attributes")
 def test_partial_attributes_and_nesting():
     def fn(x):
         inner = functools.partial(_affine, 2)
@@ -245,3 +250,16 @@ def test_partial_from_outside_attributes():
         p = AFFINE_2
         return p(x) * len(p.keywords) + hasattr(p, "func") + (p.func is _affine) + len(p.args)
     check_whole(fn, t(), graphs=1)
+
+
+def test_partial_argument_guards_by_content():
+    def fn(x, p):
+        return p(x) + len(p.args)
+
+    counter = CountingBackend()
+    compiled = compile(fn, backend=counter, fullgraph=True)
+    x = t()
+    for p in (functools.partial(_affine, 2, c=3), functools.partial(_affine, 2, c=3),
+              functools.partial(_affine, 5, c=3), functools.partial(_affine, 5, 1)):
+        torch.testing.assert_close(compiled(x, p), fn(x, p))
+    assert counter.graph_count == 3  # an equal partial reuses the graph; other arguments recompile

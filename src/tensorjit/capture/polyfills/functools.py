@@ -17,7 +17,12 @@ from .registry import capture_rule
 
 
 class CapturedPartialValue(PartialValue):
-    """A functools.partial made during capture, with its attributes readable."""
+    """A functools.partial made during capture or read from outside, with its attributes readable."""
+
+    source = None
+
+    def reconstruct(self, cg) -> str:
+        return cg.source(self.source) if self.source is not None else super().reconstruct(cg)
 
     def getattr(self, tx, name: str) -> Value:
         if name == "func":
@@ -30,6 +35,19 @@ class CapturedPartialValue(PartialValue):
             return self
         raise GraphBreak("attribute-error", f"'functools.partial' object has no attribute {name!r}",
                          exception=AttributeError(name))
+
+
+def wrap_partial(tx, obj: functools.partial, source) -> Value:
+    """A partial from outside: its function, arguments and keywords are read (and guarded) through the source."""
+    from ..builder import wrap
+    from ..guards import Guard
+    from ..sources import AttrSource
+    tx.output.guard(Guard(source, "type", functools.partial))
+    args = wrap(tx, obj.args, AttrSource(source, "args"))
+    keywords = wrap(tx, obj.keywords, AttrSource(source, "keywords"))
+    value = CapturedPartialValue(wrap(tx, obj.func, AttrSource(source, "func")), list(args.items), dict(keywords.items))
+    value.source = source
+    return value
 
 
 @capture_rule(functools.partial)
