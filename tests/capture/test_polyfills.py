@@ -8,6 +8,9 @@ import collections.abc
 import types
 
 import pytest
+import torch
+
+import tensorjit
 
 from tensorjit.capture import polyfills
 from tensorjit.capture.polyfills.registry import samples_of
@@ -46,3 +49,20 @@ def test_polyfill_matches_its_original(entry):
 def test_every_family_registers():
     modules = {entry.implementation.__module__.rsplit(".", 1)[-1] for entry in polyfills.entries()}
     assert {"itertools", "builtins", "operator", "iterators"} <= modules
+
+
+def test_early_stopping_polyfill_declines_a_user_generator():
+    """Capture runs a generator's body when it is called; isdisjoint would read only part of it."""
+    seen = []
+
+    def numbers():
+        seen.append(1)
+        yield 1
+        seen.append(2)
+        yield 2
+
+    def fn(x):
+        return x + {2, 4}.isdisjoint(numbers())
+
+    with pytest.raises(tensorjit.GraphBreakError):
+        tensorjit.compile(fn, fullgraph=True)(torch.zeros(2))

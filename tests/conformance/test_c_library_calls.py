@@ -263,3 +263,5 @@ def test_partial_argument_guards_by_content():
               functools.partial(_affine, 5, c=3), functools.partial(_affine, 5, 1)):
         torch.testing.assert_close(compiled(x, p), fn(x, p))
     assert counter.graph_count == 3  # an equal partial reuses the graph; other arguments recompile
+
+

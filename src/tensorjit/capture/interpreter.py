@@ -284,7 +284,9 @@ class Frame:
                 lookup_static(obj.python_type(), "__iter__")[0] is not None:
             return self.iterate(self.call_dunder(obj, "__iter__", []))
         if isinstance(obj, GeneratorValue):
-            return IteratorValue(obj.items)
+            iterator = IteratorValue(obj.items)
+            iterator.from_generator = True  # its body has run to the end: see polyfills.registry
+            return iterator
         return IteratorValue(obj.unpack(self))
 
     def store_attribute(self, obj: Value, name: str, value: Value) -> Value:

@@ -46,7 +46,7 @@ def max_(*args, key=None, **rest):
     return _extreme(items, key, rest, "max", False)
 
 
-@polyfill(builtins.zip, applies=has_endless, samples=[([1, 2], "abc"), ()])
+@polyfill(builtins.zip, applies=has_endless, samples=[([1, 2], "abc"), ()], stops_early=True)
 def zip_(*iterables):
     iterators = [iter(iterable) for iterable in iterables]
     marker = []

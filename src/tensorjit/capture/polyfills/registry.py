@@ -15,6 +15,8 @@ callable (the target) and says what to do instead:
 
 Either kind may take `applies(args, kwargs) -> bool` to decline a call, which
 then takes the ordinary path (a handler, constant folding or a graph break).
+A polyfill that may leave items of an input unread says `stops_early=True`
+and declines inputs that iterate a user's generator (see `_runs_generator`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Polyfill:
     inlined: bool                      # a Python function to inline, else a capture rule
     samples: list = dataclasses.field(default_factory=list)
     applies: Callable | None = None
+    stops_early: bool = False          # may leave items of an input unread (islice, takewhile, isdisjoint)
 
 
 class Sample:
@@ -59,12 +62,13 @@ def _register(entry: Polyfill) -> None:
     _TABLE[entry.target] = entry
 
 
-def polyfill(target: Any, samples: list | None = None, applies: Callable | None = None):
+def polyfill(target: Any, samples: list | None = None, applies: Callable | None = None,
+             stops_early: bool = False):
     """Register the decorated Python function as target's implementation, inlined by capture.
 
     samples: argument tuples (or `Sample(*args, **kwargs)`) the completeness test calls both with."""
     def register(fn: Callable) -> Callable:
-        _register(Polyfill(target, fn, True, list(samples or []), applies))
+        _register(Polyfill(target, fn, True, list(samples or []), applies, stops_early))
         return fn
     return register
 
@@ -99,7 +103,18 @@ def find(fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Polyfill | N
         return None
     if entry is None or (entry.applies is not None and not entry.applies(args, kwargs)):
         return None
+    if entry.stops_early and any(_runs_generator(a) for a in [getattr(fn, "owner", None), *args]):
+        return None
     return entry
+
+
+def _runs_generator(value) -> bool:
+    """Whether value iterates a generator of the user's, which capture ran to its end when it was called.
+
+    Its side effects have all happened then, so a polyfill that reads only part of it would answer
+    differently from eager; the call takes the ordinary path (a graph break) instead."""
+    return value is not None and (value.python_type() is types.GeneratorType or
+                                  getattr(value, "from_generator", False))
 
 
 def call(tx, entry: Polyfill, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
