@@ -74,6 +74,39 @@ def map_(function, *iterables):
         yield function(*args)
 
 
+def _symbolic_items(args, kwargs) -> bool:
+    """Whether sorted() gets items that are not all constants (the handler sorts constants only)."""
+    from ..values.containers import IteratorValue, SequenceValue
+    if not args:
+        return False
+    items = args[0]
+    if isinstance(items, IteratorValue) and type(items) is IteratorValue:
+        return not all(v.is_constant() for v in items.items[items.position:])
+    return isinstance(items, SequenceValue) and not items.is_constant()
+
+
+@polyfill(builtins.sorted, applies=_symbolic_items,
+          samples=[([3, 1, 2],), ([(2, "b"), (1, "z"), (2, "a")],), Sample([3, 1, 2], reverse=True),
+                   Sample(["bb", "a", "cc", "d"], key=len), Sample(["bb", "a", "cc", "d"], key=len, reverse=True),
+                   ([],)])
+def sorted_(iterable, *, key=None, reverse=False):
+    """A stable insertion sort that compares with < only, as list.sort does."""
+    items = list(iterable)
+    if reverse:
+        items.reverse()  # list.sort keeps equal items in order when reversing by sorting the reversal
+    keys = [item if key is None else key(item) for item in items]
+    order = []
+    for index in range(len(items)):
+        position = len(order)
+        while position > 0 and keys[index] < keys[order[position - 1]]:
+            position -= 1
+        order.insert(position, index)
+    result = [items[i] for i in order]
+    if reverse:
+        result.reverse()
+    return result
+
+
 @polyfill(dict.fromkeys, samples=[("abc",), ([1, 2], 0), ([],)])
 def dict_fromkeys(iterable, value=None):
     result = {}

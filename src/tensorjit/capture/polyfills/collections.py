@@ -125,6 +125,12 @@ class CounterValue(DictValue):
     def getitem(self, tx, key: Value) -> Value:
         return self.items.get(key.constant(), ConstantValue(0))
 
+    def is_constant(self) -> bool:
+        return False  # Counter arithmetic has its own rule (counter_binary); folding would leave a plain object
+
+    def constant(self) -> Any:
+        return collections.Counter({k: v.constant() for k, v in self.items.items()})
+
     def getattr(self, tx, name: str) -> Value:
         return ContainerMethodValue(self, name) if name in self.EXTRA else super().getattr(tx, name)
 
@@ -152,6 +158,18 @@ def _counter(tx, source: Value | None = None, **kwargs: Value) -> Value:
     counter = CounterValue({})
     _count_into(tx, counter, source, kwargs, 1)
     return counter
+
+
+def counter_binary(op, a: Value, b: Value) -> Value | None:
+    """`c + d`, `c - d`, `c | d`, `c & d` on Counters of constant counts, as Counter computes them."""
+    import operator
+    if not (isinstance(a, CounterValue) and isinstance(b, CounterValue)) or \
+            op not in (operator.add, operator.sub, operator.or_, operator.and_):
+        return None
+    if not all(v.is_constant() for v in [*a.items.values(), *b.items.values()]):
+        return None
+    result = op(a.constant(), b.constant())
+    return CounterValue({k: ConstantValue(v) for k, v in result.items()})
 
 
 @method(CounterValue, "update")

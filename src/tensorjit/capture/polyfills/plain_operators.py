@@ -19,6 +19,10 @@ _ORDERINGS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, o
 
 def plain_binary(tx, op, a: Value, b: Value, same_object) -> Value | None:
     """The value of `a op b`, or None when this module has no rule for the operands."""
+    from .collections import counter_binary
+    counted = counter_binary(op, a, b)
+    if counted is not None:
+        return counted
     if op in _ORDERINGS and _same_sequence_kind(a, b):
         return _compare_sequences(tx, op, a, b, same_object)
     if op in (operator.mul, operator.imul) and isinstance(b, SequenceValue) and a.is_constant() \
