@@ -79,3 +79,63 @@ def _repeat(tx, value: Value, times: Value | None = None) -> Value:
 def has_endless(args, kwargs) -> bool:
     """Whether a call gets an endless iterator: the eager handlers (zip, map, enumerate) would never end."""
     return any(isinstance(a, EndlessIteratorValue) for a in args)
+
+
+# -- groupby --------------------------------------------------------------------------------
+class GroupbyValue(IteratorValue):
+    """itertools.groupby over items known at capture time: (key, group iterator) pairs.
+
+    As in CPython, moving the outer iterator on (to its next group or to its end)
+    empties the group it returned last, so a group read after that is empty."""
+
+    def __init__(self, pairs: list[Value], groups: list[IteratorValue], key: Value | None) -> None:
+        super().__init__(pairs)
+        self.groups = groups
+        self.key = key
+
+    def python_type(self) -> type:
+        return itertools.groupby
+
+    def _invalidate_last(self) -> None:
+        if self.position > 0:
+            last = self.groups[self.position - 1]
+            last.position = len(last.items)
+
+    def next(self) -> Value | None:
+        self._invalidate_last()
+        return super().next()
+
+    def unpack(self, tx) -> list[Value]:
+        self._invalidate_last()
+        rest = super().unpack(tx)
+        for group in self.groups:
+            group.position = len(group.items)
+        return rest
+
+    def reconstruct(self, cg) -> str:
+        items = [v for group in self.groups[self.position:] for v in group.items]
+        key = self.key.reconstruct(cg) if self.key is not None else "None"
+        return f"{cg.constant(itertools.groupby)}([{', '.join(v.reconstruct(cg) for v in items)}], {key})"
+
+
+def _no_user_generator(args, kwargs) -> bool:
+    from .registry import _runs_generator
+    return not any(_runs_generator(a) for a in args)
+
+
+@capture_rule(itertools.groupby, applies=_no_user_generator)
+def _groupby(tx, iterable: Value, key: Value | None = None) -> Value:
+    import operator
+    from ..values.containers import TupleValue
+    if key is not None and key.is_constant() and key.constant() is None:
+        key = None
+    pairs, groups = [], []
+    current = None
+    for item in tx.iterate(iterable).unpack(tx):
+        item_key = item if key is None else tx.call(key, [item], {})
+        if current is None or not tx.binary_op(operator.eq, current, item_key).truth(tx):
+            groups.append(IteratorValue([]))
+            pairs.append(TupleValue([item_key, groups[-1]]))
+            current = item_key
+        groups[-1].items.append(item)
+    return GroupbyValue(pairs, groups, key)
