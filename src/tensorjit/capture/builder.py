@@ -86,6 +86,9 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         return EnvironValue(source)
     if type(obj) in _SEQUENCE_ITERATORS:
         return _wrap_iterator(tx, obj, source)
+    if type(obj) is functools.partial:  # guarded by what it holds: an equal partial swapped in is the same
+        from .polyfills.functools import wrap_partial
+        return wrap_partial(tx, obj, source)
     if isinstance(obj, types.MethodType):
         from .sources import AttrSource
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))

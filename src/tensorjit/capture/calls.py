@@ -22,6 +22,7 @@ import torch
 from .breaks import GraphBreak
 from .codegen import GradExit
 from .markers import break_is_error
+from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
 from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, SetValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
@@ -264,6 +265,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             TupleValue(a.items + b.items)
     if isinstance(a, SequenceValue) and base is operator.mul and b.is_constant():
         return a.rebuild(a.items * b.constant())
+    plain = plain_binary(tx, op, a, b, _same_object)
+    if plain is not None:
+        return plain
     if op in (operator.eq, operator.ne) and type(a) is not type(b) and not _has_dunder(a, b):
         return ConstantValue((op is operator.ne))
     return _dunder_binary(tx, op, a, b)
@@ -297,6 +301,9 @@ def _same_object(a: Value, b: Value) -> bool:
         return a.constant() is b.constant()
     if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
         return a.obj is b.obj
+    if isinstance(a, (FunctionValue, ObjectValue)) and isinstance(b, (FunctionValue, ObjectValue)):
+        # one function read two ways (`partial.func` and the global it names): compare what they wrap
+        return getattr(a, "fn", getattr(a, "obj", a)) is getattr(b, "fn", getattr(b, "obj", b))
     return False
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from ..config import Config
-from . import builder
+from . import builder, polyfills
 from .breaks import GraphBreak, UserLocation
 from .output import OutputGraph, SideEffect
 from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
@@ -257,6 +257,9 @@ class Frame:
         return obj.getattr(self, name)
 
     def call(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        entry = polyfills.find(fn, args, kwargs)
+        if entry is not None:  # a C function with a Python stand-in: trace that instead of breaking
+            return polyfills.call(self, entry, fn, args, kwargs)
         return fn.call(self, args, kwargs)
 
     def call_object(self, value: ObjectValue, args, kwargs) -> Value:
@@ -282,7 +285,9 @@ class Frame:
                 lookup_static(obj.python_type(), "__iter__")[0] is not None:
             return self.iterate(self.call_dunder(obj, "__iter__", []))
         if isinstance(obj, GeneratorValue):
-            return IteratorValue(obj.items)
+            iterator = IteratorValue(obj.items)
+            iterator.from_generator = True  # its body has run to the end: see polyfills.registry
+            return iterator
         return live_iterator(obj) or IteratorValue(obj.unpack(self))
 
     def store_attribute(self, obj: Value, name: str, value: Value, custom: bool = True) -> Value:

@@ -15,6 +15,8 @@ _SKIPPED_MODULE_PREFIXES = (
     "torch.autograd", "torch.utils.hooks", "torch.utils.checkpoint", "torch.distributed", "copy",
 )
 
+_POLYFILLS = "tensorjit.capture.polyfills."
+
 _disabled: dict = {}  # code object -> the reason given to disable(), or None
 
 
@@ -35,6 +37,8 @@ def check_inlinable(fn) -> None:
         raise GraphBreak("disabled", f"{name} is marked torch.compiler.disable"
                          + (f" ({reason})" if reason else ""), "it runs eagerly")
     module = (getattr(fn, "globals", None) or {}).get("__name__", "") or ""
+    if module.startswith(_POLYFILLS):
+        return  # Python stand-ins for C functions, written to be traced
     for prefix in _SKIPPED_MODULE_PREFIXES:
         if module == prefix or module.startswith(prefix + "."):
             raise GraphBreak("skipped-function", f"{code.co_name} in module {module} is not traced",

@@ -84,7 +84,7 @@ class TupleValue(SequenceValue):
             return ContainerMethodValue(self, name)
         if name == "_asdict" or name == "_replace":
             return ContainerMethodValue(self, name)
-        raise GraphBreak("getattr", f"tuple attribute {name!r}")
+        return _class_attribute(tx, self, name)
 
     def reconstruct(self, cg) -> str:
         if self.source is not None:
@@ -99,6 +99,22 @@ class TupleValue(SequenceValue):
 
     def __repr__(self) -> str:
         return f"TupleValue({self.items!r})"
+
+
+def _class_attribute(tx, value: TupleValue, name: str) -> Value:
+    """A method, property or constant of a tuple subclass (`class P(namedtuple(...))` with its own methods)."""
+    import types
+    from .functions import FunctionValue, MethodValue
+    from .objects import lookup_static
+    attr, owner = lookup_static(value.cls, name)
+    if owner not in (None, tuple, object):
+        if isinstance(attr, types.FunctionType):
+            return MethodValue(value, FunctionValue(attr))
+        if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+            return tx.call(FunctionValue(attr.fget), [value], {})
+        if isinstance(attr, (int, float, str, bool, tuple, type(None))):
+            return tx.wrap_constant_object(attr)
+    raise GraphBreak("getattr", f"tuple attribute {name!r}")
 
 
 def _field_names(cls: type) -> tuple:
@@ -225,7 +241,8 @@ class SetValue(Value):
 
     def getattr(self, tx, name: str) -> Value:
         if name in ("add", "update", "discard", "remove", "pop", "clear", "copy", "union",
-                    "intersection", "difference", "issubset", "issuperset", "__contains__"):
+                    "intersection", "difference", "issubset", "issuperset", "__contains__",
+                    "symmetric_difference", "isdisjoint"):
             return ContainerMethodValue(self, name)
         raise GraphBreak("getattr", f"set attribute {name!r}")
 

@@ -1,0 +1,57 @@
+"""functools.partial made in the function, with the attributes of the C type.
+
+functools.reduce has a handler in values/builtins.py. A partial built during
+capture reads .func, .args and .keywords like the real one, and a partial of a
+partial flattens into one, as CPython's constructor does.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ..breaks import GraphBreak
+from ..values.base import Value
+from ..values.containers import DictValue, TupleValue
+from ..values.objects import PartialValue
+from .registry import capture_rule
+
+
+class CapturedPartialValue(PartialValue):
+    """A functools.partial made during capture or read from outside, with its attributes readable."""
+
+    source = None
+
+    def reconstruct(self, cg) -> str:
+        return cg.source(self.source) if self.source is not None else super().reconstruct(cg)
+
+    def getattr(self, tx, name: str) -> Value:
+        if name == "func":
+            return self.func
+        if name == "args":
+            return TupleValue(list(self.args))
+        if name == "keywords":
+            return DictValue(dict(self.kwargs))
+        if name == "__call__":
+            return self
+        raise GraphBreak("attribute-error", f"'functools.partial' object has no attribute {name!r}",
+                         exception=AttributeError(name))
+
+
+def wrap_partial(tx, obj: functools.partial, source) -> Value:
+    """A partial from outside: its function, arguments and keywords are read (and guarded) through the source."""
+    from ..builder import wrap
+    from ..guards import Guard
+    from ..sources import AttrSource
+    tx.output.guard(Guard(source, "type", functools.partial))
+    args = wrap(tx, obj.args, AttrSource(source, "args"))
+    keywords = wrap(tx, obj.keywords, AttrSource(source, "keywords"))
+    value = CapturedPartialValue(wrap(tx, obj.func, AttrSource(source, "func")), list(args.items), dict(keywords.items))
+    value.source = source
+    return value
+
+
+@capture_rule(functools.partial)
+def _partial(tx, func: Value, *args: Value, **kwargs: Value) -> Value:
+    if type(func) is CapturedPartialValue:  # partial(partial(f, a), b) is partial(f, a, b)
+        return CapturedPartialValue(func.func, [*func.args, *args], {**func.kwargs, **kwargs})
+    return CapturedPartialValue(func, list(args), dict(kwargs))

@@ -1,0 +1,192 @@
+"""itertools in Python, for capture to trace (the C originals end the graph).
+
+Each function yields exactly the items of its C original in the same order and
+consumes its inputs as far as the original does (islice and takewhile stop
+pulling as soon as they are done). count, cycle and repeat live in iterators.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+
+from .registry import Sample, polyfill
+
+_NUMBERS = [1, 2, 3, 4, 5]
+
+
+@polyfill(itertools.chain, samples=[([1, 2], (3,), "ab"), ()])
+def chain(*iterables):
+    for iterable in iterables:
+        for item in iterable:
+            yield item
+
+
+@polyfill(itertools.chain.from_iterable, samples=[([[1, 2], (3,), "ab"],), ([],)])
+def chain_from_iterable(iterables):
+    for iterable in iterables:
+        for item in iterable:
+            yield item
+
+
+@polyfill(itertools.islice, samples=[(range(10), 3), (range(10), 2, 8, 3), (range(10), 1, None),
+                                     (range(4), 0, 9, 2), (range(10), 5, 2)], stops_early=True)
+def islice(iterable, *bounds):
+    start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (list(bounds) + [None])[:3]
+    start = 0 if start is None else start
+    step = 1 if step is None else step
+    if start < 0 or (stop is not None and stop < 0) or step <= 0:
+        raise ValueError("Indices for islice() must be None or an int in range")
+    iterator = iter(iterable)
+    if stop is not None and stop <= 0:
+        return
+    index = 0
+    wanted = start
+    for item in iterator:
+        if index == wanted:
+            yield item
+            wanted += step
+        index += 1
+        if stop is not None and index >= stop:
+            return
+
+
+@polyfill(itertools.zip_longest, samples=[([1, 2, 3], "ab"), ([1], [2, 3], []),
+                                         Sample([1], "abc", fillvalue=0)])
+def zip_longest(*iterables, fillvalue=None):
+    iterators = [iter(iterable) for iterable in iterables]
+    marker = []
+    while iterators:
+        group = []
+        active = 0
+        for iterator in iterators:
+            item = next(iterator, marker)
+            if item is marker:
+                group.append(fillvalue)
+            else:
+                active += 1
+                group.append(item)
+        if active == 0:
+            return
+        yield tuple(group)
+
+
+@polyfill(itertools.product, samples=[([1, 2], "ab"), (range(2),), (), Sample("ab", repeat=2)])
+def product(*iterables, repeat=1):
+    pools = [tuple(iterable) for iterable in iterables] * repeat
+    results = [()]
+    for pool in pools:
+        results = [partial + (item,) for partial in results for item in pool]
+    for result in results:
+        yield result
+
+
+@polyfill(itertools.combinations, samples=[(_NUMBERS, 2), ("abcd", 3), ([1, 2], 3), ([1, 2], 0)])
+def combinations(iterable, r):
+    pool = tuple(iterable)
+    n = len(pool)
+    if r > n:
+        return
+    indices = list(range(r))
+    while True:
+        yield tuple([pool[i] for i in indices])
+        position = r - 1
+        while position >= 0 and indices[position] == position + n - r:
+            position -= 1
+        if position < 0:
+            return
+        indices[position] += 1
+        for later in range(position + 1, r):
+            indices[later] = indices[later - 1] + 1
+
+
+@polyfill(itertools.combinations_with_replacement, samples=[([1, 2, 3], 2), ("ab", 3)])
+def combinations_with_replacement(iterable, r):
+    pool = tuple(iterable)
+    n = len(pool)
+    for indices in product(range(n), repeat=r):
+        if list(indices) == sorted(indices):
+            yield tuple([pool[i] for i in indices])
+
+
+@polyfill(itertools.permutations, samples=[([1, 2, 3],), ("abcd", 2), ([1], 2)])
+def permutations(iterable, r=None):
+    pool = tuple(iterable)
+    n = len(pool)
+    r = n if r is None else r
+    for indices in product(range(n), repeat=r):
+        if len(set(indices)) == r:
+            yield tuple([pool[i] for i in indices])
+
+
+@polyfill(itertools.accumulate, samples=[(_NUMBERS,), (_NUMBERS, operator.mul), ([],), ([2, 3], None),
+                                            Sample([1, 2], initial=10), Sample([], initial=0)])
+def accumulate(iterable, func=None, *, initial=None):
+    iterator = iter(iterable)
+    total = initial
+    if initial is None:
+        marker = []
+        total = next(iterator, marker)
+        if total is marker:
+            return
+    yield total
+    for item in iterator:
+        total = total + item if func is None else func(total, item)
+        yield total
+
+
+@polyfill(itertools.pairwise, samples=[(_NUMBERS,), ([1],), ("abc",)])
+def pairwise(iterable):
+    iterator = iter(iterable)
+    marker = []
+    previous = next(iterator, marker)
+    if previous is marker:
+        return
+    for item in iterator:
+        yield previous, item
+        previous = item
+
+
+@polyfill(itertools.starmap, samples=[(operator.mul, [(1, 2), (3, 4)]), (max, [(1, 5, 2)])])
+def starmap(function, iterable):
+    for args in iterable:
+        yield function(*args)
+
+
+@polyfill(itertools.takewhile, samples=[(bool, [1, 2, 0, 3]), (bool, [])], stops_early=True)
+def takewhile(predicate, iterable):
+    for item in iterable:
+        if not predicate(item):
+            return
+        yield item
+
+
+@polyfill(itertools.dropwhile, samples=[(bool, [1, 2, 0, 3]), (bool, [])])
+def dropwhile(predicate, iterable):
+    iterator = iter(iterable)
+    for item in iterator:
+        if not predicate(item):
+            yield item
+            break
+    for item in iterator:
+        yield item
+
+
+@polyfill(itertools.filterfalse, samples=[(bool, [1, 0, 2, 0]), (None, [1, 0, 2])])
+def filterfalse(predicate, iterable):
+    for item in iterable:
+        if not (bool(item) if predicate is None else predicate(item)):
+            yield item
+
+
+@polyfill(itertools.compress, samples=[("abcd", [1, 0, 1]), ([1, 2], [0, 0, 1])], stops_early=True)
+def compress(data, selectors):
+    for item, selected in zip(data, selectors):
+        if selected:
+            yield item
+
+
+@polyfill(itertools.tee, samples=[([1, 2, 3],), ([1, 2], 3), ([], 0)])
+def tee(iterable, n=2):
+    items = list(iterable)
+    return tuple([iter(items) for _ in range(n)])
