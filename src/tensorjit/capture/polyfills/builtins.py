@@ -76,13 +76,13 @@ def map_(function, *iterables):
 
 def _symbolic_items(args, kwargs) -> bool:
     """Whether sorted() gets items that are not all constants (the handler sorts constants only)."""
-    from ..values.containers import IteratorValue, SequenceValue
+    from ..values.containers import DictViewValue, IteratorValue, SequenceValue
     if not args:
         return False
     items = args[0]
     if isinstance(items, IteratorValue) and type(items) is IteratorValue:
         return not all(v.is_constant() for v in items.items[items.position:])
-    return isinstance(items, SequenceValue) and not items.is_constant()
+    return isinstance(items, (SequenceValue, DictViewValue)) and not items.is_constant()
 
 
 @polyfill(builtins.sorted, applies=_symbolic_items,
