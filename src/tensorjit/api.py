@@ -19,7 +19,7 @@ import time
 import types
 import warnings
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, overload
 
 import torch
 
@@ -515,9 +515,24 @@ def _resolve_backend(backend) -> tuple[Callable, str]:
         return lookup_backend("eager"), "eager"
 
 
+_Target = TypeVar("_Target", bound=Callable[..., Any])
+
+
+@overload
+def compile(model: _Target, *, fullgraph: bool = ..., dynamic: bool | None = ...,
+            backend: str | Callable | None = ..., mode: str | None = ..., options: dict | None = ...,
+            disable: bool = ..., recompile_limit: int | None = ...) -> _Target: ...
+
+
+@overload
+def compile(model: None = ..., *, fullgraph: bool = ..., dynamic: bool | None = ...,
+            backend: str | Callable | None = ..., mode: str | None = ..., options: dict | None = ...,
+            disable: bool = ..., recompile_limit: int | None = ...) -> Callable[[_Target], _Target]: ...
+
+
 def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: bool | None = None,
             backend: str | Callable | None = None, mode: str | None = None, options: dict | None = None,
-            disable: bool = False, recompile_limit: int | None = None):
+            disable: bool = False, recompile_limit: int | None = None) -> Any:
     """Compile a function or nn.Module; usable as `compile(fn)`, `@compile` and `@compile(...)`.
 
     backend=None means `tensorjit.compiler.get_default_backend()` ("inductor" unless set);

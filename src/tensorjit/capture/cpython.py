@@ -49,6 +49,10 @@ UNCONDITIONAL_JUMPS = frozenset({"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD
 
 CALL_OPCODES = frozenset({"CALL", "CALL_KW"})
 
+# -- cells ---------------------------------------------------------------------------------------
+CLOSURE_LOAD_IS_LOAD_FAST = PY >= PY313
+"""3.13: LOAD_CLOSURE is a pseudo-instruction; a cell itself is loaded with LOAD_FAST of its name."""
+
 
 def conditional_jumps() -> frozenset:
     """The popping conditional jumps (3.11 has forward and backward variants of each)."""

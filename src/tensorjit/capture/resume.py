@@ -50,6 +50,13 @@ def _after_resume(bc: Bytecode) -> int:
     raise AssertionError("no RESUME instruction")
 
 
+def _load_cell(name: str, lineno: int) -> Instr:
+    """The cell object of cell variable `name` itself (not its contents)."""
+    if cpython.CLOSURE_LOAD_IS_LOAD_FAST:
+        return Instr("LOAD_FAST", name, lineno=lineno)
+    return Instr("LOAD_CLOSURE", CellVar(name), lineno=lineno)
+
+
 def _load(name: str, cellvars: set[str]) -> Instr:
     return Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
 
@@ -99,7 +106,7 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     args = list(code.co_varnames[:_total_args(code)])
     # In a resume function, cell variables arrive as cells (no MAKE_CELL): L holds the cells.
     made = {_cell_name(x.arg) for x in bc if isinstance(x, Instr) and x.name == "MAKE_CELL"}
-    arg_loads = [Instr("LOAD_CLOSURE", CellVar(a)) if a in cellvars and a not in made else _load(a, cellvars)
+    arg_loads = [_load_cell(a, lineno) if a in cellvars and a not in made else _load(a, cellvars)
                  for a in args] + [Instr("BUILD_TUPLE", len(args), lineno=lineno)]
     prologue = _call_constant("__tj_restore", arg_loads, 1, lineno) + \
         [Instr("STORE_FAST", "__tj_state", lineno=lineno)]
