@@ -49,6 +49,11 @@ UNCONDITIONAL_JUMPS = frozenset({"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD
 
 CALL_OPCODES = frozenset({"CALL", "CALL_KW"})
 
+# -- generators ----------------------------------------------------------------------------------
+SEND_POPS_RECEIVER = PY == PY311
+"""When the sub-iterator of `yield from` is exhausted, 3.11's SEND pops the receiver with the
+value; from 3.12 it leaves the receiver to the END_SEND at its target."""
+
 # -- cells ---------------------------------------------------------------------------------------
 CLOSURE_LOAD_IS_LOAD_FAST = PY >= PY313
 """3.13: LOAD_CLOSURE is a pseudo-instruction; a cell itself is loaded with LOAD_FAST of its name."""

@@ -824,13 +824,13 @@ def SEND(f, i):
     f.pop()
     if not isinstance(f.stack[-1], IteratorValue):
         raise GraphBreak("generator", "send() to a generator or awaiting a coroutine")
-    if PY == PY311:
-        f.pop()  # 3.11 pops the receiver with the value; 3.12 leaves it to END_SEND
+    if cpython.SEND_POPS_RECEIVER:
+        f.pop()
     f.push(ConstantValue(None))
     f.jump(i)
 
 
-@opcode(PY312)
+@opcode(*FROM_312)
 def END_SEND(f, i):
     value = f.pop()
     f.pop()
