@@ -1011,3 +1011,101 @@ def test_named_modules_yield_from_keeps_transformer_layer_in_one_graph():
             return layer(x)
 
     check(fn, t(2, 5, 16), graphs=1)
+
+
+SEEN = []
+
+
+def _counting_generator(x):
+    for i in range(3):
+        SEEN.append(i)
+        yield x * i
+
+
+def _writing_generator(x, buffer):
+    for i in range(3):
+        buffer.add_(1)
+        yield x * i
+
+
+@pytest.mark.parametrize("read", ["first", "next", "all"])
+def test_generator_with_side_effects_read_in_part_makes_eager_s_effects(read):
+    def fn(x):
+        SEEN.clear()
+        if read == "first":
+            for value in _counting_generator(x):
+                break
+        elif read == "next":
+            value = next(iter(_counting_generator(x)))
+        else:
+            value = sum(_counting_generator(x))
+        return value + len(SEEN)
+
+    check(fn, t(2), side_effects=None)
+    SEEN.clear()
+    compile(fn, backend="eager")(torch.ones(2))
+    assert len(SEEN) == (3 if read == "all" else 1)
+
+
+def test_generator_writing_an_input_read_in_part():
+    def fn(x, buffer):
+        for value in _writing_generator(x, buffer):
+            break
+        return value
+
+    check(fn, t(2), torch.zeros(2))
+
+
+def test_generator_without_side_effects_read_in_part_stays_in_one_graph():
+    def fn(x):
+        def squares(x):
+            for i in range(4):
+                yield x * i
+        for value in squares(x):
+            break
+        return value + 1
+
+    check(fn, t(3), graphs=1)
+
+
+def test_generator_appending_to_a_list_made_before_it_read_in_part():
+    def fn(x):
+        made = []
+
+        def fill(x):
+            for i in range(3):
+                made.append(i)
+                yield x * i
+        for value in fill(x):
+            break
+        return value + len(made)
+
+    check(fn, t(2))
+
+
+def test_generator_keeping_its_own_memo_stays_in_one_graph():
+    def fn(x):
+        def unique(xs):
+            memo = set()
+            for item in xs:
+                if item not in memo:
+                    memo.add(item)
+                    yield item
+        return x * sum(unique([1, 2, 2, 3]))
+
+    check(fn, t(2), graphs=1)
+
+
+def test_generator_adding_to_a_set_made_before_it_read_in_part():
+    def fn(x):
+        seen = set()
+
+        def mark(x):
+            for i in range(3):
+                seen.add(i)
+                yield x * i
+        for value in mark(x):
+            break
+        return value + len(seen)
+
+    check(fn, t(2))

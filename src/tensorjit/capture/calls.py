@@ -24,7 +24,7 @@ from .codegen import GradExit
 from .markers import break_is_error
 from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
-from .values.containers import DictValue, ListValue, SequenceValue, TupleValue, SetValue
+from .values.containers import BIRTHS, DictValue, ListValue, SequenceValue, TupleValue, SetValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
@@ -93,8 +93,19 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
         cells[name] = cell
     frame = Frame(tx.capture, code, fn.globals, tx, bound, cells)
     if code.co_flags & CO_GENERATOR:
+        before, born = _visible_effects(tx.output), next(BIRTHS)
+        writes = len(tx.output.container_writes)
         frame.yielded = []
         frame.run()
+        effectful = _visible_effects(tx.output) != before or \
+            any(b < born for b in tx.output.container_writes[writes:])
+        if effectful and not _consumed_whole(tx):
+            # Capture runs a generator to its end when it is called. Without side effects that
+            # is unobservable; with them, a caller that reads only part of it (a loop that
+            # breaks, next() once) would see effects eager never makes.
+            raise GraphBreak("generator", f"{code.co_name}() is a generator with side effects; capture "
+                             "would run all of them even where the caller reads only part of it",
+                             "it runs in Python; move the side effects out of the generator to capture it")
         return GeneratorValue(frame.yielded)
     try:
         return frame.run()
@@ -102,6 +113,24 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
         if e.is_error is None:  # the innermost frame marked with error_on_graph_break decides
             e.is_error = break_is_error(code)
         raise
+
+
+def _consumed_whole(tx) -> bool:
+    """Does the caller hand the generator it is creating straight to `yield from`, which reads
+    every item at once? (nn.Module.named_modules passes its memo set to the generators of its
+    children this way.)"""
+    following = tx.instructions[tx.ip] if tx.ip < len(tx.instructions) else None
+    return following is not None and following.opname == "GET_YIELD_FROM_ITER"
+
+
+def _visible_effects(output) -> tuple[int, frozenset]:
+    """What a caller could observe of code run so far: Python-visible writes replayed after the
+    graph (attributes, globals, cells), and writes to the storage of the graph's inputs.
+    (Writes to containers are told apart by the containers' births.)"""
+    from .aliasing import storage_key
+    inputs = {storage_key(gi.node.meta["example_value"]) for gi in output.inputs
+              if isinstance(gi.node.meta.get("example_value"), torch.Tensor)}
+    return len(output.side_effects), frozenset(output.writes.written & inputs)
 
 
 def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:

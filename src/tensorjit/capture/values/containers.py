@@ -9,6 +9,8 @@ code generator writes its final contents back after the graph runs.
 
 from __future__ import annotations
 
+import itertools
+
 from typing import Any
 
 import torch
@@ -18,8 +20,15 @@ from ..sources import ItemSource
 from .base import ConstantValue, Value
 
 
+BIRTHS = itertools.count()
+"""Creation order of mutable containers: a generator's side effects are writes to containers
+born before it ran (`calls.inline_function`)."""
+
+
 def _record_mutation(container, tx) -> None:
-    """A list or dict from outside the function changed: write its contents back after the graph."""
+    """A list or dict changed: note the write (by the container's birth), and if it came from
+    outside the function, write its contents back after the graph."""
+    tx.output.container_writes.append(getattr(container, "birth", -1))
     if container.source is not None and not container.mutated:
         container.mutated = True
         tx.output.record_mutation(container)
@@ -130,6 +139,7 @@ def _is_namedtuple(cls: type) -> bool:
 
 class ListValue(SequenceValue):
     def __init__(self, items: list[Value], source=None) -> None:
+        self.birth = next(BIRTHS)
         self.items = list(items)
         self.source = source
         self.mutated = False
@@ -168,6 +178,7 @@ class DictValue(Value):
     """A dict (or OrderedDict) whose keys are compile-time constants."""
 
     def __init__(self, items: dict[Any, Value], cls: type = dict, source=None) -> None:
+        self.birth = next(BIRTHS)
         self.items = dict(items)
         self.cls = cls
         self.source = source
@@ -220,6 +231,7 @@ _DICT_METHODS = {"get", "items", "keys", "values", "update", "pop", "setdefault"
 
 class SetValue(Value):
     def __init__(self, items: list[Value]) -> None:
+        self.birth = next(BIRTHS)
         self.items: dict[Any, Value] = {}
         for v in items:
             self.items[v.constant()] = v
