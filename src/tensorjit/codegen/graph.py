@@ -126,7 +126,7 @@ class GraphLowering:
         self.half_floats = half_floats
         self.example_inputs = example_inputs
         self.meta = node_values(gm, example_inputs)
-        self.buffers: list[ir.Buffer] = []
+        self.buffers: dict[str, ir.Buffer] = {}  # by name, in creation order
         self.steps: list = []
         self.env: dict = {}
         self.constants: dict[str, torch.Tensor] = {}
@@ -140,7 +140,7 @@ class GraphLowering:
         shape = tuple(int(s) for s in shape)
         strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(shape)
         buffer = ir.Buffer(name or f"buf{len(self.buffers)}", dtype, shape, strides, kind)
-        self.buffers.append(buffer)
+        self.buffers[buffer.name] = buffer
         return buffer
 
     # -- realization -----------------------------------------------------------
@@ -186,7 +186,7 @@ class GraphLowering:
         ranges = {v.name: size for v, size in zip(variables, value.shape)}
         load = simplify_expr(value.load(variables), ranges)
         form = linear_form(load.index) if isinstance(load, ir.Load) else None
-        base = self.buffer_named(load.buffer) if form is not None else None
+        base = self.buffers.get(load.buffer) if form is not None else None
         if base is None or base.dtype != value.dtype or form[1] < 0:
             return None
         strides = tuple(form[0].get(v.name, 0) for v in variables)
@@ -198,9 +198,6 @@ class GraphLowering:
                                     (ir.BufferRef(base.name), tuple(meta.shape), tuple(meta.stride()), form[1]),
                                     (), buffer.name))
         return buffer_value(buffer)
-
-    def buffer_named(self, name: str) -> ir.Buffer | None:
-        return next((b for b in reversed(self.buffers) if b.name == name), None)
 
     def realize_reduction(self, value: ReductionValue) -> LazyValue:
         source = value.source
@@ -261,7 +258,7 @@ class GraphLowering:
                 self.env[node] = self.lower_node(node)
                 if len(node.users) > 1 and not self.cheap_to_share(node):
                     self.env[node] = self.realize(self.env[node], node)
-        return ir.Program(tuple(self.buffers), tuple(self.steps), tuple(inputs), outputs)
+        return ir.Program(tuple(self.buffers.values()), tuple(self.steps), tuple(inputs), outputs)
 
     def cheap_to_share(self, node) -> bool:
         """A small pointwise value read only by pointwise lowerings stays inlined: users that

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from . import ir
-from .lowering import lowering, result_info
+from .lowering import lowering, result_info, to_dtype
 from .values import LazyValue, NotLowerable, contiguous_strides
 
 aten = torch.ops.aten
@@ -128,14 +128,16 @@ def lower_cat(meta, tensors, dim=0):
     its value is discarded: the local index is taken modulo the piece's size, which equals
     i - start inside the piece and is a valid index everywhere else."""
     shape, dtype = result_info(meta)
-    # cat skips legacy empty 1-D pieces whatever their rank
-    pieces = [_require(t) for t in tensors if not (isinstance(t, LazyValue) and t.shape == (0,) and len(shape) > 1)]
-    pieces = [p for p in pieces if p.shape[dim % len(shape)] > 0]
     dim %= len(shape)
-    if not pieces or len(pieces) > MAX_CAT_PIECES or any(len(p.shape) != len(shape) for p in pieces):
+    # cat skips legacy empty 1-D pieces whatever their rank, and so can we any empty piece
+    pieces = [_require(t) for t in tensors if not (isinstance(t, LazyValue) and t.shape == (0,) and len(shape) > 1)]
+    if any(len(p.shape) != len(shape) for p in pieces):
+        raise NotLowerable("cat of pieces of another rank")
+    pieces = [p for p in pieces if p.shape[dim] > 0]
+    if not pieces or len(pieces) > MAX_CAT_PIECES:
         raise NotLowerable("cat of these pieces")
     if len(pieces) == 1:
-        return LazyValue(shape, dtype, lambda index: _cast(pieces[0].load(index), dtype))
+        return LazyValue(shape, dtype, lambda index: to_dtype(pieces[0].load(index), dtype))
     starts = [0]
     for piece in pieces[:-1]:
         starts.append(starts[-1] + piece.shape[dim])
@@ -147,15 +149,10 @@ def lower_cat(meta, tensors, dim=0):
 
     def loader(index):
         position = ir.IndexValue(index[dim], "int64")
-        result = _cast(pieces[-1].load(local(index, pieces[-1], starts[-1])), dtype)
+        result = to_dtype(pieces[-1].load(local(index, pieces[-1], starts[-1])), dtype)
         for k in reversed(range(len(pieces) - 1)):
             inside = ir.Op("lt", (position, ir.Constant(starts[k + 1], "int64")), "bool")
-            value = _cast(pieces[k].load(local(index, pieces[k], starts[k])), dtype)
+            value = to_dtype(pieces[k].load(local(index, pieces[k], starts[k])), dtype)
             result = ir.Op("where", (inside, value, result), dtype)
         return result
     return LazyValue(shape, dtype, loader)
-
-
-def _cast(expr, dtype: str):
-    from .lowering import to_dtype
-    return to_dtype(expr, dtype)
