@@ -207,18 +207,18 @@ class CompiledFunction:
             return
         env = {"L": L, "G": self.fn.__globals__, "C": self.fn.__closure__ or (), "S": sys.modules,
                "B": builtins.__dict__}
-        for expression, shape in self.last_shapes.items():
+
+        def now(expression: str):
             try:
-                value = eval(expression, env)
+                return eval(expression, env)
             except Exception:
-                continue
+                return None  # the path no longer exists: nothing to compare
+        for expression, shape in self.last_shapes.items():
+            value = now(expression)
             if isinstance(value, torch.Tensor):
                 record_changed_dims(self.dynamic_dims, expression, shape, tuple(value.shape))
         for expression, before in self.last_ints.items():
-            try:
-                value = eval(expression, env)
-            except Exception:
-                continue
+            value = now(expression)
             if type(value) is int and value != before:
                 self.dynamic_ints.add(expression)
 

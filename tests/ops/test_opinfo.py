@@ -206,20 +206,24 @@ def test_cpp_emitter_opinfo_float32():
     assert fallback_rate <= MAX_WHOLE_GRAPH_FALLBACKS, line
 
 
-@pytest.mark.filterwarnings("ignore")
-def test_triton_emitter_opinfo_float32():
-    pytest.importorskip("triton")
-    from tensorjit.codegen.triton import compile_aten_graph
-
+def _check_triton_opinfo(compile_aten_graph, label: str) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("no CUDA and Triton's interpreter is off")
     start = time.time()
     results = run_op_db(device, compile_aten_graph, budget(600 if device == "cuda" else 150))
-    rate, fallback_rate, line = summarize(f"{device} (Triton)", results, time.time() - start)
+    rate, fallback_rate, line = summarize(f"{device} ({label})", results, time.time() - start)
     assert len(results) >= 50, line
     assert rate >= MIN_PASS_RATE, line
     assert fallback_rate <= MAX_WHOLE_GRAPH_FALLBACKS, line
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_triton_emitter_opinfo_float32():
+    pytest.importorskip("triton")
+    from tensorjit.codegen.triton import compile_aten_graph
+
+    _check_triton_opinfo(compile_aten_graph, "Triton")
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -227,12 +231,4 @@ def test_triton_ir_emitter_opinfo_float32():
     pytest.importorskip("triton")
     from tensorjit.codegen.triton.ir_compile import compile_aten_graph
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no CUDA and Triton's interpreter is off")
-    start = time.time()
-    results = run_op_db(device, compile_aten_graph, budget(600 if device == "cuda" else 150))
-    rate, fallback_rate, line = summarize(f"{device} (Triton, loop IR)", results, time.time() - start)
-    assert len(results) >= 50, line
-    assert rate >= MIN_PASS_RATE, line
-    assert fallback_rate <= MAX_WHOLE_GRAPH_FALLBACKS, line
+    _check_triton_opinfo(compile_aten_graph, "Triton, loop IR")

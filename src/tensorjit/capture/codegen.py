@@ -128,23 +128,21 @@ class RuntimeCodegen:
             return self.tensor(value)
         if value.source is not None or isinstance(value, ConstantValue):
             return value.reconstruct(self)
-        name = self._built.get(id(value))
-        if name is not None:
-            return name
-        text = value.reconstruct(self)
-        name = self._built[id(value)] = f"__v{len(self._built)}"
-        self._keep.append(value)
-        return f"({name} := {text})"
+        return self._built_once(value, value.reconstruct)
 
     def cell(self, cell) -> str:
         """An expression for a closure cell (a CellValue or RealCellValue), made once per cell:
         two closures over one variable, and the frame that resumes after a break, share it."""
-        name = self._built.get(id(cell))
+        return self._built_once(cell, cell.reconstruct_cell)
+
+    def _built_once(self, obj, build) -> str:
+        """`build(self)` the first time `obj` is mentioned, named; its name every later time."""
+        name = self._built.get(id(obj))
         if name is not None:
             return name
-        text = cell.reconstruct_cell(self)
-        name = self._built[id(cell)] = f"__v{len(self._built)}"
-        self._keep.append(cell)
+        text = build(self)
+        name = self._built[id(obj)] = f"__v{len(self._built)}"
+        self._keep.append(obj)
         return f"({name} := {text})"
 
     # -- the function ------------------------------------------------------------------------

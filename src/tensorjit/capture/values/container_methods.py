@@ -228,7 +228,7 @@ def _dict_clear(tx, d: DictValue) -> Value:
 # -- sets -------------------------------------------------------------------------------
 @method(SetValue, "add")
 def _set_add(tx, s: SetValue, value: Value) -> Value:
-    tx.output.container_writes.append(s.birth)
+    s.mutate(tx)
     s.items[value.constant()] = value
     return NONE
 
@@ -240,14 +240,14 @@ def _set_contains(tx, s: SetValue, value: Value) -> Value:
 
 @method(SetValue, "discard", "remove")
 def _set_discard(tx, s: SetValue, value: Value) -> Value:
-    tx.output.container_writes.append(s.birth)
+    s.mutate(tx)
     s.items.pop(value.constant(), None)
     return NONE
 
 
 @method(SetValue, "update")
 def _set_update(tx, s: SetValue, *others: Value) -> Value:
-    tx.output.container_writes.append(s.birth)
+    s.mutate(tx)
     for other in others:
         for v in other.unpack(tx):
             s.items[v.constant()] = v

@@ -26,7 +26,7 @@ born before it ran (`calls.inline_function`)."""
 
 
 def _record_mutation(container, tx) -> None:
-    """A list or dict changed: note the write (by the container's birth), and if it came from
+    """A list, dict or set changed: note the write (by the container's birth), and if it came from
     outside the function, write its contents back after the graph."""
     tx.output.container_writes.append(getattr(container, "birth", -1))
     if container.source is not None and not container.mutated:
@@ -235,6 +235,9 @@ class SetValue(Value):
         self.items: dict[Any, Value] = {}
         for v in items:
             self.items[v.constant()] = v
+
+    def mutate(self, tx) -> None:
+        _record_mutation(self, tx)
 
     def python_type(self) -> type:
         return set
