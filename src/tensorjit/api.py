@@ -34,6 +34,7 @@ from .capture.resume import TailCall, resume_code
 from .capture.skipfiles import mark_disabled
 from .arguments import check_compile_arguments, check_disable_arguments
 from .config import MODES, Config, config as default_config
+from .runtime import warm_start
 
 _all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
 
@@ -63,6 +64,7 @@ class CompiledFunction:
         self._forced: dict = {}  # backend -> sibling, for set_stance(force_backend=...)
         self.warmed_up = False  # stance "eager_then_compile": the first call ran eagerly
         self.frame_id: int | None = None  # numbers this function's entries in logs ("0/1"), as torch's frame ids
+        self.warm_checked = False  # the warm-start cache was asked for saved entries (once, at the first miss)
         functools.update_wrapper(self, fn)
         _all_compiled.add(self)
 
@@ -142,6 +144,11 @@ class CompiledFunction:
     def _compile_and_run(self, args, kwargs, L):
         if sys.version_info[:2] not in SUPPORTED_PYTHONS:
             return self._unsupported_python(args, kwargs)
+        if not self.warm_checked:
+            self.warm_checked = True
+            entry = self._warm_start(L)
+            if entry is not None:
+                return entry.run(args, kwargs, L)
         self.entries = [e for e in self.entries if e.guards.alive()]
         if self.warmed_up and not self.entries:
             self._note_changed_shapes(L)
@@ -177,7 +184,28 @@ class CompiledFunction:
         self.entries.append(entry)
         if len(self.entries) == 1:
             self.fast = _fast_path(self.fn, entry) or _always_miss
+        warm_start.save(self)
         return entry.run(args, kwargs, L)
+
+    def _warm_start(self, L) -> CacheEntry | None:
+        """Entries an earlier process compiled (runtime/warm_start.py): the one whose guards hold, if any."""
+        if self.entries or not warm_start.load(self):
+            return None
+        if self.frame_id is None:
+            self.frame_id = next(_frame_ids)
+        self.fast = _fast_path(self.fn, self.entries[0]) or _always_miss
+        name = f"{self.fn.__qualname__} ({self.fn.__code__.co_filename}:{self.fn.__code__.co_firstlineno})"
+        for index, entry in enumerate(self.entries):
+            try:
+                ok = entry.guards.check(L)
+            except Exception:
+                ok = False
+            if ok:
+                logs.emit("cache", f"hit: {name}: saved entry {index} of {len(self.entries)}, nothing compiled")
+                return entry
+        logs.emit("cache", f"miss: {name}: {len(self.entries)} saved entries, none whose guards hold: "
+                           f"{self.entries[-1].guards.failure(L) or 'unknown'}")
+        return None
 
     def _unsupported_python(self, args, kwargs):
         """Capture rewrites CPython bytecode, which changes between versions: on one it was not
@@ -223,25 +251,27 @@ class CompiledFunction:
                 self.dynamic_ints.add(expression)
 
     def resume_function(self, index: int, depth: int, local_names: list[str],
-                        cell_names: list[str] = ()) -> "CompiledFunction":
+                        cell_names: list[str] = (), code: types.CodeType | None = None) -> "CompiledFunction":
         """The compiled resume function continuing this code at instruction `index`.
 
         Resume functions are always copies of the original function's code, and are
         shared: a break in a loop resumes in the same function on every iteration.
-        The variables in `cell_names` (among `local_names`) arrive as cells, not values."""
+        The variables in `cell_names` (among `local_names`) arrive as cells, not values.
+        `code`: the resume code saved by the warm-start cache (else it is built)."""
         if self.origin is not None:  # a resume function: translate to the original's numbering
             root, shift = self.origin
             return root.resume_function(index - shift, depth, local_names, cell_names)
         key = (index, depth, tuple(local_names), tuple(cell_names))
         resume = self._resume.get(key)
         if resume is None:
-            code = resume_code(self.fn.__code__, index, depth, local_names, cell_names)
+            code = code or resume_code(self.fn.__code__, index, depth, local_names, cell_names)
             fn = types.FunctionType(code, self.fn.__globals__, code.co_name, None, self.fn.__closure__)
             resume = self._resume[key] = CompiledFunction(fn, self.backend, self.config, self.fullgraph,
                                                           self.backend_name, self.dynamic)
             # its prologue: a load per stack item and a jump; less the MAKE_CELL of each cell it receives
             resume.origin = (self, depth + 1 - len(cell_names))
             resume.cell_arguments = frozenset(cell_names)
+            resume.resume_key = key
         return resume
 
     def all_entries(self):

@@ -45,6 +45,10 @@ class Config:
     """C++ compiler for CPU kernels; None searches PATH for g++, then clang++, then c++."""
     cache_dir: str | None = None
     """Where compiled kernels are cached; None means ~/.cache/tensorjit (mode 0700)."""
+    warm_start: bool = True
+    """Save compiled entries (guards, generated code, kernels) in the cache directory, so that a later
+    process runs them without capturing, tracing or generating code again (runtime/warm_start.py).
+    TENSORJIT_WARM_START=0 turns it off."""
     compile_threads: int = 0
     """Worker processes that compile kernels in parallel; 0 picks from the CPU count."""
     max_autotune: bool = False
@@ -172,6 +176,8 @@ def from_environment(environ: os._Environ | dict[str, str] = os.environ) -> Conf
             raise ValueError(f"tensorjit: TENSORJIT_CACHE_SIZE_LIMIT must be an integer, got {text!r}") from None
     if "TENSORJIT_CACHE_DIR" in environ:
         cfg.cache_dir = environ["TENSORJIT_CACHE_DIR"]
+    if environ.get("TENSORJIT_WARM_START", "") in ("0", "false", "False"):
+        cfg.warm_start = False
     if "TENSORJIT_CXX" in environ:
         cfg.cpp_compiler = environ["TENSORJIT_CXX"]
     if "TENSORJIT_PROGRESS" in environ:

@@ -21,6 +21,7 @@ on one thread never writes into another's line.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import sys
 import threading
@@ -130,9 +131,15 @@ def wanted(setting: str, stream: TextIO) -> bool:
     return bool(isatty and isatty())
 
 
+stage_counts: collections.Counter = collections.Counter()
+"""How often each stage began in this process ("capture", "autograd", "codegen", ...), drawn or not:
+how tests see that a warm start compiled nothing."""
+
+
 @contextlib.contextmanager
 def compiling(name: str, setting: str = "auto", stream: TextIO | None = None) -> Iterator[Job | None]:
     """Around one compile (capture and everything it triggers). Nested calls join the outer one."""
+    stage_counts["capture"] += 1
     stream = stream or sys.stderr
     if _current() is not None or not wanted(setting, stream):
         yield _current()
@@ -150,6 +157,7 @@ def compiling(name: str, setting: str = "auto", stream: TextIO | None = None) ->
 @contextlib.contextmanager
 def stage(name: str) -> Iterator[None]:
     """Time spent inside goes to `name` (the innermost open stage wins)."""
+    stage_counts[name] += 1
     job = _current()
     if job is None:
         yield

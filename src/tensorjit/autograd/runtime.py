@@ -16,6 +16,8 @@ from typing import Callable
 import torch
 from torch.autograd.function import once_differentiable
 
+from ..runtime.persist import set_reduce
+
 
 def _write_back(inputs, mutated: list[int], values) -> None:
     with torch.no_grad():
@@ -42,7 +44,7 @@ def make_inference_function(compiled: Callable, num_outputs: int, mutated: list[
         # A graph's `x.detach()` may come back as the input tensor itself from generated code.
         return tuple(out.detach() if isinstance(out, torch.Tensor) and out.requires_grad else out
                      for out in results[:num_outputs])
-    return run
+    return set_reduce(run, make_inference_function, compiled, num_outputs, mutated)  # warm start saves it so
 
 
 def make_training_function(forward: Callable, backward: Callable, *, num_inputs: int, num_outputs: int,
@@ -98,4 +100,7 @@ def make_training_function(forward: Callable, backward: Callable, *, num_inputs:
         with torch.enable_grad():
             return CompiledFunction.apply(*inputs)
 
-    return run
+    # The warm-start cache saves the two compiled graphs and this call, never the traced graphs.
+    return set_reduce(run, make_training_function, forward, backward, num_inputs=num_inputs,
+                      num_outputs=num_outputs, mutated=mutated, num_saved=num_saved,
+                      differentiable_outputs=differentiable_outputs, grad_inputs=grad_inputs)

@@ -13,6 +13,8 @@ from typing import Callable
 
 import torch
 
+from ..runtime.persist import set_reduce
+
 Backend = Callable
 
 _BUILTIN = {
@@ -80,18 +82,22 @@ def specialize_sizes(backend: Backend) -> Backend:
     def compile_graph(gm, example_inputs, **options):
         if not is_dynamic(gm):
             return backend(gm, example_inputs, **options)
-        compiled: dict[tuple, Callable] = {}
-
-        def run(*args):
-            key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
-            fn = compiled.get(key)
-            if fn is None:
-                fn = compiled[key] = call_backend(lambda g, inputs: backend(g, inputs, **options), name, gm,
-                                                  list(args))
-            return fn(*args)
-        return run
+        return size_specializer(backend, name, gm, options, {})
     compile_graph.__name__ = name
     return compile_graph
+
+
+def size_specializer(backend: Backend, name: str, gm, options: dict, compiled: dict[tuple, Callable]) -> Callable:
+    """Runs `gm` through `backend`'s compilation for each set of concrete sizes, kept in `compiled`."""
+    def run(*args):
+        key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
+        fn = compiled.get(key)
+        if fn is None:
+            fn = compiled[key] = call_backend(lambda g, inputs: backend(g, inputs, **options), name, gm,
+                                              list(args))
+        return fn(*args)
+    # The warm-start cache saves the sizes compiled so far with it (and the graph, for new sizes).
+    return set_reduce(run, size_specializer, backend, name, gm, options, compiled)
 
 
 def list_backends() -> list[str]:

@@ -201,9 +201,18 @@ class RestoreFunction:
         self.text = "\n".join(lines) + "\n"
 
     def finish(self, compiled_graph, fn_globals: dict, closure):
-        env = dict(self.codegen.env)
-        env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
-                   __graph=compiled_graph, _set_grad=torch._C._set_grad_enabled)
-        namespace: dict[str, Any] = {}
-        exec(compile(self.text, f"<tensorjit restore of {self.output.fn_name}>", "exec"), env, namespace)
-        return namespace["restore"]
+        return build_restore(self.text, self.codegen.env, compiled_graph, self.output.fn_name, fn_globals, closure)
+
+    def recipe(self, compiled_graph) -> tuple:
+        """What `build_restore` needs besides the function's globals and closure (the warm-start cache saves it)."""
+        return self.text, dict(self.codegen.env), compiled_graph, self.output.fn_name
+
+
+def build_restore(text: str, constants: dict, compiled_graph, fn_name: str, fn_globals: dict, closure):
+    """The `restore(L)` function from its text and the constants it names."""
+    env = dict(constants)
+    env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
+               __graph=compiled_graph, _set_grad=torch._C._set_grad_enabled)
+    namespace: dict[str, Any] = {}
+    exec(compile(text, f"<tensorjit restore of {fn_name}>", "exec"), env, namespace)
+    return namespace["restore"]

@@ -27,7 +27,7 @@ from .aliasing import check_aliasing
 from .breaks import BreakReason, CaptureError, CompilerUsageError, GraphBreak, GraphBreakError
 from .codegen import RestoreFunction
 from .guard_filter import filter_guards
-from .guards import CompiledGuards, global_state_guards
+from .guards import CompiledGuards, global_state_guards, saved_guards
 from .interpreter import Capture, Frame, StopCapture
 from .opcodes import CALL_ADAPTER
 from .output import OutputGraph
@@ -59,6 +59,10 @@ class CacheEntry:
     break_reason: BreakReason | None = None
     capture_seconds: float = 0.0
     """Wall time of capturing this entry, the backends' compile time excluded."""
+    recipe: dict | None = None
+    """What the warm-start cache saves to rebuild this entry in another process (runtime/warm_start.py):
+    kind ("return", "break", "eager"), the restore function's text, constants and compiled graph,
+    a break's transformed code and resume functions, and the source files capture read."""
 
 
 class _BreakAt(Exception):
@@ -120,8 +124,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             return _finish_break(owner, output, frame, grad_before)
         except GraphBreak as e:  # the state at the break cannot be rebuilt: run this call pattern eagerly
             logs.emit("graph_breaks", f"{frame.location()}: cannot resume after the break ({e}); running eagerly")
-            guards = _build_guards(owner, output)
-            return CacheEntry(guards, lambda args, kwargs, L: fn(*args, **kwargs))
+            return eager_entry(fn, _build_guards(owner, output), output)
     except GraphBreak as e:
         reason = e.reason
         if not reason.user_stack and frame is not None:
@@ -168,6 +171,7 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
     if owner.config.guard_filter_fn is not None:
         guard_set = filter_guards(guard_set, output.wrapped, owner.config.guard_filter_fn)
     guards = guard_set.build(fn.__globals__, fn.__closure__)
+    guards.saved = saved_guards(guard_set.guards)  # pickled now: no Guard outlives capture
     logs.guards(output.fn_name, guards)
     return guards
 
@@ -194,8 +198,33 @@ def _eager_if_aliased(owner, output: OutputGraph, location) -> CacheEntry | None
         raise GraphBreakError(BreakReason("aliased-inputs", reason, "pass tensors that do not overlap",
                                           [location] if location else []))
     logs.emit("graph_breaks", f"{location}: {reason}")
-    fn = owner.fn
-    return CacheEntry(_build_guards(owner, output), lambda args, kwargs, L: fn(*args, **kwargs))
+    return eager_entry(owner.fn, _build_guards(owner, output), output)
+
+
+def eager_entry(fn, guards: CompiledGuards, output: OutputGraph | None = None) -> CacheEntry:
+    """An entry that runs this call pattern of `fn` eagerly."""
+    entry = CacheEntry(guards, lambda args, kwargs, L: fn(*args, **kwargs))
+    entry.recipe = {"kind": "eager", "files": set(output.code_files) if output is not None else set()}
+    return entry
+
+
+def return_entry(guards: CompiledGuards, restore_fn, graphs: list | None = None) -> CacheEntry:
+    """An entry whose restore function computes the whole call."""
+    entry = CacheEntry(guards, lambda args, kwargs, L: restore_fn(L), graphs or [])
+    entry.run_bound = restore_fn  # takes L alone: what the fast path calls
+    return entry
+
+
+def break_entry(fn, guards: CompiledGuards, tcode, restore_fn, resumes: list, graphs: list | None = None) -> CacheEntry:
+    """An entry that runs `tcode` (fn's code with a prologue calling `restore_fn`), which continues in
+    one of `resumes` after the breaking instruction."""
+    code = fn.__code__
+    transformed = types.FunctionType(tcode, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+    hidden = dict(zip(hidden_parameters(len(resumes)), [restore_fn, TailCall, *resumes]))
+    transformed.__kwdefaults__ = {**(fn.__kwdefaults__ or {}), **hidden}
+    entry = CacheEntry(guards, lambda args, kwargs, L: transformed(*args, **kwargs), graphs or [])
+    entry.transformed_code = tcode
+    return entry
 
 
 def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool,
@@ -208,9 +237,8 @@ def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool,
     compiled, graphs = _compile_graph(owner, output, restore.graph_outputs)
     fn = owner.fn
     restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)
-    guards = _build_guards(owner, output)
-    entry = CacheEntry(guards, lambda args, kwargs, L: restore_fn(L), graphs)
-    entry.run_bound = restore_fn  # takes L alone: what the fast path calls
+    entry = return_entry(_build_guards(owner, output), restore_fn, graphs)
+    entry.recipe = {"kind": "return", "restore": restore.recipe(compiled), "files": set(output.code_files)}
     return entry
 
 
@@ -249,13 +277,10 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
         entry_index -= 1
     tcode = transformed_code(code, index, len(stack), local_names, [s for s, _ in successors], entry_index,
                              cell_names)
-    transformed = types.FunctionType(tcode, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
-    hidden = dict(zip(hidden_parameters(len(successors)),
-                      [restore_fn, TailCall, *[resume for _, resume in successors]]))
-    transformed.__kwdefaults__ = {**(fn.__kwdefaults__ or {}), **hidden}
-    guards = _build_guards(owner, output)
-    entry = CacheEntry(guards, lambda args, kwargs, L: transformed(*args, **kwargs), graphs)
-    entry.transformed_code = tcode
+    resumes = [resume for _, resume in successors]
+    entry = break_entry(fn, _build_guards(owner, output), tcode, restore_fn, resumes, graphs)
+    entry.recipe = {"kind": "break", "restore": restore.recipe(compiled), "code": tcode, "resumes": resumes,
+                    "files": set(output.code_files)}
     return entry
 
 

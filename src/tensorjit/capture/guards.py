@@ -332,12 +332,52 @@ def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
     return env
 
 
+def saved_guards(guards: list[Guard]):
+    """The guards pickled for the warm-start cache, as (bytes, modules named), or the
+    NotPersistable that says why they cannot be.
+
+    Identity guards name objects another process has too (classes, functions, modules, by
+    reference). An nn.Module instance has no such name: its guard becomes one on its class;
+    what capture read from it (parameters, buffers, attributes, submodules) is guarded through
+    its own sources, and the parameters are graph inputs, read from the live module each call."""
+    from ..runtime.persist import ModuleDict, NotPersistable, dumps
+    records = []
+    try:
+        for guard in guards:
+            kind, payload = guard.kind, guard.payload
+            if kind == "id":
+                if isinstance(payload, torch.nn.Module):
+                    kind, payload = "type", type(payload)
+                elif isinstance(payload, dict):
+                    name = payload.get("__name__")
+                    if not isinstance(name, str) or getattr(sys.modules.get(name), "__dict__", None) is not payload:
+                        raise NotPersistable(f"a guard on the identity of a dict ({guard.source})")
+                    payload = ModuleDict(name)
+                elif isinstance(payload, type(saved_guards.__code__)):
+                    raise NotPersistable(f"a guard on a closure's code object ({guard.source})")
+            records.append((guard.source, kind, payload, guard.other))
+        return dumps(records)
+    except NotPersistable as reason:
+        return reason
+
+
+def load_guards(data: bytes, fn_globals: dict, closure) -> "CompiledGuards":
+    """Guards saved by `saved_guards`, built again over this process's function."""
+    from ..runtime.persist import loads
+    guard_set = GuardSet()
+    for source, kind, payload, other in loads(data):
+        guard_set.add(Guard(source, kind, payload, other))
+    return guard_set.build(fn_globals, closure)
+
+
 @dataclass
 class CompiledGuards:
     check: Callable[[tuple], bool]
     source_text: str
     parts: list[tuple[str, Callable, Callable | None]]  # (description, check, explain what differs)
     weak_refs: list[weakref.ref]
+    saved: Any = None
+    """(pickled guards, modules they name) for the warm-start cache, or why they cannot be saved."""
 
     @property
     def descriptions(self) -> list[str]:

@@ -118,6 +118,7 @@ class Frame:
         self.output = capture.output
         self.config = capture.config
         self.code = code
+        self.output.code_files.add(code.co_filename)
         self.globals = globals_
         self.builtins = globals_.get("__builtins__", __builtins__)
         if isinstance(self.builtins, types.ModuleType):

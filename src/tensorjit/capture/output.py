@@ -60,6 +60,7 @@ class OutputGraph:
         self.constants: dict[str, torch.Tensor] = {}
         self.wrapped: dict[Source, tuple] = {}
         self.wrapped_by_id: dict[int, tuple] = {}
+        self.code_files: set[str] = set()  # files of the code run while capturing (the warm-start cache checks them)
 
     # -- nodes -----------------------------------------------------------------
     def unique_name(self, hint: str) -> str:

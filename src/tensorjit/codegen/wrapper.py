@@ -31,6 +31,7 @@ from . import ir
 from .graph import EXACT_LAYOUT_EXTERNS
 from .memory import last_uses, names_written
 from .values import IR_TO_TORCH, contiguous_strides, torch_dtype
+from ..runtime.persist import remember_kernel, set_reduce
 
 
 class _Source:
@@ -75,6 +76,7 @@ class CppLaunch:
         function = getattr(self.library, step.name)
         function.argtypes = [ctypes.c_void_p]
         function.restype = None
+        remember_kernel(function, self.library._name, step.name)  # saved by its library's path (warm start)
         names = self.orders[step.name]
         pointers = source.constant(ctypes.c_void_p * len(names), "pointers")
         kernel = source.constant(function, "kernel")
@@ -161,7 +163,17 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
          f"        return fallback({parameters})  # kernels are specialised to the example layouts"]
         + [f"    {line}" for line in source.lines]
         + [f"    return {_output_text(source, program.outputs)}"])
-    exec(compile(text, f"<tensorjit {type(hook).__name__} wrapper>", "exec"), source.globals)
-    run = source.globals["run"]
+    label = f"<tensorjit {type(hook).__name__} wrapper>"
+    run = rebuild_runner(text, source.globals, label)
+    set_reduce(run, rebuild_runner, text, dict(source.globals), label)  # the warm-start cache saves it so
+    return run
+
+
+def rebuild_runner(text: str, names: dict, label: str = "<tensorjit wrapper>"):
+    """The wrapper function from its text and the globals it names (also how a saved one comes back)."""
+    names = dict(names)
+    names.pop("__builtins__", None)
+    exec(compile(text, label, "exec"), names)
+    run = names["run"]
     run.wrapper_source = text
     return run

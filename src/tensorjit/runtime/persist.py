@@ -1,0 +1,222 @@
+"""Pickling what a compiled entry is made of, for the warm-start cache (`warm_start.py`).
+
+A compiled entry is generated Python (guards, restore, wrappers) plus the objects it
+names: classes and functions (pickled by reference, as pickle does), ATen operators,
+tensors, kernels loaded from shared libraries in the disk cache, and callables that
+tensorjit built (an autograd.Function runner, a generated wrapper). Those carry
+`__tensorjit_reduce__ = (rebuild, args, kwargs)`, set where they are built, and are pickled
+as that call. Everything else that pickle cannot take by reference (a lambda, a module
+instance, a closure over a local tensor) raises `NotPersistable`, naming it; the entry is
+then not saved, and a later process compiles it as usual.
+
+Objects read by reference are checked later against their source files: every module
+that a pickled reference names outside torch and tensorjit (whose versions are part of
+the cache key) is listed in `Pickler.modules`, and the loader compares the files.
+
+Loading runs code from the cache, as loading a cached shared library does: the files are
+read only from private directories (`disk_cache.private_directory`) and verified against
+their checksums.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import io
+import marshal
+import pickle
+import sys
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from . import disk_cache
+
+
+class NotPersistable(Exception):
+    """What an entry holds that cannot be saved (a lambda, a module instance, ...)."""
+
+
+# -- kernels loaded from the disk cache ------------------------------------------------------
+_kernels: dict[int, tuple[Any, str, str]] = {}
+"""id(ctypes function) -> (the function, its library's path, symbol): kept for the process's life,
+as the libraries are."""
+
+
+def remember_kernel(function: Any, library_path: str, symbol: str) -> None:
+    _kernels[id(function)] = (function, library_path, symbol)
+
+
+def load_kernel(relative: str, symbol: str, argument_count: int | None = None):
+    """A kernel (`extern "C" void symbol(void**)`) of a library in the disk cache, verified."""
+    from ..config import config
+    path = disk_cache.cache_root(config.cache_dir) / relative
+    if not disk_cache.is_valid(path):
+        raise FileNotFoundError(f"kernel library {relative} is missing or fails its checksum")
+    function = getattr(_library(str(path)), symbol)
+    function.argtypes = [ctypes.c_void_p]
+    function.restype = None
+    remember_kernel(function, str(path), symbol)
+    return function
+
+
+_libraries: dict[str, ctypes.CDLL] = {}
+
+
+def _library(path: str) -> ctypes.CDLL:
+    library = _libraries.get(path)
+    if library is None:
+        library = _libraries[path] = ctypes.CDLL(path)
+    return library
+
+
+def _relative_to_cache(path: str) -> str:
+    from ..config import config
+    root = Path(disk_cache.cache_root(config.cache_dir)).resolve()
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        raise NotPersistable(f"kernel library {path} is outside the cache directory") from None
+
+
+# -- rebuilders --------------------------------------------------------------------------------
+def rebuild(function: Callable, args: tuple, kwargs: dict) -> Any:
+    """Calls what `__tensorjit_reduce__` named: how a tensorjit-built callable comes back."""
+    return function(*args, **kwargs)
+
+
+def operator(qualified: str, overload: str | None) -> Any:
+    namespace, name = qualified.split("::")
+    packet = getattr(getattr(torch.ops, namespace), name)
+    return packet if overload is None else getattr(packet, overload)
+
+
+def c_pointer_array(length: int) -> type:
+    return ctypes.c_void_p * length
+
+
+def module_named(name: str) -> types.ModuleType:
+    return sys.modules.get(name) or importlib.import_module(name)
+
+
+def module_dictionary(name: str) -> dict:
+    return module_named(name).__dict__
+
+
+def code_object(data: bytes) -> types.CodeType:
+    return marshal.loads(data)
+
+
+class ModuleDict:
+    """Stands for a module's `__dict__` in a saved guard (a closure's `__globals__`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __reduce__(self):
+        return module_dictionary, (self.name,)
+
+
+_VERSIONED = ("torch", "tensorjit", "builtins", "ctypes", "_operator", "operator", "math", "types", "functools",
+              "collections", "itertools", "typing", "_collections", "_functools", "sympy", "triton")
+"""Modules whose contents the cache key's versions (torch, tensorjit, Python, Triton) already fix."""
+
+
+class Pickler(pickle.Pickler):
+    """pickle.Pickler that knows tensorjit's rebuildable objects and refuses the rest by name.
+
+    `persistent` maps objects to ids that the loader resolves itself (the compiled function's
+    resume functions); `modules` collects the modules named by references (checked at load)."""
+
+    def __init__(self, file, persistent: Callable[[Any], Any] | None = None) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._persistent = persistent
+        self.modules: set[str] = set()
+
+    def persistent_id(self, obj):
+        return self._persistent(obj) if self._persistent is not None else None
+
+    def reducer_override(self, obj):
+        reduce = _tensorjit_reduce(obj)
+        if reduce is not None:
+            return rebuild, reduce
+        kind = type(obj)
+        if kind is torch._ops.OpOverload:
+            return operator, (obj._schema.name, obj._overloadname)
+        if kind is torch._ops.OpOverloadPacket:
+            return operator, (obj._qualified_op_name, None)
+        if isinstance(obj, types.ModuleType):
+            if sys.modules.get(obj.__name__) is not obj:
+                raise NotPersistable(f"module {obj.__name__} is not importable by its name")
+            self._note_module(obj.__name__)
+            return module_named, (obj.__name__,)
+        if isinstance(obj, types.CodeType):
+            return code_object, (marshal.dumps(obj),)
+        if id(obj) in _kernels and _kernels[id(obj)][0] is obj:
+            _, path, symbol = _kernels[id(obj)]
+            return load_kernel, (_relative_to_cache(path), symbol)
+        if isinstance(obj, type) and issubclass(obj, ctypes.Array) and obj._type_ is ctypes.c_void_p:
+            return c_pointer_array, (obj._length_,)
+        if isinstance(obj, torch.nn.Module) and not isinstance(obj, torch.fx.GraphModule):
+            raise NotPersistable(f"an nn.Module instance ({type(obj).__qualname__}) held by the entry")
+        if isinstance(obj, types.MethodType) and isinstance(obj.__self__, torch.fx.GraphModule):
+            return getattr, (obj.__self__, obj.__func__.__name__)
+        if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
+            module = getattr(obj, "__module__", None)
+            if module:
+                self._note_module(module)
+            if isinstance(obj, types.FunctionType) and "<locals>" in obj.__qualname__:
+                raise NotPersistable(f"a local function {obj.__qualname__}")
+            if isinstance(obj, types.FunctionType) and obj.__name__ == "<lambda>":
+                raise NotPersistable(f"a lambda ({obj.__code__.co_filename}:{obj.__code__.co_firstlineno})")
+        return NotImplemented
+
+    def _note_module(self, name: str) -> None:
+        if name.split(".")[0] not in _VERSIONED:
+            self.modules.add(name)
+
+
+def _tensorjit_reduce(obj):
+    try:
+        reduce = obj.__dict__.get("__tensorjit_reduce__") if hasattr(obj, "__dict__") else None
+    except Exception:  # noqa: BLE001 - objects whose __dict__ raises are pickled as pickle would
+        return None
+    return reduce
+
+
+def set_reduce(obj: Any, function: Callable, *args, **kwargs) -> Any:
+    """Mark `obj` (a function tensorjit built) as rebuilt by `function(*args, **kwargs)` when saved."""
+    obj.__tensorjit_reduce__ = (function, args, kwargs)
+    return obj
+
+
+def dumps(obj: Any, persistent: Callable[[Any], Any] | None = None) -> tuple[bytes, set[str]]:
+    """(pickled bytes, modules named by reference); raises NotPersistable with the reason."""
+    buffer = io.BytesIO()
+    pickler = Pickler(buffer, persistent)
+    try:
+        pickler.dump(obj)
+    except NotPersistable:
+        raise
+    except RecursionError:
+        raise NotPersistable("an object graph too deep to save") from None
+    except Exception as error:  # noqa: BLE001 - pickle raises many kinds for what it cannot take
+        raise NotPersistable(f"{type(error).__name__}: {str(error)[:200]}") from None
+    return buffer.getvalue(), pickler.modules
+
+
+class Unpickler(pickle.Unpickler):
+    def __init__(self, file, persistent: Callable[[Any], Any] | None = None) -> None:
+        super().__init__(file)
+        self._persistent = persistent
+
+    def persistent_load(self, pid):
+        if self._persistent is None:
+            raise pickle.UnpicklingError(f"unexpected persistent id {pid!r}")
+        return self._persistent(pid)
+
+
+def loads(data: bytes, persistent: Callable[[Any], Any] | None = None) -> Any:
+    return Unpickler(io.BytesIO(data), persistent).load()
