@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from ..runtime.persist import set_reduce
+from ..runtime.persist import SavedGraphModule, set_reduce
 
 Backend = Callable
 
@@ -93,11 +93,12 @@ def size_specializer(backend: Backend, name: str, gm, options: dict, compiled: d
         key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
         fn = compiled.get(key)
         if fn is None:
-            fn = compiled[key] = call_backend(lambda g, inputs: backend(g, inputs, **options), name, gm,
+            graph = gm.get() if isinstance(gm, SavedGraphModule) else gm
+            fn = compiled[key] = call_backend(lambda g, inputs: backend(g, inputs, **options), name, graph,
                                               list(args))
         return fn(*args)
     # The warm-start cache saves the sizes compiled so far with it (and the graph, for new sizes).
-    return set_reduce(run, size_specializer, backend, name, gm, options, compiled)
+    return set_reduce(run, size_specializer, backend, name, SavedGraphModule.of(gm), options, compiled)
 
 
 def list_backends() -> list[str]:

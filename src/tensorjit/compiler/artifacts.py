@@ -1,11 +1,13 @@
 """save_cache_artifacts / load_cache_artifacts: the disk cache as portable bytes.
 
-`save_cache_artifacts()` takes every verified entry of the kernel cache
-(`runtime/disk_cache.py`: compiled C++ libraries, GPU binaries) and returns
+`save_cache_artifacts()` takes every verified entry of the disk cache
+(`runtime/disk_cache.py`: compiled C++ libraries, GPU binaries, and the warm-start
+records of `runtime/warm_start.py`: guards, generated code, compiled graphs) and returns
 (bytes, CacheInfo); `load_cache_artifacts(bytes)` writes them into this machine's
-cache, so a fresh process (another host with the same toolchain) compiles its
-graphs without running the C++ compiler again. Each artifact travels with its
-SHA-256, checked before it is installed.
+cache, so a fresh process (another host with the same versions and CPU) runs the
+compiled functions without capturing, tracing or compiling again. Each artifact
+travels with its SHA-256, checked before it is installed; a warm-start record is
+then checked as any other (versions, source files) before it is used.
 
 The bytes: b"TJCACHE1\\n", an 8-byte little-endian header length, a JSON header
 (one {"path", "size", "sha256"} per artifact), then the artifacts' contents in order.
@@ -25,16 +27,22 @@ MAGIC = b"TJCACHE1\n"
 
 @dataclass
 class CacheInfo:
-    """What was saved or loaded: the cache-relative path of each kernel artifact."""
+    """What was saved or loaded: the cache-relative path of each kernel artifact and warm-start record."""
 
     kernel_artifacts: list[str] = field(default_factory=list)
+    entries: list[str] = field(default_factory=list)
+    """Warm-start records (`<2 hex>/<key>.entry`): compiled entries of one function each."""
 
     @property
     def artifacts(self) -> dict[str, list[str]]:
-        return {"kernel_artifacts": list(self.kernel_artifacts)}
+        return {"kernel_artifacts": list(self.kernel_artifacts), "entries": list(self.entries)}
 
     def __len__(self) -> int:
-        return len(self.kernel_artifacts)
+        return len(self.kernel_artifacts) + len(self.entries)
+
+    @staticmethod
+    def of(paths: list[str]) -> "CacheInfo":
+        return CacheInfo([p for p in paths if not p.endswith(".entry")], [p for p in paths if p.endswith(".entry")])
 
 
 def save_cache_artifacts() -> tuple[bytes, CacheInfo] | None:
@@ -49,7 +57,7 @@ def save_cache_artifacts() -> tuple[bytes, CacheInfo] | None:
         blobs.append(data)
     text = json.dumps(header).encode()
     payload = MAGIC + len(text).to_bytes(8, "little") + text + b"".join(blobs)
-    return payload, CacheInfo([h["path"] for h in header])
+    return payload, CacheInfo.of([h["path"] for h in header])
 
 
 def load_cache_artifacts(serialized_artifacts: bytes) -> CacheInfo | None:
@@ -67,4 +75,4 @@ def load_cache_artifacts(serialized_artifacts: bytes) -> CacheInfo | None:
         if len(blob) != item["size"] or hashlib.sha256(blob).hexdigest() != item["sha256"]:
             raise ValueError(f"tensorjit: cache artifact {item['path']} is corrupt (checksum mismatch)")
         disk_cache.install(item["path"], blob, config.cache_dir)
-    return CacheInfo([item["path"] for item in header]) if header else None
+    return CacheInfo.of([item["path"] for item in header]) if header else None

@@ -109,6 +109,81 @@ def code_object(data: bytes) -> types.CodeType:
     return marshal.loads(data)
 
 
+class GraphCode:
+    """A GraphModule's forward as saved: its generated Python, the globals it names and the
+    attributes it reads (constants, subgraphs), made into a function at its first call.
+
+    Rebuilding a GraphModule from its pickle traces its code again (torch.fx's reduce); the
+    graphs kept for a fallback (a wrapper's other layouts, an eager backend) only need to run."""
+
+    def __init__(self, source: str, names: dict, attributes: dict) -> None:
+        self.source, self.names, self.attributes = source, names, attributes
+        self._forward = None
+
+    @staticmethod
+    def of(gm: torch.fx.GraphModule) -> "GraphCode":
+        code = gm.graph.python_code(root_module="self")
+        names = {k: v for k, v in code.globals.items() if k != "__builtins__"}
+        attributes = {}
+        for node in gm.graph.nodes:
+            if node.op in ("get_attr", "call_module"):
+                value = gm
+                for part in node.target.split("."):
+                    value = getattr(value, part)
+                if isinstance(value, torch.fx.GraphModule):
+                    value = GraphCode.of(value)
+                elif not isinstance(value, torch.Tensor):
+                    raise NotPersistable(f"a graph attribute {node.target} of type {type(value).__name__}")
+                attributes[node.target] = value
+        return GraphCode(code.src, names, attributes)
+
+    def __reduce__(self):
+        return GraphCode, (self.source, self.names, self.attributes)
+
+    def __call__(self, *args):
+        if self._forward is None:
+            holder = types.SimpleNamespace()
+            for path, value in self.attributes.items():
+                *parents, last = path.split(".")
+                place = holder
+                for part in parents:
+                    if not hasattr(place, part):
+                        setattr(place, part, types.SimpleNamespace())
+                    place = getattr(place, part)
+                setattr(place, last, value)
+            names = dict(self.names)
+            exec(compile(self.source, "<tensorjit saved graph>", "exec"), names)
+            self._forward = types.MethodType(names["forward"], holder)
+        return self._forward(*args)
+
+
+class SavedGraphModule:
+    """A GraphModule that a saved callable compiles again later (a dynamic graph's new sizes):
+    pickled as torch.fx pickles it, rebuilt (traced again) only when `get()` is first called."""
+
+    def __init__(self, reduce: tuple) -> None:
+        self.reduce = reduce
+        self._module = None
+
+    @staticmethod
+    def of(gm) -> "SavedGraphModule":
+        if isinstance(gm, SavedGraphModule):
+            return gm
+        saved = SavedGraphModule(gm.__reduce__())
+        saved._module = gm
+        return saved
+
+    def __reduce__(self):
+        return SavedGraphModule, (self.reduce,)
+
+    def get(self) -> torch.fx.GraphModule:
+        if self._module is None:
+            import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401 - read while the graph is traced again
+            function, arguments = self.reduce
+            self._module = function(*arguments)
+        return self._module
+
+
 class ModuleDict:
     """Stands for a module's `__dict__` in a saved guard (a closure's `__globals__`)."""
 
@@ -159,10 +234,13 @@ class Pickler(pickle.Pickler):
             return load_kernel, (_relative_to_cache(path), symbol)
         if isinstance(obj, type) and issubclass(obj, ctypes.Array) and obj._type_ is ctypes.c_void_p:
             return c_pointer_array, (obj._length_,)
-        if isinstance(obj, torch.nn.Module) and not isinstance(obj, torch.fx.GraphModule):
+        if isinstance(obj, torch.fx.GraphModule):
+            return GraphCode.of(obj).__reduce__()
+        if isinstance(obj, torch.nn.Module):
             raise NotPersistable(f"an nn.Module instance ({type(obj).__qualname__}) held by the entry")
-        if isinstance(obj, types.MethodType) and isinstance(obj.__self__, torch.fx.GraphModule):
-            return getattr, (obj.__self__, obj.__func__.__name__)
+        if isinstance(obj, types.MethodType) and isinstance(obj.__self__, torch.fx.GraphModule) \
+                and obj.__func__.__name__ in ("forward", "__call__", "_wrapped_call"):
+            return GraphCode.of(obj.__self__).__reduce__()
         if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
             module = getattr(obj, "__module__", None)
             if module:
