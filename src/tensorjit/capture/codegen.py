@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..runtime.persist import CompiledText
 from .breaks import GraphBreak
 from .output import OutputGraph
 from .values.base import ConstantValue, Value
@@ -201,18 +202,24 @@ class RestoreFunction:
         self.text = "\n".join(lines) + "\n"
 
     def finish(self, compiled_graph, fn_globals: dict, closure):
-        return build_restore(self.text, self.codegen.env, compiled_graph, self.output.fn_name, fn_globals, closure)
+        restore = build_restore(self.text, self.codegen.env, compiled_graph, self.output.fn_name, fn_globals, closure)
+        self.code = restore.code
+        return restore
 
     def recipe(self, compiled_graph) -> tuple:
         """What `build_restore` needs besides the function's globals and closure (the warm-start cache saves it)."""
-        return self.text, dict(self.codegen.env), compiled_graph, self.output.fn_name
+        return self.code, dict(self.codegen.env), compiled_graph, self.output.fn_name
 
 
-def build_restore(text: str, constants: dict, compiled_graph, fn_name: str, fn_globals: dict, closure):
-    """The `restore(L)` function from its text and the constants it names."""
+def build_restore(text: "str | CompiledText", constants: dict, compiled_graph, fn_name: str, fn_globals: dict,
+                  closure):
+    """The `restore(L)` function from its text (or text and code) and the constants it names."""
+    code = text if isinstance(text, CompiledText) else CompiledText(text, f"<tensorjit restore of {fn_name}>")
     env = dict(constants)
     env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
                __graph=compiled_graph, _set_grad=torch._C._set_grad_enabled)
     namespace: dict[str, Any] = {}
-    exec(compile(text, f"<tensorjit restore of {fn_name}>", "exec"), env, namespace)
-    return namespace["restore"]
+    exec(code.code(), env, namespace)
+    restore = namespace["restore"]
+    restore.code = code
+    return restore

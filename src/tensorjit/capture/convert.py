@@ -171,7 +171,7 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
     if owner.config.guard_filter_fn is not None:
         guard_set = filter_guards(guard_set, output.wrapped, owner.config.guard_filter_fn)
     guards = guard_set.build(fn.__globals__, fn.__closure__)
-    guards.saved = saved_guards(guard_set.guards)  # pickled now: no Guard outlives capture
+    guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__)  # now: no Guard outlives capture
     logs.guards(output.fn_name, guards)
     return guards
 

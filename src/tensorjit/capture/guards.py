@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import sys
+import types
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -51,6 +52,8 @@ class Guard:
             return f"type({where}) is {self.payload.__qualname__}"
         if self.kind == "id":
             return f"{where} is the same object as at capture"
+        if self.kind == "code":
+            return f"{where} is code equal to the code at capture"
         if self.kind == "constant":
             return f"{where} == {self.payload!r}"
         if self.kind == "length":
@@ -201,6 +204,8 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
                  f"or {v}._backward_pre_hooks)")
     elif kind == "no_backward_hooks":  # a module whose forward hooks were inlined
         em.check(f"not ({v}._backward_hooks or {v}._backward_pre_hooks)")
+    elif kind == "code":  # a saved identity guard on a code object (runtime/persist.SavedCode)
+        em.check(f"{em.constant(guard.payload, 'K')}.matches({v})")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
     elif kind == "keys":
@@ -223,7 +228,7 @@ def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
     em.check(f"_storages_unshared(({written_text}), ({inputs_text})) is {unshared}")
 
 
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "constant": 2, "length": 2, "keys": 2, "no_hooks": 2, "tensor": 3,
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "keys": 2, "no_hooks": 2, "tensor": 3,
           "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5,
           "no_backward_hooks": 2, "no_global_hooks": 0, "no_global_backward_hooks": 0}
 
@@ -248,14 +253,22 @@ class GuardSet:
             return n
         return sorted(self.guards, key=lambda g: (g.kind in ("aliasing", "expression"), depth(g), _ORDER[g.kind]))
 
-    def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True) -> "CompiledGuards":
+    def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True,
+              lazy_parts: bool = False, saved=None) -> "CompiledGuards":
+        """with_parts: also one check per guard, for naming the guard that failed; built now so that
+        no Guard (which may hold the guarded object) outlives capture, or at the first failure with
+        lazy_parts (guards loaded by the warm-start cache, which name no object they could keep alive)."""
         ordered = self.ordered()
-        check, text, weak = _compile_checks(ordered, fn_globals, closure)
-        # One check per guard, for naming the guard that failed; built now so that no
-        # Guard (which may hold the guarded object) outlives capture.
-        parts = [(g.describe(), _compile_checks([g], fn_globals, closure)[0], _explainer(g, fn_globals, closure))
-                 for g in ordered] if with_parts else []
-        return CompiledGuards(check, text, parts, weak)
+        check, text, weak = _compile_checks(ordered, fn_globals, closure, saved)
+
+        def parts():
+            return [(g.describe(), _compile_checks([g], fn_globals, closure)[0], _explainer(g, fn_globals, closure))
+                    for g in ordered]
+        if lazy_parts:
+            guards = CompiledGuards(check, text, None, weak)
+            guards.build_parts = parts
+            return guards
+        return CompiledGuards(check, text, parts() if with_parts else [], weak)
 
 
 def _explainer(guard: Guard, fn_globals: dict, closure) -> Callable | None:
@@ -300,22 +313,32 @@ def _dtype_name(dtype: torch.dtype) -> str:
         return str(dtype)
 
 
-def _compile_checks(guards: list[Guard], fn_globals: dict, closure):
+def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None):
+    """saved: the check's CompiledText from the warm-start cache, used when the text is the same."""
     em = _Emitter()
     for guard in guards:
         _emit_guard(em, guard)
-    check, text = _compile_function(em, fn_globals, closure, "check", "    return True\n")
+    check, text = _compile_function(em, fn_globals, closure, "check", _CHECK_ENDING, saved)
     return check, text, em.weak
 
 
-def _compile_function(em: _Emitter, fn_globals: dict, closure, name: str, ending: str = "") -> tuple[Callable, str]:
-    """`def name(L, <constants and helpers as defaults>)` over the emitted lines, and its text."""
-    env = _environment(em, fn_globals, closure)
+_CHECK_ENDING = "    return True\n"
+
+
+def _function_text(em: _Emitter, env: dict, name: str, ending: str) -> str:
     params = ", ".join(f"{k}={k}" for k in env)
     body = "\n".join(em.lines) or "    pass"
-    text = f"def {name}(L, {params}):\n{body}\n{ending}"
+    return f"def {name}(L, {params}):\n{body}\n{ending}"
+
+
+def _compile_function(em: _Emitter, fn_globals: dict, closure, name: str, ending: str = "",
+                      saved=None) -> tuple[Callable, str]:
+    """`def name(L, <constants and helpers as defaults>)` over the emitted lines, and its text."""
+    env = _environment(em, fn_globals, closure)
+    text = _function_text(em, env, name, ending)
     namespace: dict[str, Any] = {}
-    exec(compile(text, "<tensorjit guards>", "exec"), env, namespace)
+    code = saved.code() if saved is not None and saved.text == text else compile(text, "<tensorjit guards>", "exec")
+    exec(code, env, namespace)
     return namespace[name], text
 
 
@@ -332,7 +355,7 @@ def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
     return env
 
 
-def saved_guards(guards: list[Guard]):
+def saved_guards(guards: list[Guard], fn_globals: dict, closure):
     """The guards pickled for the warm-start cache, as (bytes, modules named), or the
     NotPersistable that says why they cannot be.
 
@@ -340,11 +363,14 @@ def saved_guards(guards: list[Guard]):
     reference). An nn.Module instance has no such name: its guard becomes one on its class;
     what capture read from it (parameters, buffers, attributes, submodules) is guarded through
     its own sources, and the parameters are graph inputs, read from the live module each call."""
-    from ..runtime.persist import ModuleDict, NotPersistable, dumps
+    from ..runtime.persist import CompiledText, ModuleDict, NotPersistable, SavedCode, code_digest, dumps
     records = []
     try:
         for guard in guards:
             kind, payload = guard.kind, guard.payload
+            if kind == "id" and isinstance(payload, types.FunctionType) and not _named(payload):
+                records += _function_guards(guard.source, payload)
+                continue
             if kind == "id":
                 if isinstance(payload, torch.nn.Module):
                     kind, payload = "type", type(payload)
@@ -354,20 +380,60 @@ def saved_guards(guards: list[Guard]):
                         raise NotPersistable(f"a guard on the identity of a dict ({guard.source})")
                     payload = ModuleDict(name)
                 elif isinstance(payload, type(saved_guards.__code__)):
-                    raise NotPersistable(f"a guard on a closure's code object ({guard.source})")
+                    kind, payload = "code", SavedCode(code_digest(payload))
             records.append((guard.source, kind, payload, guard.other))
-        return dumps(records)
+        # The check as a later process builds it from these records (a module dict is itself there),
+        # compiled now: that process then skips compile() when its text is the same.
+        live = GuardSet()
+        for source, kind, payload, other in records:
+            live.add(Guard(source, kind, payload.live() if isinstance(payload, ModuleDict) else payload, other))
+        em = _Emitter()
+        for guard in live.ordered():
+            _emit_guard(em, guard)
+        text = _function_text(em, _environment(em, fn_globals, closure), "check", _CHECK_ENDING)
+        return dumps((records, CompiledText(text, "<tensorjit guards>")))
     except NotPersistable as reason:
         return reason
+
+
+def _named(fn: types.FunctionType) -> bool:
+    """Whether another process finds `fn` by its module and qualified name (as pickle does)."""
+    value = sys.modules.get(fn.__module__)
+    for part in fn.__qualname__.split("."):
+        value = getattr(value, part, None)
+    return value is fn
+
+
+_PLAIN_DEFAULTS = (type(None), bool, int, float, str)
+
+
+def _function_guards(source: Source, fn: types.FunctionType) -> list[tuple]:
+    """An identity guard on a function no name reaches (a decorated method's original, a closure's
+    inner function), saved as what identity stood for: its code, its module and its defaults."""
+    from ..runtime.persist import ModuleDict, NotPersistable, SavedCode, code_digest
+    name = fn.__globals__.get("__name__")
+    if fn.__closure__ or getattr(sys.modules.get(name), "__dict__", None) is not fn.__globals__:
+        raise NotPersistable(f"a guard on the identity of function {fn.__qualname__} ({source})")
+    for defaults in (fn.__defaults__ or (), (fn.__kwdefaults__ or {}).values()):
+        if any(type(value) not in _PLAIN_DEFAULTS for value in defaults):
+            raise NotPersistable(f"a guard on the identity of function {fn.__qualname__}, whose defaults "
+                                 f"are objects ({source})")
+    return [(source, "type", types.FunctionType, None),
+            (AttrSource(source, "__code__"), "code", SavedCode(code_digest(fn.__code__)), None),
+            (AttrSource(source, "__globals__"), "id", ModuleDict(name), None),
+            (AttrSource(source, "__closure__"), "constant", None, None),
+            (AttrSource(source, "__defaults__"), "constant", fn.__defaults__, None),
+            (AttrSource(source, "__kwdefaults__"), "constant", fn.__kwdefaults__, None)]
 
 
 def load_guards(data: bytes, fn_globals: dict, closure) -> "CompiledGuards":
     """Guards saved by `saved_guards`, built again over this process's function."""
     from ..runtime.persist import loads
     guard_set = GuardSet()
-    for source, kind, payload, other in loads(data):
+    records, check = loads(data)
+    for source, kind, payload, other in records:
         guard_set.add(Guard(source, kind, payload, other))
-    return guard_set.build(fn_globals, closure)
+    return guard_set.build(fn_globals, closure, lazy_parts=True, saved=check)
 
 
 @dataclass
@@ -378,14 +444,21 @@ class CompiledGuards:
     weak_refs: list[weakref.ref]
     saved: Any = None
     """(pickled guards, modules they name) for the warm-start cache, or why they cannot be saved."""
+    build_parts: Callable | None = None
+    """Builds `parts` when they are first needed (`GuardSet.build(lazy_parts=True)`)."""
+
+    def all_parts(self) -> list[tuple[str, Callable, Callable | None]]:
+        if self.parts is None:
+            self.parts = self.build_parts()
+        return self.parts
 
     @property
     def descriptions(self) -> list[str]:
-        return [text for text, _, _ in self.parts]
+        return [text for text, _, _ in self.all_parts()]
 
     def failure(self, L: tuple) -> str | None:
         """The first guard that fails for arguments `L`, described for logs (with the values that differ)."""
-        for text, check, explain in self.parts:
+        for text, check, explain in self.all_parts():
             try:
                 ok = check(L)
             except Exception:

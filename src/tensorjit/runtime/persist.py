@@ -21,6 +21,8 @@ their checksums.
 from __future__ import annotations
 
 import ctypes
+import enum
+import hashlib
 import importlib
 import io
 import marshal
@@ -109,6 +111,23 @@ def code_object(data: bytes) -> types.CodeType:
     return marshal.loads(data)
 
 
+class CompiledText:
+    """Generated Python (a wrapper, a restore function, a guard check) with its code object: saved with
+    both, so that a later process skips compile(), the larger part of rebuilding an entry."""
+
+    def __init__(self, text: str, label: str, code: types.CodeType | bytes | None = None) -> None:
+        self.text, self.label = text, label
+        self._code = marshal.loads(code) if isinstance(code, bytes) else code
+
+    def code(self) -> types.CodeType:
+        if self._code is None:
+            self._code = compile(self.text, self.label, "exec")
+        return self._code
+
+    def __reduce__(self):
+        return CompiledText, (self.text, self.label, marshal.dumps(self.code()))
+
+
 class GraphCode:
     """A GraphModule's forward as saved: its generated Python, the globals it names and the
     attributes it reads (constants, subgraphs), made into a function at its first call.
@@ -184,6 +203,43 @@ class SavedGraphModule:
         return self._module
 
 
+def code_digest(code: types.CodeType) -> str:
+    """A digest of what a code object does (its bytecode, constants, names), nested code included."""
+    digest = hashlib.sha256()
+
+    def feed(c: types.CodeType) -> None:
+        for part in (c.co_code, c.co_names, c.co_varnames, c.co_freevars, c.co_cellvars, c.co_qualname,
+                     c.co_filename, c.co_argcount, c.co_posonlyargcount, c.co_kwonlyargcount, c.co_flags):
+            digest.update(repr(part).encode() if not isinstance(part, bytes) else part)
+        for constant in c.co_consts:
+            if isinstance(constant, types.CodeType):
+                feed(constant)
+            else:
+                digest.update(f"{type(constant).__name__}:{constant!r}".encode())
+    feed(code)
+    return digest.hexdigest()
+
+
+class SavedCode:
+    """Stands for a code object in a saved identity guard (a decorated method's wrapped function, a
+    closure's code): the live code object matches when its `code_digest` is the saved one."""
+
+    def __init__(self, digest: str) -> None:
+        self.digest = digest
+        self.known: types.CodeType | None = None  # the code object that matched, compared by identity after
+
+    def __reduce__(self):
+        return SavedCode, (self.digest,)
+
+    def matches(self, code) -> bool:
+        if code is self.known:
+            return True
+        if isinstance(code, types.CodeType) and code_digest(code) == self.digest:
+            self.known = code
+            return True
+        return False
+
+
 class ModuleDict:
     """Stands for a module's `__dict__` in a saved guard (a closure's `__globals__`)."""
 
@@ -193,6 +249,27 @@ class ModuleDict:
     def __reduce__(self):
         return module_dictionary, (self.name,)
 
+    def live(self) -> dict:
+        return module_dictionary(self.name)
+
+
+_VALUE_TYPES = (torch.Tensor, torch.Size, torch.dtype, torch.device, torch.layout, torch.memory_format, slice,
+                range, complex, type(Ellipsis), type(NotImplemented), bool, int, float, str, bytes, tuple, list,
+                dict, set, frozenset, type(None), enum.Enum)
+
+
+def _saved_by_value(obj) -> bool:
+    """Objects a copy of which is as good as the original: values, tensors, tensorjit's own records."""
+    if isinstance(obj, _VALUE_TYPES) and not isinstance(obj, torch.nn.Parameter) and \
+            type(obj).__module__ != "torch._subclasses.fake_tensor":
+        return type(obj) in (torch.Tensor, torch.Size) or not isinstance(obj, torch.Tensor)
+    return type(obj).__module__.split(".")[0] == "tensorjit" or type(obj) in _RECORD_TYPES
+
+
+_RECORD_TYPES: set = set()
+"""Other classes whose instances are plain records (registered where they are defined)."""
+
+_TYPES_MODULE = {value: name for name, value in vars(types).items() if isinstance(value, type)}
 
 _VERSIONED = ("torch", "tensorjit", "builtins", "ctypes", "_operator", "operator", "math", "types", "functools",
               "collections", "itertools", "typing", "_collections", "_functools", "sympy", "triton")
@@ -227,6 +304,8 @@ class Pickler(pickle.Pickler):
                 raise NotPersistable(f"module {obj.__name__} is not importable by its name")
             self._note_module(obj.__name__)
             return module_named, (obj.__name__,)
+        if isinstance(obj, type) and obj in _TYPES_MODULE:  # FunctionType & co. have no name in builtins
+            return getattr, (types, _TYPES_MODULE[obj])
         if isinstance(obj, types.CodeType):
             return code_object, (marshal.dumps(obj),)
         if id(obj) in _kernels and _kernels[id(obj)][0] is obj:
@@ -249,6 +328,11 @@ class Pickler(pickle.Pickler):
                 raise NotPersistable(f"a local function {obj.__qualname__}")
             if isinstance(obj, types.FunctionType) and obj.__name__ == "<lambda>":
                 raise NotPersistable(f"a lambda ({obj.__code__.co_filename}:{obj.__code__.co_firstlineno})")
+            return NotImplemented
+        if not _saved_by_value(obj):
+            # A copy would stand where the entry had this very object (a callable compared by
+            # identity, a user's configuration object): not saved.
+            raise NotPersistable(f"an object of type {kind.__module__}.{kind.__qualname__}")
         return NotImplemented
 
     def _note_module(self, name: str) -> None:

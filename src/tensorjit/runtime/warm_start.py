@@ -48,7 +48,7 @@ import torch
 
 from .. import logs
 from . import disk_cache, persist
-from .persist import NotPersistable
+from .persist import NotPersistable, code_digest
 
 FORMAT = 1
 PROCESS = uuid.uuid4().hex
@@ -89,23 +89,6 @@ def _cpu() -> str:
         return hashlib.sha256(machine_identity().encode()).hexdigest()[:16]
     except Exception:  # noqa: BLE001 - no C++ path: nothing native is saved
         return platform.machine()
-
-
-def code_digest(code: types.CodeType) -> str:
-    """A digest of what a code object does (its bytecode, constants, names), nested code included."""
-    digest = hashlib.sha256()
-
-    def feed(c: types.CodeType) -> None:
-        for part in (c.co_code, c.co_names, c.co_varnames, c.co_freevars, c.co_cellvars, c.co_qualname,
-                     c.co_filename, c.co_argcount, c.co_posonlyargcount, c.co_kwonlyargcount, c.co_flags):
-            digest.update(repr(part).encode() if not isinstance(part, bytes) else part)
-        for constant in c.co_consts:
-            if isinstance(constant, types.CodeType):
-                feed(constant)
-            else:
-                digest.update(f"{type(constant).__name__}:{constant!r}".encode())
-    feed(code)
-    return digest.hexdigest()
 
 
 def _option_text(value: Any) -> str:
