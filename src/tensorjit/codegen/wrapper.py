@@ -31,7 +31,7 @@ from . import ir
 from .graph import EXACT_LAYOUT_EXTERNS
 from .memory import last_uses, names_written
 from .values import IR_TO_TORCH, contiguous_strides, torch_dtype
-from ..runtime.persist import CompiledText, remember_kernel, set_reduce
+from ..runtime.persist import CompiledText, rebuild_runner, remember_kernel, set_reduce
 
 
 class _Source:
@@ -166,14 +166,4 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
     code = CompiledText(text, f"<tensorjit {type(hook).__name__} wrapper>")
     run = rebuild_runner(code, source.globals)
     set_reduce(run, rebuild_runner, code, dict(source.globals))  # the warm-start cache saves it so
-    return run
-
-
-def rebuild_runner(code: CompiledText, names: dict):
-    """The wrapper function from its code and the globals it names (also how a saved one comes back)."""
-    names = dict(names)
-    names.pop("__builtins__", None)
-    exec(code.code(), names)
-    run = names["run"]
-    run.wrapper_source = code.text
     return run

@@ -128,6 +128,17 @@ class CompiledText:
         return CompiledText, (self.text, self.label, marshal.dumps(self.code()))
 
 
+def rebuild_runner(code: CompiledText, names: dict):
+    """A generated wrapper (codegen/wrapper.py) from its code and the globals it names: how it is built,
+    and how a saved one comes back (here, so that loading one imports no code generator)."""
+    names = dict(names)
+    names.pop("__builtins__", None)
+    exec(code.code(), names)
+    run = names["run"]
+    run.wrapper_source = code.text
+    return run
+
+
 class GraphCode:
     """A GraphModule's forward as saved: its generated Python, the globals it names and the
     attributes it reads (constants, subgraphs), made into a function at its first call.
