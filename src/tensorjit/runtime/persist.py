@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 import hashlib
 import importlib
 import io
@@ -274,11 +275,23 @@ def _saved_by_value(obj) -> bool:
     if isinstance(obj, _VALUE_TYPES) and not isinstance(obj, torch.nn.Parameter) and \
             type(obj).__module__ != "torch._subclasses.fake_tensor":
         return type(obj) in (torch.Tensor, torch.Size) or not isinstance(obj, torch.Tensor)
-    return type(obj).__module__.split(".")[0] == "tensorjit" or type(obj) in _RECORD_TYPES
+    return type(obj) in _record_types()
 
 
-_RECORD_TYPES: set = set()
-"""Other classes whose instances are plain records (registered where they are defined)."""
+@functools.lru_cache(maxsize=1)
+def _record_types() -> frozenset:
+    """tensorjit's classes whose instances are plain records, a copy as good as the original (never a
+    runner holding device state, as a CUDA graph's)."""
+    from ..capture.guards import TensorSignature
+    from ..capture.sources import Source
+    from ..config import Config
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+    return frozenset({Config, TensorSignature, *subclasses(Source), CompiledText, GraphCode, SavedGraphModule,
+                      SavedCode, ModuleDict})
 
 _TYPES_MODULE = {value: name for name, value in vars(types).items() if isinstance(value, type)}
 

@@ -312,6 +312,10 @@ def load(owner) -> bool:
     if not path.exists():
         logs.emit("cache", f"miss: {_name(owner)}: nothing saved for this function, backend and options")
         return False
+    try:
+        disk_cache.private_directory(path.parent)  # as the kernel libraries: only from private directories
+    except disk_cache.UntrustedCache:
+        return False
     if not disk_cache.is_valid(path):
         logs.emit("cache", f"miss: {_name(owner)}: the saved entries fail their checksum (corrupt or not the "
                            f"user's own file)")
