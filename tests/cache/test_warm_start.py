@@ -299,3 +299,39 @@ def test_cache_artifacts_carry_warm_entries(tmp_path):
     warm = run(loader, tmp_path / "second")
     assert warm["ok"] and warm["entries"] == 1
     assert compiled_nothing(warm), warm
+
+
+LAYERS = '''
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(2)])
+        self.register_buffer("scale", torch.rand(8))
+        self.plain = torch.rand(8)  # a tensor attribute that is neither parameter nor buffer
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x * self.scale + self.plain
+
+torch.manual_seed(int(sys.argv[1]))
+net = Net()
+x = torch.randn(4, 8)
+compiled = tensorjit.compile(net)
+out = compiled(x)
+out.sum().backward()
+grads = [p.grad.clone() for p in net.parameters()]
+net.zero_grad()
+expected = net(x)
+expected.sum().backward()
+report(ok=same(out, expected) and all(same(a, p.grad) for a, p in zip(grads, net.parameters())))
+'''
+
+
+def test_module_state_is_never_baked_in(tmp_path):
+    """Weights, buffers and tensor attributes of a module (iterated through a ModuleList) come from
+    the live module: a process with other values gets its own answer, and its own gradients."""
+    script = write_script(tmp_path, LAYERS)
+    assert run(script, tmp_path / "cache", "0")["ok"]
+    warm = run(script, tmp_path / "cache", "1")
+    assert warm["ok"] and compiled_nothing(warm), warm
