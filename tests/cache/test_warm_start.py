@@ -335,3 +335,21 @@ def test_module_state_is_never_baked_in(tmp_path):
     assert run(script, tmp_path / "cache", "0")["ok"]
     warm = run(script, tmp_path / "cache", "1")
     assert warm["ok"] and compiled_nothing(warm), warm
+
+
+CONSTANT = '''
+def f(x):
+    return x * torch.tensor([1.0, 2.0, 3.0]) + torch.zeros(0).sum()
+
+x = torch.randn(2, 3)
+report(ok=same(tensorjit.compile(f)(x), f(x)))
+'''
+
+
+def test_constant_tensors_are_saved(tmp_path):
+    """Tensors made while capturing are constants of the graph: saved by value (an empty one too)."""
+    script = write_script(tmp_path, CONSTANT)
+    cold = run(script, tmp_path / "cache")
+    assert cold["ok"] and any(line.startswith("saved:") for line in cold["cache"]), cold["cache"]
+    warm = run(script, tmp_path / "cache")
+    assert warm["ok"] and compiled_nothing(warm), warm

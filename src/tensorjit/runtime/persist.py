@@ -20,6 +20,7 @@ their checksums.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import enum
 import functools
@@ -267,7 +268,8 @@ class ModuleDict:
 
 _VALUE_TYPES = (torch.Tensor, torch.Size, torch.dtype, torch.device, torch.layout, torch.memory_format, slice,
                 range, complex, type(Ellipsis), type(NotImplemented), bool, int, float, str, bytes, tuple, list,
-                dict, set, frozenset, type(None), enum.Enum)
+                dict, set, frozenset, type(None), enum.Enum, collections.OrderedDict, torch.storage.TypedStorage,
+                torch.UntypedStorage)
 
 
 def _saved_by_value(obj) -> bool:
