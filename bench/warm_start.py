@@ -67,7 +67,8 @@ def build(workload: str):
         from cpu_models import ResNet18
         return ResNet18().eval(), (torch.randn(1, 3, 64, 64),)
     from transformers import GPT2Config, GPT2LMHeadModel
-    config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=64,
+    config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=64, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
                         attn_implementation="eager")
     model = GPT2LMHeadModel(config)
     ids = torch.randint(0, 512, (1, 32))

@@ -193,7 +193,7 @@ class CompiledFunction:
             return None
         if self.frame_id is None:
             self.frame_id = next(_frame_ids)
-        self.fast = _fast_path(self.fn, self.entries[0]) or _always_miss
+        self.fast = _fast_path_at_next_call(self)  # compiling it would cost this first call as much as loading
         name = f"{self.fn.__qualname__} ({self.fn.__code__.co_filename}:{self.fn.__code__.co_firstlineno})"
         for index, entry in enumerate(self.entries):
             try:
@@ -323,6 +323,14 @@ def _fast_path(fn: types.FunctionType, entry: CacheEntry) -> Callable | None:
     namespace: dict = {}
     exec(builtins.compile(text, f"<tensorjit fast path of {fn.__qualname__}>", "exec"), env, namespace)
     return namespace["bind"]
+
+
+def _fast_path_at_next_call(compiled: CompiledFunction) -> Callable:
+    """A `fast` that builds the fast path of the first entry when it is first called."""
+    def build_then_call(*args, **kwargs):
+        compiled.fast = (_fast_path(compiled.fn, compiled.entries[0]) if compiled.entries else None) or _always_miss
+        return compiled.fast(*args, **kwargs)
+    return build_then_call
 
 
 def _make_binder(fn: types.FunctionType) -> Callable:

@@ -17,9 +17,12 @@ import dataclasses
 
 import torch
 from torch._guards import GuardSource, Source as TorchSource
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 from .sources import Source
+
+# torch.fx.experimental.symbolic_shapes imports sympy (half a second): imported when a capture
+# first needs a shape environment, so that a process whose entries come from the warm-start cache
+# never pays for it.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,16 +91,18 @@ class DynamicPolicy:
         return self.dynamic is True or (self.dynamic is None and (any(self.history.values()) or bool(self.ints)))
 
 
-def new_shape_env() -> ShapeEnv:
+def new_shape_env() -> "ShapeEnv":
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
     return ShapeEnv()
 
 
-def symbolic_context(tensor: torch.Tensor, dims: list[int]) -> StatelessSymbolicContext:
+def symbolic_context(tensor: torch.Tensor, dims: list[int]) -> "StatelessSymbolicContext":
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
     sizes = [DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(tensor.dim())]
     return StatelessSymbolicContext(dynamic_sizes=sizes)
 
 
-def shape_guards(shape_env: ShapeEnv, fakes: list, sources: list[Source]) -> list[str]:
+def shape_guards(shape_env: "ShapeEnv", fakes: list, sources: list[Source]) -> list[str]:
     """Guard expressions (Python text over L, G, ...) that keep the symbolic graph valid."""
     if not fakes:
         return []
@@ -107,7 +112,8 @@ def shape_guards(shape_env: ShapeEnv, fakes: list, sources: list[Source]) -> lis
                                          ignore_static=False))
 
 
-def symbolic_int(shape_env: ShapeEnv, value: int, source: Source) -> torch.SymInt:
+def symbolic_int(shape_env: "ShapeEnv", value: int, source: Source) -> torch.SymInt:
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
     """A SymInt standing for the int argument read through `source` (hint: `value`)."""
     named = ExpressionSource(source.expression())
     symbol = shape_env.create_symbol(value, named, dynamic_dim=DimDynamic.DYNAMIC, positive=None)

@@ -21,6 +21,7 @@ from .report import record_fallback
 from .schedule import linear_form
 from .simplify import simplify_expr
 from . import values
+from .externs import strided_view
 from .values import LazyValue, NotLowerable, TORCH_TO_IR, buffer_value, contiguous_strides, kernel_dtype
 
 VIEW_TARGETS = {getattr(torch.ops.aten, n).default for n in
@@ -79,12 +80,6 @@ def dead_pure_nodes(graph: torch.fx.Graph) -> set:
                                                and torch.Tag.nondeterministic_seeded not in tags):
             dead.add(node)
     return dead
-
-
-def strided_view(base: torch.Tensor, shape: tuple, strides: tuple, offset: int) -> torch.Tensor:
-    """The view of `base` that kernels read at `offset + sum(index * strides)` (relative to
-    the first element of `base`): what a chain of ATen view ops on it would return."""
-    return base.as_strided(shape, strides, base.storage_offset() + offset)
 
 
 EXACT_LAYOUT_EXTERNS = frozenset({strided_view})

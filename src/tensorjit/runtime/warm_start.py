@@ -143,13 +143,24 @@ def _checked_file(path: str) -> bool:
     return not os.path.realpath(path).startswith(_versioned_directories())
 
 
+_module_files: dict[str, str | None] = {}
+
+
+def _module_file(name: str) -> str | None:
+    """A module's file as first seen: CPython removes `__main__.__file__` once the script returns,
+    before the records are written again at exit."""
+    if name not in _module_files:
+        module = sys.modules.get(name)
+        if module is None:
+            raise NotPersistable(f"a reference to module {name}, which is not imported")
+        _module_files[name] = getattr(module, "__file__", None)
+    return _module_files[name]
+
+
 def _fingerprint(files: set[str], modules: set[str]) -> dict:
     digests, module_files = {}, {}
     for name in sorted(modules):
-        module = sys.modules.get(name)
-        file = getattr(module, "__file__", None)
-        if module is None:
-            raise NotPersistable(f"a reference to module {name}, which is not imported")
+        file = _module_file(name)
         if file is None and name == "__main__":
             raise NotPersistable("a reference to __main__, which has no file (python -c, a notebook)")
         module_files[name] = file
