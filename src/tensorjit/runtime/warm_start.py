@@ -63,7 +63,14 @@ _UNKEYED_OPTIONS = ("cache_dir", "progress", "compile_threads", "warm_start")
 
 def enabled(owner) -> bool:
     return bool(getattr(owner.config, "warm_start", False)) and owner.backend_name in PERSISTED_BACKENDS \
-        and owner.origin is None
+        and owner.origin is None and _built_in(owner.backend)
+
+
+def _built_in(backend) -> bool:
+    """The backend is tensorjit's own (a user's function that happens to be called "eager" may count
+    its compiles or keep state that a saved result would skip)."""
+    function = getattr(backend, "func", backend)
+    return (getattr(function, "__module__", None) or "").startswith("tensorjit.")
 
 
 @functools.lru_cache(maxsize=1)
