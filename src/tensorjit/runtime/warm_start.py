@@ -77,16 +77,29 @@ def _built_in(backend) -> bool:
 def versions() -> dict[str, str]:
     """What a saved entry was made with; any difference recompiles."""
     from .. import __version__
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-        try:
-            triton = version("triton")
-        except PackageNotFoundError:
-            triton = "none"
-    except ImportError:
-        triton = "unknown"
-    return {"tensorjit": __version__, "torch": torch.__version__, "triton": triton, "python": sys.version,
+    return {"tensorjit": __version__, "torch": torch.__version__, "triton": _triton_version(), "python": sys.version,
             "platform": f"{sys.platform} {platform.machine()}", "cpu": _cpu()}
+
+
+def _triton_version() -> str:
+    """Triton's version without importing it, from its dist-info directory (importlib.metadata scans
+    every installed distribution: 10 ms of a warm start)."""
+    import importlib.util
+    module = sys.modules.get("triton")
+    if module is not None and hasattr(module, "__version__"):
+        return module.__version__
+    try:
+        spec = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        return "none"
+    site = os.path.dirname(os.path.dirname(spec.origin))
+    for name in sorted(os.listdir(site)):
+        if name.startswith("triton-") and name.endswith((".dist-info", ".egg-info")):
+            return name[len("triton-"):].rsplit(".", 1)[0]
+    from importlib.metadata import version
+    return version("triton")
 
 
 def _cpu() -> str:
@@ -143,6 +156,24 @@ def file_digest(path: str) -> str | None:
     return _digests[path]
 
 
+def _file_stamp(path: str) -> tuple | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_size, info.st_mtime_ns
+
+
+def _file_unchanged(path: str, saved) -> bool:
+    """saved: (digest, size, mtime) as `_fingerprint` recorded it. The same size and modification
+    time stand for the same bytes (as for Python's own .pyc files); otherwise the digest decides
+    (a cache carried to another machine by save_cache_artifacts)."""
+    digest, *stamp = saved
+    if stamp and _file_stamp(path) == tuple(stamp):
+        return True
+    return file_digest(path) == digest
+
+
 def _checked_file(path: str) -> bool:
     """Whether `path` needs a digest (torch's and tensorjit's files are fixed by their versions)."""
     if path.startswith("<frozen"):  # the standard library's frozen modules: fixed by Python's version
@@ -179,7 +210,7 @@ def _fingerprint(files: set[str], modules: set[str]) -> dict:
         digest = file_digest(path)
         if digest is None:
             raise NotPersistable(f"code from {path}, which is not a file that can be checked")
-        digests[path] = digest
+        digests[path] = (digest, *(_file_stamp(path) or ()))
     return {"files": digests, "modules": module_files}
 
 
@@ -201,8 +232,8 @@ def _changed_sources(fingerprint: dict) -> str | None:
         module = sys.modules.get(name)
         if module is not None and getattr(module, "__file__", None) != file:
             return f"module {name} is now {getattr(module, '__file__', None)}, was {file}"
-    for path, digest in fingerprint["files"].items():
-        if file_digest(path) != digest:
+    for path, saved in fingerprint["files"].items():
+        if not _file_unchanged(path, saved):
             return f"{path} changed"
     return None
 
