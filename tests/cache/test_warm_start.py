@@ -353,3 +353,25 @@ def test_constant_tensors_are_saved(tmp_path):
     assert cold["ok"] and any(line.startswith("saved:") for line in cold["cache"]), cold["cache"]
     warm = run(script, tmp_path / "cache")
     assert warm["ok"] and compiled_nothing(warm), warm
+
+
+OPTION_CACHE = '''
+import os
+def f(x):
+    return torch.sigmoid(x) * 3
+
+x = torch.randn(6, 5)
+compiled = tensorjit.compile(f, options={"cache_dir": os.environ["OWN_CACHE"]})
+report(ok=same(compiled(x), f(x)))
+'''
+
+
+def test_cache_dir_option(tmp_path):
+    """Kernels are named relative to the compiled function's own cache directory."""
+    script = write_script(tmp_path, OPTION_CACHE)
+    env = {"OWN_CACHE": str(tmp_path / "own")}
+    cold = run(script, tmp_path / "default", env=env)
+    assert cold["ok"] and any(line.startswith("saved:") for line in cold["cache"]), cold["cache"]
+    warm = run(script, tmp_path / "default", env=env)
+    assert warm["ok"] and compiled_nothing(warm), warm
+    assert not list((tmp_path / "default").glob("*/*.entry"))

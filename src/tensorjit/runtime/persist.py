@@ -53,10 +53,14 @@ def remember_kernel(function: Any, library_path: str, symbol: str) -> None:
     _kernels[id(function)] = (function, library_path, symbol)
 
 
-def load_kernel(relative: str, symbol: str, argument_count: int | None = None):
+cache_directory: list[str | None] = [None]
+"""The cache directory of the compiled function being saved or loaded (its `Config.cache_dir`):
+kernels are named relative to it (`warm_start` sets it around each save and load)."""
+
+
+def load_kernel(relative: str, symbol: str):
     """A kernel (`extern "C" void symbol(void**)`) of a library in the disk cache, verified."""
-    from ..config import config
-    path = disk_cache.cache_root(config.cache_dir) / relative
+    path = disk_cache.cache_root(cache_directory[0]) / relative
     if not disk_cache.is_valid(path):
         raise FileNotFoundError(f"kernel library {relative} is missing or fails its checksum")
     function = getattr(_library(str(path)), symbol)
@@ -77,8 +81,7 @@ def _library(path: str) -> ctypes.CDLL:
 
 
 def _relative_to_cache(path: str) -> str:
-    from ..config import config
-    root = Path(disk_cache.cache_root(config.cache_dir)).resolve()
+    root = Path(disk_cache.cache_root(cache_directory[0])).resolve()
     try:
         return str(Path(path).resolve().relative_to(root))
     except ValueError:

@@ -312,6 +312,7 @@ def save(owner) -> None:
     if not enabled(owner):
         return
     skipped: list[str] = []
+    persist.cache_directory[0] = owner.config.cache_dir
     try:
         record = _record(owner, skipped)
         if record is None:
@@ -369,6 +370,7 @@ def load(owner) -> bool:
         logs.emit("cache", f"miss: {_name(owner)}: the saved entries fail their checksum (corrupt or not the "
                            f"user's own file)")
         return False
+    persist.cache_directory[0] = owner.config.cache_dir
     try:
         record = pickle.loads(path.read_bytes())
         if record.get("process") == PROCESS:
