@@ -15,7 +15,7 @@ the first call has returned (for "train": forward, backward and an SGD step). Pe
 Every compiled run checks its outputs (and, for "train", the updated weights) against eager.
 Workloads: "gpt2" (2-layer GPT-2, n_embd 64, 1x32 tokens, inference), "resnet18"
 (bench/cpu_models.py, 1x3x64x64, inference), "train" (the GPT-2 above: loss, backward, SGD).
-Prints one line per run and a table of medians. torch.compile is only the reference here.
+Prints one line per run and tables of medians and minimums. torch.compile is only the reference here.
 """
 
 from __future__ import annotations
@@ -165,14 +165,16 @@ def main() -> None:
         print(json.dumps(first_call(*arguments.child)))
         return
     table = {w: measure(w, arguments.repeats) for w in arguments.workloads.split(",")}
-    print(f"\nmedian first-call seconds over {arguments.repeats} repeats (fresh processes)")
-    print("| workload | eager | torch.compile warm | tensorjit cold | tensorjit warm | warm / cold |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for workload, runs in table.items():
-        median = {k: statistics.median(v) for k, v in runs.items()}
-        print(f"| {workload} | {median['eager']:.3f} | {median['torch.compile warm']:.3f} | "
-              f"{median['tensorjit cold']:.3f} | {median['tensorjit warm']:.3f} | "
-              f"{100 * median['tensorjit warm'] / median['tensorjit cold']:.1f}% |")
+    # On a shared machine the minimum is the run least disturbed by other jobs; the median is the typical one.
+    for title, pick in (("median", statistics.median), ("minimum", min)):
+        print(f"\n{title} first-call seconds over {arguments.repeats} repeats (fresh processes)")
+        print("| workload | eager | torch.compile warm | tensorjit cold | tensorjit warm | warm / cold |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for workload, runs in table.items():
+            value = {k: pick(v) for k, v in runs.items()}
+            print(f"| {workload} | {value['eager']:.3f} | {value['torch.compile warm']:.3f} | "
+                  f"{value['tensorjit cold']:.3f} | {value['tensorjit warm']:.3f} | "
+                  f"{100 * value['tensorjit warm'] / value['tensorjit cold']:.1f}% |")
 
 
 if __name__ == "__main__":
