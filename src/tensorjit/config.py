@@ -69,6 +69,10 @@ class Config:
     random numbers match eager's bit for bit: no option is needed for that.)"""
     profile_kernels: bool = False
     """Name every generated kernel and extern call in torch.profiler traces (costs ~1 us a step)."""
+    verify_ir: bool = False
+    """Check every lowered program with the IR verifier (codegen/verify.py) before emitting it:
+    an IRError instead of a kernel that reads out of bounds. The test suite turns it on
+    (TENSORJIT_VERIFY_IR=1); it costs milliseconds per graph."""
 
     @property
     def recompile_limit(self) -> int:
@@ -184,6 +188,8 @@ def from_environment(environ: os._Environ | dict[str, str] = os.environ) -> Conf
         cfg.profile_kernels = True
     if environ.get("TENSORJIT_CODEGEN_TRITON_IR", "") not in ("", "0"):
         cfg.codegen_triton_ir = True
+    if environ.get("TENSORJIT_VERIFY_IR", "") not in ("", "0"):
+        cfg.verify_ir = True
     return cfg
 
 

@@ -58,3 +58,20 @@ def test_row_local_buffers_stay_inside_their_group():
     with pytest.raises(IRError, match="reads buf1, row-local to group0"):
         verify(program([group, later], buffers=(IN, OUT, ir.Buffer("buf2", "float32", (4,), (1,))),
                        outputs=("buf2",)))
+
+
+def test_a_load_outside_its_buffer_is_refused():
+    # in0 holds 4 elements; i0 + 1 reaches offset 4 on the last iteration
+    body = ir.Load("in0", ir.index_add(i0, ir.IndexConst(1)), "float32")
+    with pytest.raises(IRError, match=r"reaches offsets 1\.\.4, outside the buffer's 0\.\.3"):
+        verify(program([pointwise("buf1", body)]))
+
+
+def test_a_load_discarded_by_a_select_must_still_be_in_bounds():
+    # cat's pieces are all loaded and one selected: the first piece (4 of 12 rows) used to be
+    # read at rows 4..11 too, out of its buffer (an illegal memory access on the GPU)
+    pieces = [torch.randn(4, 8), torch.randn(3, 8), torch.randn(5, 8)]
+    gm = make_fx(lambda a, b, c: torch.cat([a, b, c]) * 2, decomposition_table=decompositions())(*pieces)
+    program = GraphLowering(gm, pieces).run()
+    verify(program)
+    verify(fuse_loops(program))

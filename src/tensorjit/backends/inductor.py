@@ -25,6 +25,7 @@ import torch
 
 from .. import logs, progress
 from ..autograd import aot_compile
+from ..codegen.verify import IRError
 from ..config import Config, config as default_config
 
 
@@ -87,6 +88,8 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Con
         with progress.stage("autograd"):
             return aot_compile(gm, example_inputs, fw_compiler=compiler, decompositions=decompositions,
                                partitioner=config.partitioner, wrap_compiled=wrap)
+    except IRError:  # raised only under Config.verify_ir (the tests): a code generator bug, shown
+        raise
     except Exception as error:  # noqa: BLE001 - a compiler gap must not become a wrong answer
         logs.emit("graph_breaks", f"inductor: running the graph eagerly: {type(error).__name__}: {error}")
         return gm.forward

@@ -145,7 +145,7 @@ def lower_cat(meta, tensors, dim=0):
     def local(index, piece, start):
         size = piece.shape[dim]
         shifted = ir.index_add(index[dim], ir.IndexConst((size - start % size) % size))
-        return index[:dim] + (ir.index_mod(shifted, size) if start else index[dim],) + index[dim + 1:]
+        return index[:dim] + (ir.index_mod(shifted, size),) + index[dim + 1:]
 
     def loader(index):
         position = ir.IndexValue(index[dim], "int64")

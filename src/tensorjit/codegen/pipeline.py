@@ -25,6 +25,7 @@ from .graph import GraphLowering
 from .report import timed
 from .schedule import fuse_loops
 from .squeeze import squeeze_unit_loops
+from .verify import verify
 from .wrapper import build_runner
 
 
@@ -34,6 +35,8 @@ def compile_graph(gm, example_inputs, config, emitter):
     with timed(name, "lowering"):
         lowered = GraphLowering(gm, example_inputs, half_floats=emitter.half_floats)
         program = emitter.prepare(fuse_loops(squeeze_unit_loops(lowered.run())))
+    if getattr(config, "verify_ir", False):
+        verify(program)
     hook = emitter.build(name, program, config)
     if hook is None:
         return gm.forward

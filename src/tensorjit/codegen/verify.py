@@ -10,7 +10,11 @@ nothing, or raises `IRError` naming the step and the broken rule:
   * a kernel's loop variables match its ranges, and its body uses only its own
     variables; a group's members share its outer ranges and variables;
   * row-local buffers of a group are read by no other step and never returned;
-  * each Op's operands are expressions, and every dtype is one the IR knows.
+  * each Op's operands are expressions, and every dtype is one the IR knows;
+  * every load stays inside its buffer for every value of the loop variables, including
+    loads whose value is discarded by a select (emitters load before they select, so
+    such a load must still be in bounds: `lowering_views.lower_cat` takes a piece's
+    index modulo its size for this reason).
 
 Tests run it on every program they compile; emitters may assume what it checks.
 """
@@ -61,6 +65,51 @@ def check_expression(expr: ir.Expr, where: str) -> None:
             stack.extend(node.args)
 
 
+def index_bounds(index: ir.Index, ranges: dict[str, int]) -> tuple[int, int]:
+    """Smallest and largest value of `index` over the loop ranges (interval arithmetic:
+    exact for sums and products of non-negative terms, an over-estimate at worst)."""
+    if isinstance(index, ir.IndexVar):
+        return 0, ranges[index.name] - 1
+    if isinstance(index, ir.IndexConst):
+        return index.value, index.value
+    low, high = index_bounds(index.left, ranges)
+    right_low, right_high = index_bounds(index.right, ranges)
+    if index.op == "add":
+        return low + right_low, high + right_high
+    if index.op == "mul":
+        products = (low * right_low, low * right_high, high * right_low, high * right_high)
+        return min(products), max(products)
+    if index.op == "floordiv":
+        return low // right_high, high // right_low
+    if low >= 0 and high < right_low:  # mod: below the divisor, the value is unchanged
+        return low, high
+    return 0, right_high - 1
+
+
+def buffer_extent(buffer: ir.Buffer) -> int:
+    """One past the largest element offset of `buffer` (0 when it has no elements)."""
+    if any(size == 0 for size in buffer.shape):
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(buffer.shape, buffer.strides))
+
+
+def check_bounds(kernel, buffers: dict[str, ir.Buffer], where: str) -> None:
+    variables = list(zip(kernel.variables, kernel.ranges))
+    if isinstance(kernel, ir.Reduction):
+        variables += zip(kernel.reduction_variables, kernel.reduction_ranges)
+    ranges = {variable.name: size for variable, size in variables}
+    if any(size == 0 for size in ranges.values()):
+        return  # the body never runs
+    for load in expression_loads(kernel.body):
+        if load.buffer not in buffers:
+            continue
+        low, high = index_bounds(load.index, ranges)
+        extent = buffer_extent(buffers[load.buffer])
+        if low < 0 or high >= extent:
+            raise IRError(f"{where}: load({load.buffer}, {load.index}) reaches offsets {low}..{high}, "
+                          f"outside the buffer's 0..{extent - 1}")
+
+
 def check_kernel(kernel, where: str) -> None:
     if len(kernel.variables) != len(kernel.ranges):
         raise IRError(f"{where}: {len(kernel.variables)} loop variables for {len(kernel.ranges)} ranges")
@@ -75,7 +124,7 @@ def check_kernel(kernel, where: str) -> None:
         raise IRError(f"{where}: body uses {sorted(stray)}, not loop variables of this kernel")
 
 
-def check_group(group: ir.LoopGroup, available: set[str]) -> None:
+def check_group(group: ir.LoopGroup, available: set[str], buffers: dict[str, ir.Buffer]) -> None:
     outer = len(group.ranges)
     written = set()
     for member in group.members:
@@ -84,6 +133,7 @@ def check_group(group: ir.LoopGroup, available: set[str]) -> None:
                 tuple(v.name for v in member.variables[:outer]) != tuple(v.name for v in group.variables):
             raise IRError(f"{where}: outer loops {member.ranges[:outer]} differ from the group's {group.ranges}")
         check_kernel(member, where)
+        check_bounds(member, buffers, where)
         for load in expression_loads(member.body):
             if load.buffer not in available and load.buffer not in written:
                 raise IRError(f"{where}: reads {load.buffer} before it is written")
@@ -109,12 +159,13 @@ def verify(program: ir.Program) -> None:
             if name in local_of:
                 raise IRError(f"{step.name}: reads {name}, row-local to {local_of[name]}")
         if isinstance(step, ir.LoopGroup):
-            check_group(step, available)
+            check_group(step, available, declared)
             local_of.update((name, step.name) for name in step.local)
             written = [m.output for m in step.members]
         else:
             if not isinstance(step, ir.Extern):
                 check_kernel(step, step.name)
+                check_bounds(step, declared, step.name)
             written = [step.output]
         for name in written:
             if name not in declared:

@@ -30,6 +30,7 @@ from ..graph import GraphLowering
 from ..report import timed
 from ..schedule import fuse_loops
 from ..values import IR_TO_TORCH
+from ..verify import IRError
 from .expressions import interpreted
 from .ir_kernels import KernelText, emit_kernel, prepare_groups
 from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
@@ -115,6 +116,8 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], *, c
 
     try:
         compiled = compile_graph(gm, list(example_inputs), config)
+    except IRError:  # raised only under Config.verify_ir (the tests): a code generator bug, shown
+        raise
     except Exception as error:  # noqa: BLE001 - a lowering gap must not become a wrong answer
         log.warning("tensorjit triton (loop IR): running the graph eagerly: %s: %s", type(error).__name__, error)
         compiled = gm.forward
