@@ -6,7 +6,7 @@
 the graph's signature, or `gm.forward` when the emitter cannot build (no C++
 compiler). The steps, in order:
 
-    emitter.prepare_graph(gm)      device graph passes (Triton: pad misaligned matmuls)
+    emitter.prepare_graph(gm, ...) device graph passes (Triton: pad misaligned matmuls, NHWC convolutions)
     GraphLowering(...).run()       one @lowering registry (lowering*.py) -> ir.Program
     squeeze.squeeze_unit_loops     kernels loop only over dims of size > 1 (rows line up)
     schedule.fuse_loops            one scheduler: row groups, refusals logged (TENSORJIT_LOGS=fusion)
@@ -31,7 +31,7 @@ from .wrapper import build_runner
 
 def compile_graph(gm, example_inputs, config, emitter):
     name = type(gm).__name__
-    emitter.prepare_graph(gm)
+    emitter.prepare_graph(gm, example_inputs)
     with timed(name, "lowering"):
         lowered = GraphLowering(gm, example_inputs, half_floats=emitter.half_floats)
         program = emitter.prepare(fuse_loops(squeeze_unit_loops(lowered.run())))

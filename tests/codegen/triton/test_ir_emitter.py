@@ -219,3 +219,12 @@ def test_column_reductions_are_tiled_across_outputs(device):
     assert all(source.count("for roffset in range(0, 300, RBLOCK)") == 3 for source in compiled.kernel_sources)
     row = ir_compile.lower(make_fx(lambda x: x.sum(1))(x), [x])[0].steps[0]
     assert not ir_kernels.is_column_reduction(ir.LoopGroup(row.name, row.ranges, row.variables, (row,)))
+
+
+def test_channels_last_outputs_are_stored_in_memory_order(device):
+    # eager keeps x's channels-last layout for x * 2 + 1: consecutive lanes must store to
+    # consecutive addresses (iterate N, H, W, C), not C-strided ones
+    x = torch.randn(2, 5, 3, 4, device=device).contiguous(memory_format=torch.channels_last)
+    compiled = check(lambda x: (x * 2 + 1).relu(), x)
+    assert compiled(x).stride() == (x * 2).stride()
+    assert "+ (xindex)" in compiled.kernel_sources[0], compiled.kernel_sources[0]

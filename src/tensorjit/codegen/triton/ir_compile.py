@@ -6,6 +6,7 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
 `TritonEmitter`:
 
     prepare_graph: pad_matmuls        misaligned CUDA matrix products padded (pad_matmul.py)
+                   prefer_channels_last  convolutions read NHWC (layout.py); kernels store in memory order
     GraphLowering(half_floats=True)   one @lowering registry (lowering*.py)
     -> schedule.fuse_loops            one scheduler (row groups)
     -> prepare: prepare_groups        row-local scratch Triton can keep in registers
@@ -34,6 +35,7 @@ from ..verify import IRError
 from .expressions import interpreted
 from .ir_kernels import KernelText, emit_kernel, prepare_groups
 from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
+from .layout import prefer_channels_last
 from .pad_matmul import pad_matmuls
 from .parallel import CompileJob, compile_in_parallel
 
@@ -69,8 +71,9 @@ class TritonEmitter:
     def __init__(self, device: torch.device):
         self.device = device
 
-    def prepare_graph(self, gm) -> None:
+    def prepare_graph(self, gm, example_inputs) -> None:
         pad_matmuls(gm)  # CUDA products whose sizes cuBLAS handles slowly (pad_matmul.py); in place
+        prefer_channels_last(gm, example_inputs)  # cuDNN's tensor-core convolutions run NHWC (layout.py)
 
     def prepare(self, program: ir.Program) -> ir.Program:
         return prepare_groups(program)

@@ -227,13 +227,26 @@ class Writer:
         return [f"{name}_ptr" for name in arguments], arguments
 
 
+def memory_order(kernel: ir.Pointwise, output: ir.Buffer) -> tuple[tuple[ir.IndexVar, ...], tuple[int, ...]]:
+    """The kernel's loop variables and sizes, outermost first, in the order its stores walk
+    memory: a channels-last output (strides N: HWC, C: 1, H: WC, W: C) is iterated N, H, W, C,
+    so consecutive lanes store to consecutive addresses (the row-major order would store
+    with a stride of HW elements between lanes)."""
+    form = linear_form(ir.store_index(kernel, output))
+    if form is None:
+        return kernel.variables, kernel.ranges
+    pairs = sorted(zip(kernel.variables, kernel.ranges), key=lambda pair: -form[0].get(pair[0].name, 0))
+    return tuple(v for v, _ in pairs), tuple(size for _, size in pairs)
+
+
 class PointwiseWriter(Writer):
     def __init__(self, kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]):
         super().__init__(buffers)
         self.kernel = kernel
+        self.variables, self.sizes = memory_order(kernel, buffers[kernel.output])
 
     def load(self, buffer: str, index: ir.Index) -> str:
-        text = index_text(index, self.kernel.variables, self.kernel.ranges, "xindex")
+        text = index_text(index, self.variables, self.sizes, "xindex")
         if not index_names(index):
             text += " + tl.zeros([1], tl.int32)"  # a [1] block like constants (see expressions.constant)
         return self.ops.assign(self.load_text(buffer, text, "xmask" if index_names(index) else None))
@@ -245,11 +258,11 @@ class PointwiseWriter(Writer):
         value = evaluate(kernel.body, self.ops)
         self.written.append(kernel.output)
         store_index = ir.store_index(kernel, self.buffers[kernel.output])
-        index = index_text(store_index, kernel.variables, kernel.ranges, "xindex") + \
+        index = index_text(store_index, self.variables, self.sizes, "xindex") + \
             ("" if index_names(store_index) else " + 0 * xindex")
         body = [f"xindex = tl.program_id(0).to({self.index_type(numel)}) * XBLOCK + tl.arange(0, XBLOCK)",
                 f"xmask = xindex < {numel}"]
-        body += split_flat("xindex", kernel.variables, kernel.ranges) + self.ops.lines
+        body += split_flat("xindex", self.variables, self.sizes) + self.ops.lines
         body.append(self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask"))
         parameters, arguments = self.parameters()
         source = module_source(kernel.name, parameters + ["XBLOCK: tl.constexpr"], body)
