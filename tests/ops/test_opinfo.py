@@ -14,7 +14,7 @@ samples is), so the rate cannot hide a code generator that compiles nothing.
 - Triton emitter: CUDA tensors, or on a machine without CUDA the same kernels in
   Triton's interpreter (TRITON_INTERPRET=1, set by tests/conftest.py) on CPU
   tensors, under a time budget (the interpreter is slow).
-- Triton emitter of the shared loop IR (codegen/triton/ir_compile.py,
+- Triton emitter of the shared loop IR (codegen/triton/compile.py,
   Config.codegen_triton_ir): the same devices and budgets.
 
 Samples come from `op.sample_inputs_func` directly: `op.sample_inputs` wraps
@@ -229,6 +229,6 @@ def test_triton_emitter_opinfo_float32():
 @pytest.mark.filterwarnings("ignore")
 def test_triton_ir_emitter_opinfo_float32():
     pytest.importorskip("triton")
-    from tensorjit.codegen.triton.ir_compile import compile_aten_graph
+    from tensorjit.codegen.triton.compile import compile_aten_graph
 
     _check_triton_opinfo(compile_aten_graph, "Triton, loop IR")

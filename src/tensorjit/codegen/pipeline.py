@@ -2,7 +2,7 @@
 
 `compile_graph(gm, example_inputs, config, emitter)` takes an ATen graph traced with
 `decomp.decompositions()` and an emitter (`cpp.compile.CppEmitter`,
-`triton.ir_compile.TritonEmitter`), and returns the runner: generated Python with
+`triton.compile.TritonEmitter`), and returns the runner: generated Python with
 the graph's signature, or `gm.forward` when the emitter cannot build (no C++
 compiler). The steps, in order:
 

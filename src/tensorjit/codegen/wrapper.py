@@ -1,7 +1,7 @@
 """The run-time wrapper: executes an `ir.Program` with compiled kernels and ATen externs.
 
 Takes a Program, a device hook that launches its kernels (`CppLaunch`: a loaded
-ctypes library and each kernel's pointer order; Triton's in `triton/ir_compile.py`),
+ctypes library and each kernel's pointer order; Triton's in `triton/compile.py`),
 and the graph's constants; returns a callable taking the graph's
 positional inputs. The callable is generated Python, one line per step:
 
@@ -134,7 +134,7 @@ def _output_text(source: _Source, outputs: Any) -> str:
 
 
 def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profile: bool = False):
-    """hook: the device hook launching kernels (`CppLaunch`, `triton.ir_compile.TritonLaunch`).
+    """hook: the device hook launching kernels (`CppLaunch`, `triton.compile.TritonLaunch`).
     profile=True names each step in torch.profiler (`record_function`)."""
     buffers = {b.name: b for b in program.buffers}
     source = _Source()

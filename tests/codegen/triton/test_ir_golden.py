@@ -11,12 +11,12 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tensorjit.codegen.decomp import decompositions
-from tensorjit.codegen.triton import ir_compile
+from tensorjit.codegen.triton import compile as triton_compile
 
 
 def lower(fn, *inputs):
     gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
-    return gm, ir_compile.lower(gm, list(inputs))[0]
+    return gm, triton_compile.lower(gm, list(inputs))[0]
 
 
 def kernel_function(source: str) -> str:
@@ -39,7 +39,7 @@ group0_kernel0: for i0 < 4: (row-local: buf1, buf2, buf3)
   kernel2: for i0 < 4: buf3[...] = sum(for r0 < 10: load(buf2, ((i0 * 10) + r0)))
   kernel3: for i0 < 4, i1 < 10: buf4[...] = truediv(load(buf2, ((i0 * 10) + i1)), load(buf3, i0))
 return buf4""")
-        compiled = ir_compile.compile_graph(gm, [torch.randn(4, 10)])
+        compiled = triton_compile.compile_graph(gm, [torch.randn(4, 10)])
         self.assertExpectedInline(kernel_function(compiled.kernel_sources[0]), """\
 @triton.jit
 def group0_kernel0(in0_ptr, buf4_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
@@ -83,7 +83,7 @@ in1: input float32[5] strides=[1]
 buf2: temp float32[6, 5] strides=[5, 1]
 kernel0: for i0 < 6, i1 < 5: buf2[...] = where(gt(load(in0, ((i0 * 5) + i1)), load(in1, i1)), mul(load(in0, ((i0 * 5) + i1)), load(in1, i1)), sub(load(in0, ((i0 * 5) + i1)), constant(1.5, float32)))
 return buf2""")
-        compiled = ir_compile.compile_graph(gm, [x, y])
+        compiled = triton_compile.compile_graph(gm, [x, y])
         self.assertExpectedInline(kernel_function(compiled.kernel_sources[0]), """\
 @triton.jit
 def kernel0(in0_ptr, in1_ptr, buf2_ptr, XBLOCK: tl.constexpr):

@@ -10,13 +10,11 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
     GraphLowering(half_floats=True)   one @lowering registry (lowering*.py)
     -> schedule.fuse_loops            one scheduler (row groups)
     -> prepare: prepare_groups        row-local scratch Triton can keep in registers
-    -> build: ir_kernels.emit_kernel  TritonOps per kernel, launch shapes from heuristics;
+    -> build: kernels.emit_kernel     TritonOps per kernel, launch shapes from heuristics;
               launcher / parallel     load, precompile in worker processes, fast launches
     -> wrapper.build_runner           the shared per-call wrapper, with `TritonLaunch`
 
-Selected by `Config.codegen_triton_ir` (off by default: the Triton path's own
-lowering in direct.py stays the default until GPU benchmarks match). Under
-TRITON_INTERPRET=1 it runs on CPU tensors, which is how tests cover it.
+Under TRITON_INTERPRET=1 it runs on CPU tensors, which is how tests cover it.
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ from ..graph import GraphLowering
 from ..report import timed
 from ..schedule import fuse_loops
 from ..values import IR_TO_TORCH
-from ..verify import IRError
 from .expressions import interpreted
-from .ir_kernels import KernelText, emit_kernel, prepare_groups
+from .kernels import KernelText, emit_kernel, prepare_groups
 from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
 from .layout import prefer_channels_last
 from .pad_matmul import pad_matmuls
@@ -110,22 +107,3 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=No
     runner = pipeline.compile_graph(gm, example_inputs, config, TritonEmitter(graph_device(example_inputs)))
     runner.kernel_sources = [kernel.source for kernel in runner.hook.kernels.values()]
     return runner
-
-
-def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config=None):
-    """compile_graph, falling back to the graph's own forward on any failure (never a wrong
-    answer), replayed through CUDA graphs under `config.triton_cudagraphs`."""
-    from . import log
-
-    try:
-        compiled = compile_graph(gm, list(example_inputs), config)
-    except IRError:  # raised only under Config.verify_ir (the tests): a code generator bug, shown
-        raise
-    except Exception as error:  # noqa: BLE001 - a lowering gap must not become a wrong answer
-        log.warning("tensorjit triton (loop IR): running the graph eagerly: %s: %s", type(error).__name__, error)
-        compiled = gm.forward
-    if config is not None and getattr(config, "triton_cudagraphs", False):
-        from tensorjit.runtime.cudagraphs import CudaGraphRunner
-
-        compiled = CudaGraphRunner(compiled)
-    return compiled

@@ -42,8 +42,29 @@ from ..schedule import linear_form, row_index
 from ..values import IR_TO_TORCH, contiguous_strides
 from . import expressions, heuristics, interpreter_math
 from .heuristics import LaunchShape
-from .ir_ops import TritonOps, format_index, register_dtype, round_to, triton_type
-from .kernel import PRELUDE
+from .emitter import TritonOps, format_index, register_dtype, round_to, triton_type
+
+# Helpers every kernel module defines: NaN-propagating max/min (eager's semantics) and a
+# product combine function for tl.reduce.
+PRELUDE = '''import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def _maximum_propagating_nan(left, right):
+    return tl.where((left > right) | (left != left), left, right)
+
+
+@triton.jit
+def _minimum_propagating_nan(left, right):
+    return tl.where((left < right) | (left != left), left, right)
+
+
+@triton.jit
+def _multiply(left, right):
+    return left * right
+'''
 
 HEAVY_POINTWISE = 24
 """Statements from which a pointwise kernel counts as arithmetic-heavy (heuristics.pointwise_shape)."""
