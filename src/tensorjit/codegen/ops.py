@@ -14,9 +14,13 @@ from . import ir
 
 UNARY = ("neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid",
          "erf", "sin", "cos", "reciprocal", "floor", "ceil", "trunc", "round", "logical_not",
-         "isnan", "sign", "relu")
+         "isnan", "sign", "relu", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+         "atanh", "exp2", "log2", "log10", "erfinv", "lgamma", "bitwise_not")
 BINARY = ("add", "sub", "mul", "truediv", "pow", "maximum", "minimum", "eq", "ne", "lt", "le",
-          "gt", "ge", "logical_and", "logical_or", "atan2", "fmod")
+          "gt", "ge", "logical_and", "logical_or", "atan2", "fmod", "bitwise_and", "bitwise_or",
+          "bitwise_xor")
+"""fmod and the bitwise ops take integers too (fmod of integers truncates, as C's %; a lowering
+only emits it with a divisor known to be nonzero). bitwise_not of a bool is logical not."""
 TERNARY = ("where",)
 REDUCTIONS = ("sum", "max", "min", "prod", "any", "argmax", "argmin")
 

@@ -91,6 +91,10 @@ class TritonOps:
             return self.assign(expressions.where(*args))
         if name in ("logical_and", "logical_or"):
             args = tuple(a if d == "bool" else f"(({a}) != 0)" for a, d in zip(args, arg_dtypes))
+        if arg_dtypes and arg_dtypes[0] == "bool" and name == "bitwise_not":
+            return self.assign(f"({args[0]}) == 0")
+        if arg_dtypes and arg_dtypes[0].startswith("int") and name == "fmod":
+            return self.assign(f"({args[0]}) % ({args[1]})")  # integer % truncates in Triton, as fmod
         if len(args) == 1:
             return self.assign(expressions.unary(name, *args))
         return self.assign(expressions.binary(name, *args))
