@@ -14,7 +14,7 @@ import operator
 import torch
 import torch.fx
 
-from . import ir, lowering_reductions, lowering_views  # noqa: F401  (registrations)
+from . import ir, lowering_indexing, lowering_reductions, lowering_views  # noqa: F401  (registrations)
 from .lowering import LOWERINGS, to_dtype
 from .lowering_reductions import ReductionValue
 from .report import record_fallback

@@ -19,6 +19,8 @@ def expression_loads(expr: ir.Expr) -> list[ir.Load]:
         expr = stack.pop()
         if isinstance(expr, ir.Load):
             loads.append(expr)
+        if isinstance(expr, (ir.Load, ir.IndexValue)):  # the loads giving indirect indices
+            stack.extend(node.value for node in ir.indirect_indices(expr.index))
         elif isinstance(expr, ir.Op):
             stack.extend(expr.args)
     return loads

@@ -68,6 +68,8 @@ def substitute(expr, mapping: dict[str, ir.Index], memo: dict | None = None):
     elif isinstance(expr, ir.IndexOp):
         left, right = substitute(expr.left, mapping, memo), substitute(expr.right, mapping, memo)
         result = {"add": ir.index_add, "mul": ir.index_mul}.get(expr.op, lambda a, b: ir.IndexOp(expr.op, a, b))(left, right)
+    elif isinstance(expr, ir.IndirectIndex):
+        result = ir.IndirectIndex(substitute(expr.value, mapping, memo), expr.size, expr.wrap)
     elif isinstance(expr, ir.Load):
         result = ir.Load(expr.buffer, substitute(expr.index, mapping, memo), expr.dtype)
     elif isinstance(expr, ir.IndexValue):

@@ -10,7 +10,8 @@ nothing, or raises `IRError` naming the step and the broken rule:
   * a kernel's loop variables match its ranges, and its body uses only its own
     variables; a group's members share its outer ranges and variables;
   * row-local buffers of a group are read by no other step and never returned;
-  * each Op's operands are expressions, and every dtype is one the IR knows.
+  * each Op's operands are expressions, and every dtype is one the IR knows;
+  * an indirect index has an integer value (checked the same way) and a non-empty dimension.
 
 Tests run it on every program they compile; emitters may assume what it checks.
 """
@@ -34,6 +35,8 @@ def index_variables(index: ir.Index) -> set[str]:
         return {index.name}
     if isinstance(index, ir.IndexConst):
         return set()
+    if isinstance(index, ir.IndirectIndex):
+        return expression_variables(index.value)
     return index_variables(index.left) | index_variables(index.right)
 
 
@@ -59,6 +62,11 @@ def check_expression(expr: ir.Expr, where: str) -> None:
             raise IRError(f"{where}: {node} has dtype {node.dtype!r}")
         if isinstance(node, ir.Op):
             stack.extend(node.args)
+        if isinstance(node, (ir.Load, ir.IndexValue)):
+            for indirect in ir.indirect_indices(node.index):
+                if indirect.value.dtype not in ("int64", "int32") or indirect.size <= 0:
+                    raise IRError(f"{where}: {indirect} needs an integer value and a dimension of size > 0")
+                stack.append(indirect.value)
 
 
 def check_kernel(kernel, where: str) -> None:

@@ -88,13 +88,16 @@ INTEGER_FORMS = {"fmod": "({0} % {1})", "bitwise_not": "(~{0})"}
 BOOL_FORMS = {"bitwise_not": "(!{0})"}
 
 
-def format_index(index: ir.Index) -> str:
+def format_index(index: ir.Index, indirect: dict | None = None) -> str:
+    """C++ text of `index`; `indirect` names the variable holding each checked IndirectIndex."""
     if isinstance(index, ir.IndexVar):
         return index.name
     if isinstance(index, ir.IndexConst):
         return f"{index.value}L"
+    if isinstance(index, ir.IndirectIndex):
+        return indirect[index]
     symbol = {"add": "+", "mul": "*", "floordiv": "/", "mod": "%"}[index.op]
-    return f"({format_index(index.left)} {symbol} {format_index(index.right)})"
+    return f"({format_index(index.left, indirect)} {symbol} {format_index(index.right, indirect)})"
 
 
 def format_constant(value, dtype: str) -> str:
@@ -118,6 +121,7 @@ class CppOps:
         self.lines: list[str] = []
         self.indent = indent
         self.buffers: set[str] = set()
+        self.indirect_names: dict[ir.IndirectIndex, str] = {}
 
     def assign(self, dtype: str, text: str) -> str:
         name = f"t{len(self.lines)}"  # deterministic: the source is the disk-cache key
@@ -126,13 +130,26 @@ class CppOps:
 
     def load(self, buffer: str, index: ir.Index) -> str:
         self.buffers.add(buffer)
-        return f"{buffer}[{format_index(index)}]"
+        return f"{buffer}[{format_index(index, self.indirect_names)}]"
+
+    def indirect(self, index: ir.IndirectIndex, value: str) -> str:
+        """The position `value` names, checked: outside [0, size) the kernel reads element 0
+        and sets `tj_bad`, which it returns (the kernel declares it: `ir.checks_indices`);
+        the wrapper then runs the graph through ATen, which raises eager's error."""
+        position = self.assign("int64", f"static_cast<int64_t>({value})")
+        if index.wrap:
+            position = self.assign("int64", f"({position} + ({position} < 0) * {index.size}L)")
+        inside = self.assign("bool", f"(static_cast<uint64_t>({position}) < {index.size}UL)")
+        self.lines.append(f"{self.indent}tj_bad |= !{inside};")
+        name = self.assign("int64", f"({inside} ? {position} : 0L)")
+        self.indirect_names[index] = name
+        return name
 
     def constant(self, value, dtype: str) -> str:
         return format_constant(value, dtype)
 
     def index_expr(self, index: ir.Index, dtype: str) -> str:
-        return f"(({CTYPES[dtype]}){format_index(index)})"
+        return f"(({CTYPES[dtype]}){format_index(index, self.indirect_names)})"
 
     def to_dtype(self, value: str, dtype: str, source_dtype: str) -> str:
         if dtype == "bool":

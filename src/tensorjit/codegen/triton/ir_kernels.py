@@ -166,29 +166,30 @@ def flat_form(variables, sizes) -> dict[str, int]:
     return {v.name: stride for v, size, stride in zip(variables, sizes, contiguous_strides(sizes)) if size != 1}
 
 
-def index_text(index: ir.Index, variables, sizes, flat: str) -> str:
+def index_text(index: ir.Index, variables, sizes, flat: str, indirect: dict | None = None) -> str:
     """`flat` when `index` is exactly the row-major position over (variables, sizes), which
-    spares the divisions that recovered the variables; else the index arithmetic."""
+    spares the divisions that recovered the variables; else the index arithmetic
+    (`indirect`: the variables holding checked indirect indices, TritonOps.indirect_names)."""
     form, expected = linear_form(index), flat_form(variables, sizes)
     size_of = {v.name: size for v, size in zip(variables, sizes)}
     if form is None or form[1] != 0 or not expected:
-        return format_index(index)
+        return format_index(index, indirect)
     terms = {name: c for name, c in form[0].items() if size_of.get(name) != 1}
-    return flat if terms == expected else format_index(index)
+    return flat if terms == expected else format_index(index, indirect)
 
 
 def index_names(index: ir.Index) -> set[str]:
-    if isinstance(index, ir.IndexVar):
-        return {index.name}
-    if isinstance(index, ir.IndexConst):
-        return set()
-    return index_names(index.left) | index_names(index.right)
+    """The loop variables `index` depends on (through the values of indirect indices too)."""
+    return ir.variables_of(index)
 
 
 def module_source(name: str, parameters: list[str], body: list[str]) -> str:
     prelude = PRELUDE + interpreter_math.PRELUDE if expressions.interpreted() else PRELUDE
     lines = "\n    ".join(body)
-    return f"{prelude}\n\n@triton.jit\ndef {name}({', '.join(parameters)}):\n    {lines}\n"
+    # Device asserts (indirect index checks, TritonOps.indirect) are compiled only in debug mode.
+    decorator = "@triton.jit(debug=True)" if any(line.lstrip().startswith("tl.device_assert") for line in body) \
+        else "@triton.jit"
+    return f"{prelude}\n\n{decorator}\ndef {name}({', '.join(parameters)}):\n    {lines}\n"
 
 
 def extent(buffer: ir.Buffer) -> int:
@@ -233,7 +234,7 @@ class PointwiseWriter(Writer):
         self.kernel = kernel
 
     def load(self, buffer: str, index: ir.Index) -> str:
-        text = index_text(index, self.kernel.variables, self.kernel.ranges, "xindex")
+        text = index_text(index, self.kernel.variables, self.kernel.ranges, "xindex", self.ops.indirect_names)
         if not index_names(index):
             text += " + tl.zeros([1], tl.int32)"  # a [1] block like constants (see expressions.constant)
         return self.ops.assign(self.load_text(buffer, text, "xmask" if index_names(index) else None))
@@ -241,7 +242,7 @@ class PointwiseWriter(Writer):
     def emit(self) -> KernelText:
         kernel = self.kernel
         numel = math.prod(kernel.ranges)
-        self.ops = TritonOps(self.load, self.counter)
+        self.ops = TritonOps(self.load, self.counter, mask_of=lambda index: "xmask" if index_names(index) else None)
         value = evaluate(kernel.body, self.ops)
         self.written.append(kernel.output)
         store_index = ir.store_index(kernel, self.buffers[kernel.output])
@@ -296,7 +297,8 @@ class RowWriter(Writer):
     def index_text(self, index: ir.Index, member) -> str:
         variables, sizes = lanes(member, self.outer)
         flat = f"(xindex * {math.prod(sizes)} + rindex)" if variables else "xindex"
-        return index_text(index, self.group.variables + tuple(variables), self.group.ranges + tuple(sizes), flat)
+        return index_text(index, self.group.variables + tuple(variables), self.group.ranges + tuple(sizes), flat,
+                          self.ops.indirect_names)
 
     def needs_barrier(self, member) -> bool:
         """Does `member` read from memory what an earlier member of this kernel wrote?"""
@@ -353,7 +355,7 @@ class RowWriter(Writer):
         return lines, indent
 
     def body_value(self, member) -> tuple[list[str], str]:
-        self.ops = TritonOps(self.load, self.counter, "[1, 1]")
+        self.ops = TritonOps(self.load, self.counter, "[1, 1]", lambda index: self.mask_for(index_names(index)))
         value = evaluate(member.body, self.ops)
         return self.ops.lines, value
 
