@@ -127,3 +127,12 @@ def test_indirect_index_prints_and_verifies():
         "load(x, ((indirect(load(idx, i0), 10, wrap) * 4) + i1))"
     assert ir.variables_of(node) == {"i0"}
 
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_constant_pad_is_a_masked_load(emitter):
+    x = torch.randn(3, 4, 5)
+    compiled = check(emitter, lambda x: F.pad(x.exp(), (2, 1, 0, 3), value=-1.5) * 2, x)
+    assert steps(compiled) == ["Pointwise"]
+    check(emitter, lambda x: (F.pad(x, (-1, 2, 1, -2, 1, 1)), F.pad(x, (7, 0)), F.pad(x, (0, 0, -1, -1))), x)
+    n = torch.arange(12).reshape(3, 4)
+    check(emitter, lambda n: F.pad(n, (1, 1, 2, 0), value=7) + 1, n)
