@@ -136,3 +136,13 @@ def test_constant_pad_is_a_masked_load(emitter):
     check(emitter, lambda x: (F.pad(x, (-1, 2, 1, -2, 1, 1)), F.pad(x, (7, 0)), F.pad(x, (0, 0, -1, -1))), x)
     n = torch.arange(12).reshape(3, 4)
     check(emitter, lambda n: F.pad(n, (1, 1, 2, 0), value=7) + 1, n)
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_pads_and_upsampling_that_decompose_into_index_reads_are_one_kernel(emitter):
+    x = torch.randn(1, 2, 5, 6)
+    for fn in (lambda x: F.pad(x, (1, 2, 2, 1), mode="reflect") * 2,
+               lambda x: F.pad(x, (1, 2, 2, 1), mode="replicate") + 1,
+               lambda x: F.interpolate(x, scale_factor=2, mode="nearest").relu()):
+        compiled = check(emitter, fn, x)
+        assert steps(compiled) == ["Pointwise"]
