@@ -146,3 +146,51 @@ def test_pads_and_upsampling_that_decompose_into_index_reads_are_one_kernel(emit
                lambda x: F.interpolate(x, scale_factor=2, mode="nearest").relu()):
         compiled = check(emitter, fn, x)
         assert steps(compiled) == ["Pointwise"]
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_add_and_scatter_along_each_dim(emitter, dim):
+    x, source = torch.randn(4, 5), torch.randn(4, 5)
+    index = torch.randint(0, x.shape[dim], (3, 4))  # repeats: adds accumulate; one scattered value
+    compiled = check(emitter, lambda x, i, s: (torch.scatter_add(x.exp(), dim, i, s * 2) + 1,
+                                               torch.scatter(x, dim, i, -3.0)), x, index, source)
+    assert "Extern" not in steps(compiled)
+    # without repeats, scatter of a tensor is defined: each column (dim 0) or row holds distinct indices
+    if dim == 0:
+        unique = torch.stack([torch.randperm(4)[:3] for _ in range(4)], 1)
+    else:
+        unique = torch.stack([torch.randperm(5)[:3] for _ in range(4)], 0)
+    check(emitter, lambda x, i, s: torch.scatter(x, dim, i, s), x, unique, source)
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_index_put_accumulates_repeated_and_negative_indices(emitter):
+    x, values = torch.randn(6, 3), torch.randn(5, 3)
+    index = torch.tensor([1, -1, 1, 5, 0])
+    compiled = check(emitter, lambda x, i, v: torch.index_put(x * 2, (i,), v.exp(), accumulate=True), x, index, values)
+    assert steps(compiled) == ["Pointwise", "Pointwise"]
+    check(emitter, lambda x, i, v: torch.index_put(x, (i.abs(), i.abs() % 3), v[:, 0] + 1), x, torch.tensor([4, 0, 2]),
+          values[:3])
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_embedding_backward_is_a_scatter_kernel(emitter):
+    grad, ids = torch.randn(2, 7, 4), torch.randint(0, 10, (2, 7))
+    ids[0, :3] = 3  # repeated rows add up
+    compiled = check(emitter, lambda g, ids: torch.ops.aten.embedding_dense_backward(g, ids, 10, 2, False), grad, ids)
+    assert "Extern" not in steps(compiled)
+
+
+def test_out_of_range_scatter_raises_eagers_error_on_cpu():
+    x, values = torch.randn(6, 3), torch.randn(2, 3)
+    compiled = compile_with("cpp", lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True) * 2, x,
+                            torch.tensor([0, 1]), values)
+    with pytest.raises(IndexError, match="index 6 is out of bounds for dimension 0 with size 6"):
+        compiled(x, torch.tensor([0, 6]), values)
+
+
+def test_triton_scatter_adds_atomically():
+    x, index, values = torch.randn(6, 3), torch.tensor([1, 1, 2]), torch.randn(3, 3)
+    compiled = check("triton", lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), x, index, values)
+    assert "tl.atomic_add(" in compiled.kernel_sources[-1]

@@ -188,6 +188,8 @@ def checks_indices(step) -> bool:
     index ranges at run time?"""
     members = step.members if isinstance(step, LoopGroup) else (step,)
     stack = [m.body for m in members if hasattr(m, "body")]
+    if any(indirect_indices(m.scatter.index) for m in members if getattr(m, "scatter", None) is not None):
+        return True
     while stack:
         expr = stack.pop()
         if isinstance(expr, (Load, IndexValue)):
@@ -221,24 +223,47 @@ class Buffer:
 
 
 @dataclass(frozen=True, slots=True)
+class Scatter:
+    """Where a scattering Pointwise writes (scatter, scatter_add, index_put): element
+    `index` (flat, usually holding an IndirectIndex) of its output, assigned or, with
+    `accumulate`, added to. The output is `base`'s memory updated in place: `base` is a
+    temporary written by an earlier kernel (the values not written over) and read by no
+    later step; the wrapper names the same tensor `output` from then on. Indices may repeat,
+    so kernels run it in order (C++: one thread) or with atomic adds (Triton)."""
+
+    base: str
+    index: Index
+    accumulate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Pointwise:
-    """for index in ranges: store(output, contiguous(index), body)."""
+    """for index in ranges: store(output, contiguous(index), body); with `scatter`, the
+    store goes to `scatter.index` of the output instead (see Scatter)."""
 
     name: str
     output: str
     ranges: tuple[int, ...]
     body: Expr
     variables: tuple[IndexVar, ...]
+    scatter: Scatter | None = None
 
     def __str__(self) -> str:
         loops = ", ".join(f"{v} < {r}" for v, r in zip(self.variables, self.ranges))
+        if self.scatter is not None:
+            operator = "+=" if self.scatter.accumulate else "="
+            return (f"{self.name}: for {loops}: {self.output}[{self.scatter.index}] {operator} {self.body}"
+                    f"  (in place of {self.scatter.base})")
         return f"{self.name}: for {loops}: {self.output}[...] = {self.body}"
 
 
 def store_index(kernel: "Pointwise", output: Buffer) -> Index:
     """Where a Pointwise kernel writes element `kernel.variables` of `output`. A kernel may
     loop over fewer dims than the buffer has: then it skips the buffer's size-1 dims
-    (`codegen.squeeze`), whose index is always 0."""
+    (`codegen.squeeze`), whose index is always 0. A scattering kernel writes at its
+    scatter index."""
+    if kernel.scatter is not None:
+        return kernel.scatter.index
     strides = output.strides
     if len(kernel.variables) != len(output.shape):
         strides = tuple(stride for stride, size in zip(output.strides, output.shape) if size != 1)

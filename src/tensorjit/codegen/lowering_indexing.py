@@ -1,19 +1,26 @@
-"""Indexing lowerings: reads at positions held in index tensors (gather, embedding, x[idx]).
+"""Indexing lowerings: reads and writes at positions held in index tensors.
 
-Takes the source LazyValue and the index LazyValues; returns a LazyValue whose loader
-reads the source at an `ir.IndirectIndex` (the index tensor's element, checked against
-the dimension's size by the emitter). Nothing is materialised: the source's producers
-and the result's consumers fuse with the read, so an embedding lookup feeding a norm, or
-a rotary table gathered at positions, is part of one kernel.
+Reads (gather, embedding, index_select, x[idx]) take the source LazyValue and the index
+LazyValues and return a LazyValue whose loader reads the source at an `ir.IndirectIndex`
+(the index tensor's element, checked against the dimension's size by the emitter).
+Nothing is materialised: the source's producers and the result's consumers fuse with the
+read, so an embedding lookup feeding a norm is part of one kernel.
+
+Writes (scatter, scatter_add, index_put: embedding's backward) return a `ScatterValue`,
+which the graph lowering turns into two kernels: the initial values, then the updates
+stored through their indices into that memory (`ir.Scatter`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 
 from . import ir
-from .lowering import lowering, result_info
-from .values import LazyValue, NotLowerable
+from .lowering import broadcast_load, lowering, result_info, to_dtype
+from .values import LazyValue, NotLowerable, kernel_dtype
 
 aten = torch.ops.aten
 INDEX_DTYPES = ("int64", "int32")
@@ -46,9 +53,9 @@ def _checked_shape(meta, shape: tuple[int, ...]) -> tuple[tuple[int, ...], str]:
     return expected, dtype
 
 
-@lowering(aten.index.Tensor)
-def lower_index(meta, x, indices):
-    """x[i0, i1, ...] with integer index tensors (None skips a dim). The index tensors
+def advanced_index(x: LazyValue, indices) -> tuple[tuple[int, ...], Callable]:
+    """x[i0, i1, ...] with integer index tensors (None skips a dim): the indexed shape, and
+    the map from an element of it to the position in x it reads. The index tensors
     broadcast together; their shape takes the place of the indexed dims when those are
     adjacent, else it comes first (numpy's rule). Negative indices count from the end."""
     if len(indices) > len(getattr(x, "shape", ())):
@@ -63,9 +70,8 @@ def lower_index(meta, x, indices):
     adjacent = positions == list(range(positions[0], positions[-1] + 1))
     first = positions[0] if adjacent else 0
     kept = [x.shape[d] for d in rest]
-    shape, dtype = _checked_shape(meta, tuple(kept[:first]) + broadcast + tuple(kept[first:]))
 
-    def loader(index):
+    def source_position(index):
         inner = index[first:first + len(broadcast)]
         outer = index[:first] + index[first + len(broadcast):]
         source = [None] * len(x.shape)
@@ -74,8 +80,16 @@ def lower_index(meta, x, indices):
         for d, tensor in zip(positions, tensors):
             value = tensor.load(_broadcast_position(tensor, inner, broadcast))
             source[d] = ir.IndirectIndex(value, x.shape[d], wrap=True)
-        return x.load(tuple(source))
-    return LazyValue(shape, dtype, loader)
+        return tuple(source)
+    return tuple(kept[:first]) + broadcast + tuple(kept[first:]), source_position
+
+
+@lowering(aten.index.Tensor)
+def lower_index(meta, x, indices):
+    """x[i0, i1, ...]: see advanced_index."""
+    indexed_shape, source_position = advanced_index(x, indices)
+    shape, dtype = _checked_shape(meta, indexed_shape)
+    return LazyValue(shape, dtype, lambda index: x.load(source_position(index)))
 
 
 @lowering(aten.index_select.default)
@@ -126,3 +140,71 @@ def lower_embedding(meta, weight, indices, padding_idx=-1, scale_grad_by_freq=Fa
         row = ir.IndirectIndex(indices.load(at[:-1]), weight.shape[0])
         return weight.load((row, at[-1]))
     return LazyValue(shape, dtype, loader)
+
+
+@dataclass
+class ScatterValue:
+    """`base` with `update(i)` written (or with `accumulate`, added) at position `target(i)`
+    for every element i of `ranges` (graph.GraphLowering.realize_scatter)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    base: LazyValue
+    ranges: tuple[int, ...]
+    update: Callable[[tuple], ir.Expr]
+    target: Callable[[tuple], tuple]
+    accumulate: bool
+
+
+def _scatter_base(meta, x, accumulate: bool) -> tuple[tuple[int, ...], str, LazyValue]:
+    shape, dtype = result_info(meta)
+    x = _source(x)
+    if x.shape != shape:
+        raise NotLowerable("scatter result of another shape than its input")
+    if accumulate and dtype in ir.HALF_DTYPES:
+        raise NotLowerable("adding through indices in a half float (atomic adds of that width)")
+    if accumulate and dtype == "bool":
+        raise NotLowerable("adding bools through indices")
+    base = LazyValue(shape, dtype, lambda index: to_dtype(x.load(index), dtype))
+    return shape, dtype, base
+
+
+def _scatter_along(meta, x, dim, index, value, accumulate: bool) -> ScatterValue:
+    """x with value[i] stored at i with dim `dim` replaced by index[i] (scatter, scatter_add)."""
+    shape, dtype, base = _scatter_base(meta, x, accumulate)
+    dim %= len(shape)
+    index = _indices(index)
+    if len(index.shape) != len(shape) or shape[dim] == 0:
+        raise NotLowerable("scatter with an index of another rank")
+    if isinstance(value, LazyValue) and not kernel_dtype(value.dtype):
+        raise NotLowerable(f"scatter of {value.dtype}")
+
+    def target(at):
+        return at[:dim] + (ir.IndirectIndex(index.load(at), shape[dim]),) + at[dim + 1:]
+
+    def update(at):  # the source may be larger than the index: only its first elements are used
+        return value.load(at) if isinstance(value, LazyValue) else broadcast_load(value, index.shape, at, dtype)
+    return ScatterValue(shape, dtype, base, index.shape, lambda at: to_dtype(update(at), dtype), target, accumulate)
+
+
+@lowering(aten.scatter_add.default)
+def lower_scatter_add(meta, x, dim, index, source):
+    return _scatter_along(meta, x, dim, index, _source(source), accumulate=True)
+
+
+@lowering(aten.scatter.src, aten.scatter.value)
+def lower_scatter(meta, x, dim, index, source):
+    """Where indices repeat, which value lands is unspecified in eager (C++ here: the last)."""
+    return _scatter_along(meta, x, dim, index, source, accumulate=False)
+
+
+@lowering(aten.index_put.default)
+def lower_index_put(meta, x, indices, values, accumulate=False):
+    """x[i0, i1, ...] = values (or += with accumulate: embedding's backward), values
+    broadcast to the indexed shape."""
+    shape, dtype, base = _scatter_base(meta, x, accumulate)
+    ranges, target = advanced_index(_source(x), indices)
+    if isinstance(values, LazyValue) and len(values.shape) > len(ranges):
+        raise NotLowerable("index_put values of a higher rank than the indexed shape")
+    return ScatterValue(shape, dtype, base, ranges, lambda at: broadcast_load(values, ranges, at, dtype), target,
+                        bool(accumulate))

@@ -34,7 +34,12 @@ def names_read(step) -> set[str]:
     if isinstance(step, ir.LoopGroup):
         written = {m.output for m in step.members}
         return set().union(*(names_read(m) for m in step.members)) - written
-    return {load.buffer for load in expression_loads(step.body)}
+    read = {load.buffer for load in expression_loads(step.body)}
+    scatter = getattr(step, "scatter", None)
+    if scatter is not None:  # its base (updated in place), and the index tensors of its store
+        read.add(scatter.base)
+        read |= {load.buffer for node in ir.indirect_indices(scatter.index) for load in expression_loads(node.value)}
+    return read
 
 
 def names_written(step) -> tuple[str, ...]:

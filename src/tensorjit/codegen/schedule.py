@@ -106,6 +106,8 @@ def fit_refusal(kernel, ranges: tuple[int, ...]) -> str | None:
         if kernel.ranges == ranges:
             return None
         return f"it keeps ranges {list(kernel.ranges)}, the rows are {list(ranges)}"
+    if getattr(kernel, "scatter", None) is not None:
+        return "it writes through an index tensor (scatter), not row by row"
     if not isinstance(kernel, ir.Pointwise):
         return "it is an ATen call (Extern), not a loop kernel"
     if len(kernel.ranges) > len(ranges) and kernel.ranges[:len(ranges)] == ranges:

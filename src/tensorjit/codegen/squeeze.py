@@ -33,7 +33,10 @@ def _squeezed(kernel):
     if isinstance(kernel, ir.Pointwise):
         if not kept:
             return kernel  # a scalar kernel: nothing to line up
-        return ir.Pointwise(kernel.name, kernel.output, kept, substitute(kernel.body, mapping), variables)
+        scatter = kernel.scatter
+        if scatter is not None:
+            scatter = ir.Scatter(scatter.base, substitute(scatter.index, mapping), scatter.accumulate)
+        return ir.Pointwise(kernel.name, kernel.output, kept, substitute(kernel.body, mapping), variables, scatter)
     reduction_variables = _renamed(kernel.reduction_variables, reductions, "r", mapping)
     kept_reductions = tuple(size for size in reductions if size != 1)
     if not kept_reductions:

@@ -11,7 +11,9 @@ nothing, or raises `IRError` naming the step and the broken rule:
     variables; a group's members share its outer ranges and variables;
   * row-local buffers of a group are read by no other step and never returned;
   * each Op's operands are expressions, and every dtype is one the IR knows;
-  * an indirect index has an integer value (checked the same way) and a non-empty dimension.
+  * an indirect index has an integer value (checked the same way) and a non-empty dimension;
+  * a scattering kernel's base is a temporary, outside any group, that no later step reads
+    and the program does not return (the kernel updates it in place).
 
 Tests run it on every program they compile; emitters may assume what it checks.
 """
@@ -79,6 +81,8 @@ def check_kernel(kernel, where: str) -> None:
         allowed |= {v.name for v in kernel.reduction_variables}
     check_expression(kernel.body, where)
     stray = expression_variables(kernel.body) - allowed
+    if getattr(kernel, "scatter", None) is not None:
+        stray |= index_variables(kernel.scatter.index) - allowed
     if stray:
         raise IRError(f"{where}: body uses {sorted(stray)}, not loop variables of this kernel")
 
@@ -110,12 +114,22 @@ def verify(program: ir.Program) -> None:
         declared[buffer.name] = buffer
     available = {b.name for b in program.buffers if b.kind in ("input", "constant")}
     local_of: dict[str, str] = {}
+    updated: dict[str, str] = {}  # scatter bases -> the step that updated them in place
     for step in program.steps:
         for name in names_read(step):
             if name not in available:
                 raise IRError(f"{step.name}: reads {name} before it is written")
             if name in local_of:
                 raise IRError(f"{step.name}: reads {name}, row-local to {local_of[name]}")
+            if name in updated:
+                raise IRError(f"{step.name}: reads {name}, which {updated[name]} updated in place")
+        scatter = getattr(step, "scatter", None)
+        if isinstance(step, ir.LoopGroup) and any(getattr(m, "scatter", None) is not None for m in step.members):
+            raise IRError(f"{step.name}: a scattering kernel in a row group")
+        if scatter is not None:
+            if declared.get(scatter.base) is None or declared[scatter.base].kind != "temp":
+                raise IRError(f"{step.name}: scatters into {scatter.base}, which is not a temporary")
+            updated[scatter.base] = step.name
         if isinstance(step, ir.LoopGroup):
             check_group(step, available)
             local_of.update((name, step.name) for name in step.local)
@@ -136,3 +150,5 @@ def verify(program: ir.Program) -> None:
             raise IRError(f"returns {name}, which no step writes")
         if name in local_of:
             raise IRError(f"returns {name}, row-local to {local_of[name]}")
+        if name in updated:
+            raise IRError(f"returns {name}, which {updated[name]} updated in place")

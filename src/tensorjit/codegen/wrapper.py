@@ -86,6 +86,10 @@ class CppLaunch:
 
 def _kernel_lines(source: _Source, step, hook, outputs: list[ir.Buffer], parameters: str) -> None:
     device = f", device={source.constant(hook.device, 'device')}" if hook.device is not None else ""
+    scatter = getattr(step, "scatter", None)
+    if scatter is not None:  # the kernel updates its base in place: the same tensor, renamed
+        source.lines.append(f"{step.output} = {scatter.base}")
+        outputs = []
     for output in outputs:
         dtype = source.constant(IR_TO_TORCH[output.dtype], "dtype")
         if tuple(output.strides) == contiguous_strides(output.shape):

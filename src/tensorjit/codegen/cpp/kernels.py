@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from .. import ir
-from ..ops import evaluate
+from ..ops import bind_indirect, evaluate
 from ..schedule import row_index
 from ..values import contiguous_strides
 from .emitter import CTYPES, PARALLEL_THRESHOLD, ScalarEmitter, format_constant, format_index
@@ -57,14 +57,20 @@ def signature(name: str, kernel_buffers: list[str], buffers: dict[str, ir.Buffer
 
 
 def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
-    work = math.prod(kernel.ranges)
+    # A scatter runs on one thread, in order: its indices may repeat (eager's CPU kernels
+    # add repeated entries in this order too, so float sums round the same way).
+    work = math.prod(kernel.ranges) if kernel.scatter is None else 0
     checks = ir.checks_indices(kernel)
     loops, indent = loop_nest(kernel.variables, kernel.ranges, work, 0, leave_inner=True, checks=checks)
     scalar = ScalarEmitter(indent)
-    value = evaluate(kernel.body, scalar)
+    memo: dict = {}
+    value = evaluate(kernel.body, scalar, memo)
     store_index = ir.store_index(kernel, buffers[kernel.output])
+    bind_indirect(store_index, scalar, memo)
     out_type = CTYPES[buffers[kernel.output].dtype]
-    body = scalar.lines + [f"{indent}{kernel.output}[{format_index(store_index)}] = ({out_type})({value});"]
+    operator = "+=" if kernel.scatter is not None and kernel.scatter.accumulate else "="
+    target = f"{kernel.output}[{format_index(store_index, scalar.indirect_names)}]"
+    body = scalar.lines + [f"{indent}{target} {operator} ({out_type})({value});"]
     names = sorted(scalar.buffers - {kernel.output}) + [kernel.output]
     closing = ["  " + "  " * (len(kernel.ranges) - 1 - k) + "}" for k in range(len(kernel.ranges))]
     text = "\n".join(signature(kernel.name, names, buffers, kernel.output, checks) + loops + body + closing

@@ -37,7 +37,7 @@ import math
 
 from .. import ir
 from ..memory import expression_loads, names_read, names_written
-from ..ops import evaluate
+from ..ops import bind_indirect, evaluate
 from ..schedule import linear_form, row_index
 from ..values import IR_TO_TORCH, contiguous_strides
 from . import expressions, heuristics, interpreter_math
@@ -243,15 +243,20 @@ class PointwiseWriter(Writer):
         kernel = self.kernel
         numel = math.prod(kernel.ranges)
         self.ops = TritonOps(self.load, self.counter, mask_of=lambda index: "xmask" if index_names(index) else None)
-        value = evaluate(kernel.body, self.ops)
+        memo: dict = {}
+        value = evaluate(kernel.body, self.ops, memo)
         self.written.append(kernel.output)
         store_index = ir.store_index(kernel, self.buffers[kernel.output])
-        index = index_text(store_index, kernel.variables, kernel.ranges, "xindex") + \
+        bind_indirect(store_index, self.ops, memo)  # a scatter's store index reads index tensors
+        index = index_text(store_index, kernel.variables, kernel.ranges, "xindex", self.ops.indirect_names) + \
             ("" if index_names(store_index) else " + 0 * xindex")
         body = [f"xindex = tl.program_id(0).to({self.index_type(numel)}) * XBLOCK + tl.arange(0, XBLOCK)",
                 f"xmask = xindex < {numel}"]
         body += split_flat("xindex", kernel.variables, kernel.ranges) + self.ops.lines
-        body.append(self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask"))
+        store = self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask")
+        if kernel.scatter is not None and kernel.scatter.accumulate:
+            store = "tl.atomic_add" + store.removeprefix("tl.store")  # indices may repeat
+        body.append(store)
         parameters, arguments = self.parameters()
         source = module_source(kernel.name, parameters + ["XBLOCK: tl.constexpr"], body)
         shape = heuristics.pointwise_shape(numel, heavy=len(self.ops.lines) >= HEAVY_POINTWISE)
