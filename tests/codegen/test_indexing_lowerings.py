@@ -194,3 +194,12 @@ def test_triton_scatter_adds_atomically():
     x, index, values = torch.randn(6, 3), torch.tensor([1, 1, 2]), torch.randn(3, 3)
     compiled = check("triton", lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), x, index, values)
     assert "tl.atomic_add(" in compiled.kernel_sources[-1]
+
+
+def test_an_embedding_kernel_still_vectorises_in_cpp():
+    # the checks are an OR-reduction into tj_bad: the row loop stays a vector loop
+    from tensorjit.codegen.cpp.compiler import vectorisation_report
+
+    compiled = compile_with("cpp", lambda w, ids: F.embedding(ids, w) * 2 + 1, torch.randn(500, 64),
+                            torch.randint(0, 500, (4, 32)))
+    assert "loop vectorized" in vectorisation_report(compiled.source)

@@ -85,3 +85,14 @@ def test_bitwise(emitter):
 def test_lift_fresh_copy(emitter):
     x = torch.randn(5)
     check(emitter, lambda x: torch.ops.aten.lift_fresh_copy(x) * 2, x)
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_division_with_rounding(emitter):
+    a = torch.tensor([7.0, -7.0, 7.5, -0.5, 0.0, 1e30, float("inf"), 5.0, -5.0, 0.3, -1e-30])
+    b = torch.tensor([2.0, 2.0, -2.0, 3.0, -3.0, 3e-9, 2.0, 0.0, 0.0, 0.1, 7.0])
+    check(emitter, lambda a, b: (torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),
+                                 a // 0.25, torch.floor_divide(a, -3.0)), a, b)
+    n = torch.tensor([7, -7, 0, 6, -6, 1])
+    check(emitter, lambda n: (n // 2, n // -4, torch.div(n, 3, rounding_mode="trunc"),
+                              torch.div(n, -3, rounding_mode="trunc"), torch.div(n, 2, rounding_mode=None)), n)

@@ -218,6 +218,50 @@ def lower_remainder(meta, x, divisor):
     return LazyValue(shape, dtype, loader)
 
 
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def lower_div_mode(meta, x, divisor, *, rounding_mode=None):
+    """Division rounded toward zero ("trunc") or down ("floor", floor_divide's decomposition)."""
+    shape, dtype = result_info(meta)
+    if rounding_mode is None:
+        return pointwise("truediv", (x, divisor), meta)
+    nonzero_divisor(divisor, dtype)
+    floor = rounding_mode == "floor"
+
+    def loader(index):
+        a, b = broadcast_load(x, shape, index, dtype), broadcast_load(divisor, shape, index, dtype)
+        if is_float(dtype):
+            return floor_divide_float(a, b, dtype) if floor else ir.Op("trunc", (ir.Op("truediv", (a, b), dtype),), dtype)
+        quotient = ir.Op("truncdiv", (a, b), dtype)
+        if not floor:
+            return quotient
+        zero = ir.Constant(0, dtype)
+        inexact = ir.Op("ne", (ir.Op("fmod", (a, b), dtype), zero), "bool")
+        signs_differ = ir.Op("ne", (ir.Op("lt", (a, zero), "bool"), ir.Op("lt", (b, zero), "bool")), "bool")
+        down = ir.Op("logical_and", (inexact, signs_differ), "bool")
+        return ir.Op("sub", (quotient, to_dtype(down, dtype)), dtype)
+    return LazyValue(shape, dtype, loader)
+
+
+def floor_divide_float(a: ir.Expr, b: ir.Expr, dtype: str) -> ir.Expr:
+    """Python's float //, as eager computes it: (a - fmod(a, b)) / b, one less when the
+    remainder's sign differs from b's, then rounded to the nearest integer (the quotient of
+    exact values is one); a zero quotient keeps the sign of a / b; b == 0 gives a / b."""
+    def op(name, *args, result=dtype):
+        return ir.Op(name, args, result)
+    zero, one, half = (ir.Constant(v, dtype) for v in (0.0, 1.0, 0.5))
+    remainder = op("fmod", a, b)
+    quotient = op("truediv", op("sub", a, remainder), b)
+    adjust = op("logical_and", op("ne", remainder, zero, result="bool"),
+                op("ne", op("lt", b, zero, result="bool"), op("lt", remainder, zero, result="bool"), result="bool"),
+                result="bool")
+    quotient = op("where", adjust, op("sub", quotient, one), quotient)
+    floored = op("floor", quotient)
+    floored = op("where", op("gt", op("sub", quotient, floored), half, result="bool"), op("add", floored, one), floored)
+    signed_zero = op("mul", zero, op("truediv", a, b))
+    result = op("where", op("ne", quotient, zero, result="bool"), floored, signed_zero)
+    return op("where", op("eq", b, zero, result="bool"), op("truediv", a, b), result)
+
+
 _lower_pow = make_pointwise("pow", True)
 
 

@@ -18,9 +18,10 @@ UNARY = ("neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", 
          "atanh", "exp2", "log2", "log10", "erfinv", "lgamma", "bitwise_not")
 BINARY = ("add", "sub", "mul", "truediv", "pow", "maximum", "minimum", "eq", "ne", "lt", "le",
           "gt", "ge", "logical_and", "logical_or", "atan2", "fmod", "bitwise_and", "bitwise_or",
-          "bitwise_xor")
+          "bitwise_xor", "truncdiv")
 """fmod and the bitwise ops take integers too (fmod of integers truncates, as C's %; a lowering
-only emits it with a divisor known to be nonzero). bitwise_not of a bool is logical not."""
+only emits it with a divisor known to be nonzero). bitwise_not of a bool is logical not.
+truncdiv is integer division rounding toward zero (C's /), integers only, nonzero divisor."""
 TERNARY = ("where",)
 REDUCTIONS = ("sum", "max", "min", "prod", "any", "argmax", "argmin")
 

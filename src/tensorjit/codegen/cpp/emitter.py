@@ -82,7 +82,8 @@ BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "tru
           "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
           "gt": "({0} > {1})", "ge": "({0} >= {1})", "logical_and": "((bool){0} && (bool){1})",
           "logical_or": "((bool){0} || (bool){1})", "atan2": "std::atan2({0}, {1})", "fmod": "std::fmod({0}, {1})",
-          "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})"}
+          "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
+          "truncdiv": "({0} / {1})"}
 INTEGER_FORMS = {"fmod": "({0} % {1})", "bitwise_not": "(~{0})"}
 """Integer operands: C's % truncates like fmod (std::fmod would go through double)."""
 BOOL_FORMS = {"bitwise_not": "(!{0})"}

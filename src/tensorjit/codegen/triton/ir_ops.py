@@ -118,6 +118,8 @@ class TritonOps:
             return self.assign(f"({args[0]}) == 0")
         if arg_dtypes and arg_dtypes[0].startswith("int") and name == "fmod":
             return self.assign(f"({args[0]}) % ({args[1]})")  # integer % truncates in Triton, as fmod
+        if name == "truncdiv":
+            return self.assign(f"({args[0]}) // ({args[1]})")  # integer // truncates in Triton, as C
         if len(args) == 1:
             return self.assign(expressions.unary(name, *args))
         return self.assign(expressions.binary(name, *args))
