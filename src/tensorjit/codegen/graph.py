@@ -14,12 +14,13 @@ import operator
 import torch
 import torch.fx
 
-from . import ir, lowering_reductions, lowering_views  # noqa: F401  (registrations)
+from . import ir, lowering_indexing, lowering_reductions, lowering_views  # noqa: F401  (registrations)
 from .lowering import LOWERINGS, to_dtype
+from .lowering_indexing import ScatterValue
 from .lowering_reductions import ReductionValue
 from .report import record_fallback
 from .schedule import linear_form
-from .simplify import simplify_expr
+from .simplify import simplify, simplify_expr
 from . import values
 from .values import LazyValue, NotLowerable, TORCH_TO_IR, buffer_value, contiguous_strides, kernel_dtype
 
@@ -199,6 +200,21 @@ class GraphLowering:
                                     (), buffer.name))
         return buffer_value(buffer)
 
+    def realize_scatter(self, value: ScatterValue, node) -> LazyValue:
+        """Two kernels: one writes the initial values into a fresh buffer, the other writes
+        the updates through their indices into that memory (an `ir.Scatter` store)."""
+        # a fresh temporary (a LazyValue without a buffer is always computed into a new one),
+        # so updating it in place changes nothing another step reads
+        base = self.realize(LazyValue(value.shape, value.dtype, value.base.loader), node)
+        output = self.add_buffer(value.shape, value.dtype, strides=base.buffer.strides)
+        variables = tuple(ir.IndexVar(f"i{d}") for d in range(len(value.ranges)))
+        ranges = {v.name: size for v, size in zip(variables, value.ranges)}
+        body = simplify_expr(value.update(variables), ranges)
+        index = simplify(ir.strided_index(value.target(variables), output.strides), ranges)
+        self.steps.append(ir.Pointwise(f"kernel{len(self.steps)}", output.name, value.ranges, body, variables,
+                                       ir.Scatter(base.buffer.name, index, value.accumulate)))
+        return buffer_value(output)
+
     def realize_reduction(self, value: ReductionValue) -> LazyValue:
         source = value.source
         kept = [d for d in range(len(source.shape)) if d not in value.reduced_dims]
@@ -327,6 +343,8 @@ class GraphLowering:
                 result = LOWERINGS[target](meta, *args, **kwargs)
                 if isinstance(result, ReductionValue) and target is operator.getitem:
                     result = self.realize(result)
+                if isinstance(result, ScatterValue):
+                    result = self.realize_scatter(result, node)
                 return result
             except NotLowerable as error:
                 return self.lower_extern(node, meta, str(error))

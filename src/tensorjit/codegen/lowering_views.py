@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from . import ir
-from .lowering import lowering, result_info, to_dtype
+from .lowering import cast_python, lowering, result_info, to_dtype
 from .values import LazyValue, NotLowerable, contiguous_strides
 
 aten = torch.ops.aten
@@ -155,4 +155,45 @@ def lower_cat(meta, tensors, dim=0):
             value = to_dtype(pieces[k].load(local(index, pieces[k], starts[k])), dtype)
             result = ir.Op("where", (inside, value, result), dtype)
         return result
+    return LazyValue(shape, dtype, loader)
+
+
+@lowering(aten.constant_pad_nd.default)
+def lower_constant_pad_nd(meta, x, pad, value=0):
+    """F.pad(mode="constant"): pad = (left, right) pairs from the last dim backwards; a
+    negative amount crops. Element i of a padded dim reads x at i - left where that lies in
+    [0, size) and is `value` elsewhere. As in `lower_cat`, the read happens everywhere (the
+    select has no branch), so its index is taken modulo the size: i - left inside, a valid
+    position outside."""
+    x = _require(x)
+    shape, dtype = result_info(meta)
+    if len(pad) % 2 or len(pad) // 2 > len(x.shape):
+        raise NotLowerable("padding of more dims than the tensor has")
+    rank = len(x.shape)
+    amounts = {rank - 1 - k: (pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)}
+    if any(x.shape[d] == 0 for d, (left, right) in amounts.items() if left > 0 or right > 0):
+        raise NotLowerable("padding an empty dimension")
+    fill = ir.Constant(cast_python(value, dtype), dtype)
+
+    def loader(index):
+        source, inside = list(index), []
+        for d, (left, right) in amounts.items():
+            size = x.shape[d]
+            if left > 0 or right > 0:
+                position = ir.IndexValue(index[d], "int64")
+                if left > 0:
+                    inside.append(ir.Op("ge", (position, ir.Constant(left, "int64")), "bool"))
+                if right > 0:
+                    inside.append(ir.Op("lt", (position, ir.Constant(left + size, "int64")), "bool"))
+            shift = -left % size if left > 0 else -left  # i - left, kept non-negative
+            source[d] = ir.index_add(index[d], ir.IndexConst(shift))
+            if left > 0 or right > 0:
+                source[d] = ir.index_mod(source[d], size)
+        value_at = to_dtype(x.load(tuple(source)), dtype)
+        if not inside:
+            return value_at
+        condition = inside[0]
+        for term in inside[1:]:
+            condition = ir.Op("logical_and", (condition, term), "bool")
+        return ir.Op("where", (condition, value_at, fill), dtype)
     return LazyValue(shape, dtype, loader)

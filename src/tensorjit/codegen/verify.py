@@ -14,7 +14,10 @@ nothing, or raises `IRError` naming the step and the broken rule:
   * every load stays inside its buffer for every value of the loop variables, including
     loads whose value is discarded by a select (emitters load before they select, so
     such a load must still be in bounds: `lowering_views.lower_cat` takes a piece's
-    index modulo its size for this reason).
+    index modulo its size for this reason);
+  * an indirect index has an integer value (checked the same way) and a non-empty dimension;
+  * a scattering kernel's base is a temporary, outside any group, that no later step reads
+    and the program does not return (the kernel updates it in place).
 
 Tests run it on every program they compile; emitters may assume what it checks.
 """
@@ -38,6 +41,8 @@ def index_variables(index: ir.Index) -> set[str]:
         return {index.name}
     if isinstance(index, ir.IndexConst):
         return set()
+    if isinstance(index, ir.IndirectIndex):
+        return expression_variables(index.value)
     return index_variables(index.left) | index_variables(index.right)
 
 
@@ -63,6 +68,11 @@ def check_expression(expr: ir.Expr, where: str) -> None:
             raise IRError(f"{where}: {node} has dtype {node.dtype!r}")
         if isinstance(node, ir.Op):
             stack.extend(node.args)
+        if isinstance(node, (ir.Load, ir.IndexValue)):
+            for indirect in ir.indirect_indices(node.index):
+                if indirect.value.dtype not in ("int64", "int32") or indirect.size <= 0:
+                    raise IRError(f"{where}: {indirect} needs an integer value and a dimension of size > 0")
+                stack.append(indirect.value)
 
 
 def index_bounds(index: ir.Index, ranges: dict[str, int]) -> tuple[int, int]:
@@ -72,6 +82,8 @@ def index_bounds(index: ir.Index, ranges: dict[str, int]) -> tuple[int, int]:
         return 0, ranges[index.name] - 1
     if isinstance(index, ir.IndexConst):
         return index.value, index.value
+    if isinstance(index, ir.IndirectIndex):  # checked against its dimension by every emitter
+        return 0, index.size - 1
     low, high = index_bounds(index.left, ranges)
     right_low, right_high = index_bounds(index.right, ranges)
     if index.op == "add":
@@ -120,6 +132,8 @@ def check_kernel(kernel, where: str) -> None:
         allowed |= {v.name for v in kernel.reduction_variables}
     check_expression(kernel.body, where)
     stray = expression_variables(kernel.body) - allowed
+    if getattr(kernel, "scatter", None) is not None:
+        stray |= index_variables(kernel.scatter.index) - allowed
     if stray:
         raise IRError(f"{where}: body uses {sorted(stray)}, not loop variables of this kernel")
 
@@ -152,12 +166,22 @@ def verify(program: ir.Program) -> None:
         declared[buffer.name] = buffer
     available = {b.name for b in program.buffers if b.kind in ("input", "constant")}
     local_of: dict[str, str] = {}
+    updated: dict[str, str] = {}  # scatter bases -> the step that updated them in place
     for step in program.steps:
         for name in names_read(step):
             if name not in available:
                 raise IRError(f"{step.name}: reads {name} before it is written")
             if name in local_of:
                 raise IRError(f"{step.name}: reads {name}, row-local to {local_of[name]}")
+            if name in updated:
+                raise IRError(f"{step.name}: reads {name}, which {updated[name]} updated in place")
+        scatter = getattr(step, "scatter", None)
+        if isinstance(step, ir.LoopGroup) and any(getattr(m, "scatter", None) is not None for m in step.members):
+            raise IRError(f"{step.name}: a scattering kernel in a row group")
+        if scatter is not None:
+            if declared.get(scatter.base) is None or declared[scatter.base].kind != "temp":
+                raise IRError(f"{step.name}: scatters into {scatter.base}, which is not a temporary")
+            updated[scatter.base] = step.name
         if isinstance(step, ir.LoopGroup):
             check_group(step, available, declared)
             local_of.update((name, step.name) for name in step.local)
@@ -179,3 +203,5 @@ def verify(program: ir.Program) -> None:
             raise IRError(f"returns {name}, which no step writes")
         if name in local_of:
             raise IRError(f"returns {name}, row-local to {local_of[name]}")
+        if name in updated:
+            raise IRError(f"returns {name}, which {updated[name]} updated in place")

@@ -37,7 +37,7 @@ import math
 
 from .. import ir
 from ..memory import expression_loads, names_read, names_written
-from ..ops import evaluate
+from ..ops import bind_indirect, evaluate
 from ..schedule import linear_form, row_index
 from ..values import IR_TO_TORCH, contiguous_strides
 from . import expressions, heuristics, interpreter_math
@@ -187,29 +187,30 @@ def flat_form(variables, sizes) -> dict[str, int]:
     return {v.name: stride for v, size, stride in zip(variables, sizes, contiguous_strides(sizes)) if size != 1}
 
 
-def index_text(index: ir.Index, variables, sizes, flat: str) -> str:
+def index_text(index: ir.Index, variables, sizes, flat: str, indirect: dict | None = None) -> str:
     """`flat` when `index` is exactly the row-major position over (variables, sizes), which
-    spares the divisions that recovered the variables; else the index arithmetic."""
+    spares the divisions that recovered the variables; else the index arithmetic
+    (`indirect`: the variables holding checked indirect indices, TritonOps.indirect_names)."""
     form, expected = linear_form(index), flat_form(variables, sizes)
     size_of = {v.name: size for v, size in zip(variables, sizes)}
     if form is None or form[1] != 0 or not expected:
-        return format_index(index)
+        return format_index(index, indirect)
     terms = {name: c for name, c in form[0].items() if size_of.get(name) != 1}
-    return flat if terms == expected else format_index(index)
+    return flat if terms == expected else format_index(index, indirect)
 
 
 def index_names(index: ir.Index) -> set[str]:
-    if isinstance(index, ir.IndexVar):
-        return {index.name}
-    if isinstance(index, ir.IndexConst):
-        return set()
-    return index_names(index.left) | index_names(index.right)
+    """The loop variables `index` depends on (through the values of indirect indices too)."""
+    return ir.variables_of(index)
 
 
 def module_source(name: str, parameters: list[str], body: list[str]) -> str:
     prelude = PRELUDE + interpreter_math.PRELUDE if expressions.interpreted() else PRELUDE
     lines = "\n    ".join(body)
-    return f"{prelude}\n\n@triton.jit\ndef {name}({', '.join(parameters)}):\n    {lines}\n"
+    # Device asserts (indirect index checks, TritonOps.indirect) are compiled only in debug mode.
+    decorator = "@triton.jit(debug=True)" if any(line.lstrip().startswith("tl.device_assert") for line in body) \
+        else "@triton.jit"
+    return f"{prelude}\n\n{decorator}\ndef {name}({', '.join(parameters)}):\n    {lines}\n"
 
 
 def extent(buffer: ir.Buffer) -> int:
@@ -253,7 +254,7 @@ def memory_order(kernel: ir.Pointwise, output: ir.Buffer) -> tuple[tuple[ir.Inde
     memory: a channels-last output (strides N: HWC, C: 1, H: WC, W: C) is iterated N, H, W, C,
     so consecutive lanes store to consecutive addresses (the row-major order would store
     with a stride of HW elements between lanes)."""
-    form = linear_form(ir.store_index(kernel, output))
+    form = None if kernel.scatter is not None else linear_form(ir.store_index(kernel, output))
     if form is None:
         return kernel.variables, kernel.ranges
     pairs = sorted(zip(kernel.variables, kernel.ranges), key=lambda pair: -form[0].get(pair[0].name, 0))
@@ -267,7 +268,7 @@ class PointwiseWriter(Writer):
         self.variables, self.sizes = memory_order(kernel, buffers[kernel.output])
 
     def load(self, buffer: str, index: ir.Index) -> str:
-        text = index_text(index, self.variables, self.sizes, "xindex")
+        text = index_text(index, self.variables, self.sizes, "xindex", self.ops.indirect_names)
         if not index_names(index):
             text += " + tl.zeros([1], tl.int32)"  # a [1] block like constants (see expressions.constant)
         return self.ops.assign(self.load_text(buffer, text, "xmask" if index_names(index) else None))
@@ -275,16 +276,21 @@ class PointwiseWriter(Writer):
     def emit(self) -> KernelText:
         kernel = self.kernel
         numel = math.prod(kernel.ranges)
-        self.ops = TritonOps(self.load, self.counter)
-        value = evaluate(kernel.body, self.ops)
+        self.ops = TritonOps(self.load, self.counter, mask_of=lambda index: "xmask" if index_names(index) else None)
+        memo: dict = {}
+        value = evaluate(kernel.body, self.ops, memo)
         self.written.append(kernel.output)
         store_index = ir.store_index(kernel, self.buffers[kernel.output])
-        index = index_text(store_index, self.variables, self.sizes, "xindex") + \
+        bind_indirect(store_index, self.ops, memo)  # a scatter's store index reads index tensors
+        index = index_text(store_index, self.variables, self.sizes, "xindex", self.ops.indirect_names) + \
             ("" if index_names(store_index) else " + 0 * xindex")
         body = [f"xindex = tl.program_id(0).to({self.index_type(numel)}) * XBLOCK + tl.arange(0, XBLOCK)",
                 f"xmask = xindex < {numel}"]
         body += split_flat("xindex", self.variables, self.sizes) + self.ops.lines
-        body.append(self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask"))
+        store = self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask")
+        if kernel.scatter is not None and kernel.scatter.accumulate:
+            store = "tl.atomic_add" + store.removeprefix("tl.store")  # indices may repeat
+        body.append(store)
         parameters, arguments = self.parameters()
         source = module_source(kernel.name, parameters + ["XBLOCK: tl.constexpr"], body)
         shape = heuristics.pointwise_shape(numel, heavy=len(self.ops.lines) >= HEAVY_POINTWISE)
@@ -330,7 +336,8 @@ class RowWriter(Writer):
     def index_text(self, index: ir.Index, member) -> str:
         variables, sizes = lanes(member, self.outer)
         flat = f"(xindex * {math.prod(sizes)} + rindex)" if variables else "xindex"
-        return index_text(index, self.group.variables + tuple(variables), self.group.ranges + tuple(sizes), flat)
+        return index_text(index, self.group.variables + tuple(variables), self.group.ranges + tuple(sizes), flat,
+                          self.ops.indirect_names)
 
     def needs_barrier(self, member) -> bool:
         """Does `member` read from memory what an earlier member of this kernel wrote?"""
@@ -387,7 +394,7 @@ class RowWriter(Writer):
         return lines, indent
 
     def body_value(self, member) -> tuple[list[str], str]:
-        self.ops = TritonOps(self.load, self.counter, "[1, 1]")
+        self.ops = TritonOps(self.load, self.counter, "[1, 1]", lambda index: self.mask_for(index_names(index)))
         value = evaluate(member.body, self.ops)
         return self.ops.lines, value
 

@@ -1,0 +1,40 @@
+"""Compiling one function with either emitter of the shared pipeline (C++, or Triton in
+its interpreter on CPU tensors): what the tests that check a lowering on both share."""
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tensorjit.codegen.decomp import decompositions
+from tensorjit.codegen.verify import verify
+
+EMITTERS = ["cpp", "triton"]
+
+
+def compile_with(emitter: str, fn, *inputs):
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    if emitter == "cpp":
+        from tensorjit.codegen.cpp.compile import compile_cpu_graph
+        from tensorjit.config import Config
+
+        compiled = compile_cpu_graph(gm, list(inputs), Config())
+    else:
+        pytest.importorskip("triton")
+        from tensorjit.codegen.triton import compile as triton_compile
+
+        compiled = triton_compile.compile_graph(gm, list(inputs))
+    verify(compiled.program)
+    return compiled
+
+
+def steps(compiled) -> list[str]:
+    return [type(step).__name__ for step in compiled.program.steps]
+
+
+def check(emitter, fn, *inputs, externs=0, **tolerances):
+    """compiled == eager, with `externs` ATen steps in the program."""
+    compiled = compile_with(emitter, fn, *inputs)
+    expected, actual = fn(*inputs), compiled(*inputs)
+    torch.testing.assert_close(actual, expected, equal_nan=True, **tolerances)
+    assert steps(compiled).count("Extern") == externs, compiled.program
+    return compiled
