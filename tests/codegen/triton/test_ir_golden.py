@@ -42,36 +42,36 @@ return buf4""")
         compiled = triton_compile.compile_graph(gm, [torch.randn(4, 10)])
         self.assertExpectedInline(kernel_function(compiled.kernel_sources[0]), """\
 @triton.jit
-def group0_kernel0(in0_ptr, buf4_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def tj_f88025ff0ab73b9a4fe7(buf0_ptr, buf1_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0).to(tl.int32) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < 4
     i0 = xindex
     rbase = tl.arange(0, RBLOCK)[None, :]
-    # kernel0: buf1
+    # step1: buf2
     rindex = rbase
     rmask = rindex < 10
     r0 = rindex
-    tmp0 = tl.load(in0_ptr + ((xindex * 10 + rindex)), xmask & rmask)
+    tmp0 = tl.load(buf0_ptr + ((xindex * 10 + rindex)), xmask & rmask)
     tmp1 = tl.where(xmask & rmask, tmp0, -float('inf'))
     tmp2 = tl.reduce(tmp1, 1, _maximum_propagating_nan)[:, None]
-    # kernel1: buf2
+    # step2: buf3
     rindex = rbase
     rmask = rindex < 10
     i1 = rindex
     tmp3 = (tmp0) - (tmp2)
     tmp4 = tl.exp(tmp3)
-    # kernel2: buf3
+    # step3: buf4
     rindex = rbase
     rmask = rindex < 10
     r0 = rindex
     tmp5 = tl.where(xmask & rmask, tmp4, 0)
     tmp6 = tl.sum(tmp5, 1)[:, None]
-    # kernel3: buf4
+    # step4: buf1
     rindex = rbase
     rmask = rindex < 10
     i1 = rindex
     tmp7 = (tmp4) / (tmp6)
-    tl.store(buf4_ptr + ((xindex * 10 + rindex)), tmp7, xmask & rmask)
+    tl.store(buf1_ptr + ((xindex * 10 + rindex)), tmp7, xmask & rmask)
 """)
 
     def test_pointwise_with_broadcast_kernel(self):
@@ -86,13 +86,13 @@ return buf2""")
         compiled = triton_compile.compile_graph(gm, [x, y])
         self.assertExpectedInline(kernel_function(compiled.kernel_sources[0]), """\
 @triton.jit
-def kernel0(in0_ptr, in1_ptr, buf2_ptr, XBLOCK: tl.constexpr):
+def tj_b01b3d6f979b17a6fc51(buf0_ptr, buf1_ptr, buf2_ptr, XBLOCK: tl.constexpr):
     xindex = tl.program_id(0).to(tl.int32) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < 30
     i0 = (xindex // 5)
     i1 = xindex % 5
-    tmp0 = tl.load(in0_ptr + (xindex), xmask)
-    tmp1 = tl.load(in1_ptr + (i1), xmask)
+    tmp0 = tl.load(buf0_ptr + (xindex), xmask)
+    tmp1 = tl.load(buf1_ptr + (i1), xmask)
     tmp2 = (tmp0) > (tmp1)
     tmp3 = (tmp0) * (tmp1)
     tmp4 = (tmp0) - (tl.full([1], 1.5, tl.float32))

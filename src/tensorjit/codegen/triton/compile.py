@@ -82,15 +82,19 @@ class TritonEmitter:
                        if isinstance(step, (ir.Pointwise, ir.Reduction, ir.LoopGroup))}
         logs.output_code(name, "Triton (loop IR)", "\n\n".join(kernel.source for kernel in kernels.values()))
         cache_dir = getattr(config, "cache_dir", None)
-        launchers, jobs = {}, []
-        for kernel in kernels.values():
-            path = source_path(kernel.source, cache_dir)
-            function = load_kernel_file(path, kernel.name)
-            candidates = [KernelLauncher(function, shape) for shape in kernel.shapes]
-            launchers[kernel.name] = candidates[0] if len(candidates) == 1 else AutotunedLauncher(candidates)
+        launchers, by_name, jobs = {}, {}, []
+        for step_name, kernel in kernels.items():
             dtypes = tuple(IR_TO_TORCH[buffers[b].dtype] for b in kernel.arguments)
-            jobs += [CompileJob(path, kernel.name, dtypes, tuple(shape.constants().items()), shape.num_warps,
-                                shape.num_stages) for shape in kernel.shapes]
+            # Equal kernels with equal argument types (one per layer) share a launcher; a launcher
+            # binds the binary Triton specialised for its first call's types.
+            if (kernel.name, dtypes) not in by_name:
+                path = source_path(kernel.source, cache_dir)
+                function = load_kernel_file(path, kernel.name)
+                candidates = [KernelLauncher(function, shape) for shape in kernel.shapes]
+                by_name[kernel.name, dtypes] = candidates[0] if len(candidates) == 1 else AutotunedLauncher(candidates)
+                jobs += [CompileJob(path, kernel.name, dtypes, tuple(shape.constants().items()), shape.num_warps,
+                                    shape.num_stages) for shape in kernel.shapes]
+            launchers[step_name] = by_name[kernel.name, dtypes]
         if not interpreted():
             with timed(name, "triton_compile"):
                 compile_in_parallel(jobs, getattr(config, "compile_threads", 0))
