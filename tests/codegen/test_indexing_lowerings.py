@@ -101,6 +101,7 @@ def test_out_of_range_gather_raises_on_cpu():
         compiled(x, torch.tensor([[0], [5], [1], [2]]))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the assert fires and ends the CUDA context")
 def test_triton_kernels_assert_indices_on_the_device():
     # Triton's interpreter compiles no device asserts: check the kernel text, and that an
     # out-of-range index reads element 0 rather than outside the tensor.
