@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 from .. import logs
 from . import cpython
@@ -103,7 +104,7 @@ def _root_frame(owner, L: tuple, capture: Capture) -> Frame:
 def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
     fn = owner.fn
     output = OutputGraph(fn.__code__.co_name, DynamicPolicy(owner.dynamic, owner.dynamic_dims,
-                                                                owner.dynamic_ints if owner.origin is None else None))
+                                                                owner.dynamic_ints if owner.origin is None else None), L)
     for guard in global_state_guards():
         output.guard(guard)
     capture = Capture(owner.config, output, break_at)
@@ -130,7 +131,8 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             raise CaptureError(frame.location() if frame else None, e) from e
         raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason,
                        _break_is_error(e, fn.__code__)) from None
-    except (GraphBreakError, CaptureError, CompilerUsageError, BackendCompilerFailed, _BreakAt):
+    except (GraphBreakError, CaptureError, CompilerUsageError, BackendCompilerFailed, _BreakAt,
+            ConstraintViolationError):  # a broken mark_dynamic promise is the user's error, as in torch
         raise
     except Exception as e:
         location = _deepest_location(e, frame)

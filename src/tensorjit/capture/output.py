@@ -39,11 +39,11 @@ class SideEffect:
 
 
 class OutputGraph:
-    def __init__(self, fn_name: str, policy=None) -> None:
+    def __init__(self, fn_name: str, policy=None, arguments: tuple = ()) -> None:
         from .dynamic import new_shape_env
         self.graph = torch.fx.Graph()
         self.policy = policy
-        self.shape_env = new_shape_env() if policy is not None and policy.any_possible() else None
+        self.shape_env = new_shape_env() if policy is not None and policy.any_possible(arguments) else None
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=self.shape_env)
         self.writes = WriteWatch()  # entered inside fake_mode: which storages the graph's ops write
         self.symbols: dict = {}  # sympy symbol -> placeholder node of that size
@@ -72,8 +72,8 @@ class OutputGraph:
 
     def add_input(self, example: torch.Tensor, source: Source) -> tuple[torch.fx.Node, torch.Tensor]:
         """A graph placeholder for the real tensor `example` read through `source`."""
-        dims = self.policy.dims(source, example) if self.shape_env is not None else []
-        if dims:
+        context = self.policy.context(source, example) if self.shape_env is not None else None
+        if context is not None:
             self.guard(Guard(source, "tensor_dynamic", TensorSignature.of(example)))
         else:
             self.guard(Guard(source, "tensor", TensorSignature.of(example)))
@@ -82,9 +82,10 @@ class OutputGraph:
             node, fake, first_source = existing
             self.guard(Guard(source, "same", other=first_source))
             return node, fake
-        if dims:
-            from .dynamic import ExpressionSource, symbolic_context
-            fake = self.fake_mode.from_tensor(example, symbolic_context=symbolic_context(example, dims),
+        if context is not None:
+            from .dynamic import ExpressionSource, name_sizes_for_messages
+            name_sizes_for_messages(self.shape_env, source, example.dim())
+            fake = self.fake_mode.from_tensor(example, symbolic_context=context,
                                               source=ExpressionSource(source.expression()))
             self._add_size_inputs(fake, source, example)
         else:
@@ -92,6 +93,7 @@ class OutputGraph:
         node = self._placeholder(str(source).replace(".", "_").replace("[", "_").replace("]", ""))
         node.meta["example_value"] = fake
         node.meta["source"] = str(source)
+        node.meta["symbolic_context"] = context
         self.inputs.append(GraphInput(source, example, node))
         self.inputs_by_id[id(example)] = (node, fake, source)
         self.keep_alive.append(example)
@@ -128,11 +130,11 @@ class OutputGraph:
         self.inputs.append(GraphInput(source, value, node))
         return node
 
-    def symbolic_inputs(self) -> tuple[list, list]:
-        """Fake tensors, symbolic ints and their sources, for the shape guards."""
-        pairs = [(gi.node.meta["example_value"], gi.source) for gi in self.inputs
-                 if isinstance(gi.node.meta["example_value"], (torch.Tensor, torch.SymInt))]
-        return [f for f, _ in pairs], [s for _, s in pairs]
+    def symbolic_inputs(self) -> tuple[list, list, list]:
+        """Fake tensors, symbolic ints, their sources and symbolic contexts, for the shape guards."""
+        inputs = [gi for gi in self.inputs if isinstance(gi.node.meta["example_value"], (torch.Tensor, torch.SymInt))]
+        return ([gi.node.meta["example_value"] for gi in inputs], [gi.source for gi in inputs],
+                [gi.node.meta.get("symbolic_context") for gi in inputs])
 
     def _first_non_placeholder(self) -> torch.fx.Node | None:
         for node in self.graph.nodes:

@@ -145,10 +145,16 @@ class SymbolicIntValue(Value):
         return bool if isinstance(self.example, torch.SymBool) else int
 
     def constant(self):
-        return bool(self.example) if isinstance(self.example, torch.SymBool) else int(self.example)
+        try:
+            return bool(self.example) if isinstance(self.example, torch.SymBool) else int(self.example)
+        except torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode:
+            raise _unbacked_branch(self.example) from None
 
     def truth(self, tx) -> bool:
-        return bool(self.example)
+        try:
+            return bool(self.example)
+        except torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode:
+            raise _unbacked_branch(self.example) from None
 
     def unpack(self, tx):
         raise GraphBreak("iterate", "iterating over an int")
@@ -158,6 +164,14 @@ class SymbolicIntValue(Value):
 
     def __repr__(self) -> str:
         return f"SymbolicIntValue({self.example})"
+
+
+def _unbacked_branch(example) -> GraphBreak:
+    """A size with no hint (mark_unbacked, or computed from data) read as a Python value."""
+    return GraphBreak("data-dependent-branch",
+                      f"Detected data-dependent branching: {example} depends on a size with no hint "
+                      "(mark_unbacked or data-dependent), whose value is known only at run time",
+                      "use torch.cond, or mark the dimension with mark_dynamic instead of mark_unbacked")
 
 
 def size_value(tx, tensor: "TensorValue", dim: int, method: str = "size") -> Value:
@@ -278,7 +292,8 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
     except Exception as e:
         raise GraphBreak("op-error", f"{_describe(target)} raised {type(e).__name__}: {e}",
                          "the same call fails eagerly; it runs in Python so the error is raised there")
-    if tx.output.shape_env is not None and free_unbacked_symbols(result):
+    if tx.output.shape_env is not None and free_unbacked_symbols(result) - tx.output.symbols.keys():
+        # a new unbacked size (nonzero, item); those of mark_unbacked inputs are graph inputs
         raise GraphBreak("data-dependent-op", f"{_describe(target)} has an output shape that depends on data")
     node = tx.output.create_node(op, fn if op == "call_function" else target, node_args, node_kwargs, result)
     return wrap_result(tx, node, result, args)
