@@ -25,7 +25,7 @@ from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, 
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue
 from .values.records import RecordValue
-from .values.tensors import SymbolicIntValue, TensorValue, record_call
+from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
 
 HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}
 
@@ -484,7 +484,8 @@ def BUILD_SLICE(f, i):
 @opcode()
 def BUILD_STRING(f, i):
     parts = f.popn(i.arg)
-    f.push(ConstantValue("".join(p.constant() for p in parts)))
+    lazy = lazy_text(lambda *texts: "".join(texts), parts) if any(isinstance(p, LazyTextValue) for p in parts) else None
+    f.push(lazy or ConstantValue("".join(p.constant() for p in parts)))
 
 
 def _target(f: Frame, depth: int):
@@ -569,7 +570,9 @@ _CONVERSIONS = {0: lambda raw: raw, 1: str, 2: repr, 3: ascii}
 def _format_constant(value: Value, conversion: int, spec: str) -> Value:
     if isinstance(value, TensorValue):
         raise GraphBreak("data-dependent-op", "formatting a tensor into a string reads its values")
-    return ConstantValue(format(_CONVERSIONS[conversion](value.constant()), spec))
+    convert = _CONVERSIONS[conversion]
+    lazy = lazy_text(lambda v: format(convert(v), spec), [value])  # symbolic sizes: specialized when read
+    return lazy or ConstantValue(format(convert(value.constant()), spec))
 
 
 @opcode(*UP_TO_312)
