@@ -51,7 +51,19 @@ def _functional(gm: torch.fx.GraphModule):
     def run(*args):
         out = gm.forward(*args)  # not gm(): fx prints a traceback for every error, even handled ones
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if calls_autograd_functions(gm):
+        # functorch's functionalize sends a custom autograd.Function through custom_function_call,
+        # which it cannot functionalize (and which wants setup_context). Plain autograd runs the
+        # user's forward and, under autograd.grad, the user's backward; make_fx records their ATen
+        # ops, and _functionalize_mutations functionalizes that graph op by op afterwards.
+        return run
     return functionalize(run, remove="mutations")
+
+
+def calls_autograd_functions(gm: torch.fx.GraphModule) -> bool:
+    """Whether capture put a custom autograd.Function's apply in the graph (its target says so)."""
+    return any(node.op == "call_function" and getattr(node.target, "autograd_function", None) is not None
+               for node in gm.graph.nodes)
 
 
 def fake_outputs(gm, example_inputs) -> tuple:

@@ -125,6 +125,11 @@ class FunctionValue(Value):
             return tx.wrap(self.fn.__dict__[name], AttrSource(self.source, name) if self.source else None)
         raise GraphBreak("getattr", f"function attribute {name!r}")
 
+    def reconstruct(self, cg) -> str:
+        if self.source is None:  # a function object capture found (a classmethod's __func__): itself
+            return cg.constant(self.fn)
+        return super().reconstruct(cg)
+
     def __repr__(self) -> str:
         return f"FunctionValue({self.fn.__qualname__})"
 
