@@ -28,6 +28,8 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize
 
+from .custom_ops import functionalize_custom_ops
+
 
 @dataclass
 class TracedGraph:
@@ -48,6 +50,8 @@ def _is_differentiable(value: Any) -> bool:
 
 
 def _functional(gm: torch.fx.GraphModule):
+    gm = functionalize_custom_ops(gm)
+
     def run(*args):
         out = gm.forward(*args)  # not gm(): fx prints a traceback for every error, even handled ones
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)

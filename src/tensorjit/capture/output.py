@@ -222,10 +222,20 @@ def _is_impure(node: torch.fx.Node) -> bool:
     if node.op == "call_function":
         if name.endswith("_") and not name.endswith("__"):
             return True
-        schema_mutates = getattr(node.target, "_schema", None)
-        if schema_mutates is not None and schema_mutates.is_mutable:
+        if any(schema.is_mutable for schema in _schemas(node.target)):
             return True
         if node.target in (operator.setitem,):
             return True
     return False
 
+
+
+def _schemas(target) -> list:
+    """The schemas an op call may run: an overload's, or every overload of a packet
+    (`torch.ops.mylib.fill(x)` resolves its overload when called)."""
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return [schema]
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return [getattr(target, name)._schema for name in target.overloads()]
+    return []
