@@ -128,3 +128,52 @@ def test_text_from_text_or_returned_is_rebuilt_not_specialized(program, dynamic)
     torch.compile specializes both (one graph per size): fewer graphs, the same results."""
     ours, torchs = graph_count(True, program, dynamic), graph_count(False, program, dynamic)
     assert ours <= torchs and ours == (1 if dynamic else 2)
+
+
+class StepCounter:
+    def __init__(self):
+        self.calls = 2
+
+
+counter_state = StepCounter()
+
+
+def counts_calls(x):  # an int attribute advanced on every call (an LR scheduler's _step_count)
+    counter_state.calls += 1
+    return x * counter_state.calls
+
+
+def test_changing_int_attribute_becomes_symbolic():
+    """A graph for the first value, one for any other: torch.compile recompiles for every value here."""
+    counts = []
+    for use_tensorjit in (True, False):
+        counter_state.calls = 2
+        counter = CountingBackend()
+        (tensorjit.reset if use_tensorjit else torch._dynamo.reset)()
+        compiled = (tensorjit.compile if use_tensorjit else torch.compile)(counts_calls, backend=counter)
+        for _ in range(6):
+            x = torch.randn(3)
+            expected_calls = counter_state.calls + 1
+            torch.testing.assert_close(compiled(x), x * expected_calls)
+        assert counter_state.calls == 8
+        counts.append(counter.graph_count)
+    assert counts[0] == 2 and counts[0] <= counts[1]
+
+
+def test_dict_keyed_by_tensors_is_read_in_the_graph():
+    """An optimizer's `state[param]`: the item is found by the tensor's identity, and guarded."""
+    weights = [torch.randn(3), torch.randn(3)]
+    state = {w: {"scale": torch.full((3,), float(i + 2))} for i, w in enumerate(weights)}
+
+    def scaled(ws):
+        return [w * state[w]["scale"] for w in ws]
+
+    counts = []
+    for use_tensorjit in (True, False):
+        counter = CountingBackend()
+        (tensorjit.reset if use_tensorjit else torch._dynamo.reset)()
+        compiled = (tensorjit.compile if use_tensorjit else torch.compile)(scaled, backend=counter)
+        torch.testing.assert_close(compiled(weights), scaled(weights))
+        torch.testing.assert_close(compiled(weights[::-1]), scaled(weights[::-1]))
+        counts.append(counter.graph_count)
+    assert counts[0] == 1 and counts[0] <= counts[1]  # the items are read through their keys' sources

@@ -59,7 +59,8 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         node, fake = tx.output.add_input(obj, source)
         return TensorValue(node, fake, source, type(obj))
     policy = tx.output.policy
-    if tx.output.shape_env is not None and policy is not None and policy.int_symbolic(source, obj):
+    if tx.output.shape_env is not None and policy is not None and type(obj) is int \
+            and policy.int_symbolic(source, obj, _owner(tx, source)):
         node = tx.output.add_int_input(obj, source)
         value = SymbolicIntValue(node, node.meta["example_value"])
         value.source = source  # rebuilt from the argument itself, not from the graph's outputs
@@ -74,7 +75,7 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         if isinstance(obj, list):
             return ListValue(items, source)
         return TupleValue(items, type(obj), source)
-    if type(obj) in (dict, collections.OrderedDict):
+    if type(obj) in (dict, collections.OrderedDict) and not any(isinstance(k, torch.Tensor) for k in obj):
         guard(Guard(source, "type", type(obj)))
         guard(Guard(source, "keys", tuple(obj.keys())))
         items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
@@ -103,6 +104,11 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     else:
         guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
     return _wrap_callable_or_object(tx, obj, source)
+
+
+def _owner(tx, source: Source):
+    base = source.base()
+    return tx.output.wrapped.get(base, (None,))[0] if base is not None else None
 
 
 def _guard_closure(tx, fn: types.FunctionType, source: Source) -> None:

@@ -69,22 +69,28 @@ class DynamicPolicy:
 
     An int argument is symbolic with dynamic=True, or with dynamic=None once a recompile
     was caused by its value changing (as torch.compile does: `f(x, 2)` then `f(x, 3)` gives
-    a graph for 2 and one for any n). 0 and 1 stay specialized, and ints read from
-    attributes or globals are constants, as are the values a resume function receives
-    (the results of the Python that ran at a break: symbolic, they would turn int-only
-    code after the break into graphs of its own)."""
+    a graph for 2 and one for any n). So is an int attribute or item of a plain object
+    (`scheduler._step_count`, which a training step advances on every call) once it changed;
+    those of nn.Modules, classes and modules stay constants, as in torch. 0 and 1 stay
+    specialized, as do the values a resume function receives (the results of the Python
+    that ran at a break: symbolic, they would turn int-only code after the break into
+    graphs of its own)."""
 
     def __init__(self, dynamic: bool | None, history: dict[str, set[int]],
-                 ints: set[str] | None = None) -> None:
+                 ints: set[str] | None = None, resume: bool = False) -> None:
         self.dynamic = dynamic
         self.history = history  # source expression -> dims seen changing
-        self.ints = ints  # int arguments seen changing; None: no int is symbolic (a resume function)
+        self.ints = ints if ints is not None else set()  # int sources seen changing
+        self.resume = resume
 
-    def int_symbolic(self, source: Source, value) -> bool:
+    def int_symbolic(self, source: Source, value, owner=None) -> bool:
+        """Whether the int read through `source` (an attribute or item of `owner`) is symbolic."""
         from .sources import LocalSource
-        if self.ints is None or type(value) is not int or value in (0, 1) or not isinstance(source, LocalSource):
+        if type(value) is not int or value in (0, 1) or not may_vary(source, owner, self.resume):
             return False
-        return self.dynamic is True or (self.dynamic is None and source.expression() in self.ints)
+        if self.dynamic is True and isinstance(source, LocalSource):
+            return True
+        return self.dynamic is None and source.expression() in self.ints
 
     def dims(self, source: Source, tensor: torch.Tensor) -> list[int]:
         """The dimensions automatic dynamic or dynamic=True make symbolic (marks aside)."""
@@ -109,6 +115,17 @@ class DynamicPolicy:
     def any_possible(self, arguments: tuple = ()) -> bool:
         return self.dynamic is True or (self.dynamic is None and (any(self.history.values()) or bool(self.ints))) \
             or any_marked(arguments)
+
+
+def may_vary(source: Source, owner, resume: bool) -> bool:
+    """Whether an int read through `source` is one automatic dynamic follows: an argument of the
+    compiled function, or an attribute or item of a plain object (its `owner`)."""
+    import types
+    from .sources import AttrSource, ItemSource, LocalSource
+    if isinstance(source, LocalSource):
+        return not resume
+    return isinstance(source, (AttrSource, ItemSource)) and owner is not None and \
+        not isinstance(owner, (torch.nn.Module, type, types.ModuleType))
 
 
 @dataclasses.dataclass(frozen=True)

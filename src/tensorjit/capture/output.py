@@ -195,7 +195,10 @@ class OutputGraph:
         return gm
 
     def op_count(self) -> int:
-        return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+        """Operations in the graph; grad-mode switches alone make no graph worth running (the restore
+        code sets the grad mode the graph would have left, as Dynamo keeps it as global state)."""
+        return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module")
+                   and n.target is not torch._C._set_grad_enabled)
 
 
 _IMPURE_FUNCTIONS = {torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,

@@ -310,10 +310,25 @@ class TensorMethodValue(Value):
             return ConstantValue(result)
         if name == "type" and not args and not kwargs:
             return ConstantValue(self.tensor.example.type())
+        if name in _SCALED_UPDATES and isinstance(kwargs.get("value"), TensorValue) and len(args) == 2:
+            return _scaled_update(tx, self.tensor, name, args, kwargs["value"])
         return record_call(tx, name, [self.tensor, *args], kwargs, method=True)
 
     def __repr__(self) -> str:
         return f"TensorMethodValue({self.tensor!r}.{self.name})"
+
+
+_SCALED_UPDATES = {"addcdiv": "div", "addcdiv_": "div", "addcmul": "mul", "addcmul_": "mul"}
+
+
+def _scaled_update(tx, tensor: TensorValue, name: str, args: list[Value], value: TensorValue) -> Value:
+    """`x.addcdiv_(a, b, value=t)` with a tensor `t` (the optimizers' step size while compiling):
+    ATen reads a Scalar `value` with .item(), a data-dependent break; as Dynamo does, it is
+    `x.add_(t * (a / b))`, all graph ops."""
+    combined = record_call(tx, _SCALED_UPDATES[name], args, {}, method=True)
+    scaled = record_call(tx, "mul", [combined, value], {}, method=True)
+    update = "add_" if name.endswith("_") else "add"
+    return record_call(tx, update, [tensor, scaled], {}, method=True)
 
 
 # -- recording operations --------------------------------------------------------------
