@@ -65,8 +65,10 @@ def _functional(gm: torch.fx.GraphModule):
 
 
 def calls_autograd_functions(gm: torch.fx.GraphModule) -> bool:
-    """Whether capture put a custom autograd.Function's apply in the graph (its target says so)."""
-    return any(node.op == "call_function" and getattr(node.target, "autograd_function", None) is not None
+    """Whether the graph applies a custom autograd.Function: tensorjit's capture marks its node's
+    target; Dynamo's graphs (tensorjit as a torch.compile backend) hold autograd_function_apply."""
+    return any(node.op == "call_function" and (getattr(node.target, "autograd_function", None) is not None
+                                               or getattr(node.target, "__name__", "") == "autograd_function_apply")
                for node in gm.graph.nodes)
 
 
