@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .guards import Guard
+from .higher_order import higher_order_value
 from .markers import marked_value
 from .sources import ItemSource, Source
 from .values.base import ConstantValue, Value
@@ -166,6 +167,9 @@ def _wrap_callable_or_object(tx, obj: Any, source: Source | None) -> Value:
     marked = marked_value(obj, source)  # allow_in_graph, assume_constant_result, substitute_in_graph
     if marked is not None:
         return marked
+    higher_order = higher_order_value(obj, source)  # torch.cond, checkpoint
+    if higher_order is not None:
+        return higher_order
     if has_handler(obj):  # builtins and library callables with a symbolic meaning (len, itertools.chain, ...)
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType) and not is_torch_operation(obj):

@@ -58,6 +58,7 @@ class OutputGraph:
         self.fn_name = fn_name
         self._names: dict[str, int] = {}
         self.constants: dict[str, torch.Tensor] = {}
+        self.submodules: dict[str, torch.nn.Module] = {}  # functions passed to higher-order ops (torch.cond)
         self.wrapped: dict[Source, tuple] = {}
         self.wrapped_by_id: dict[int, tuple] = {}
 
@@ -183,12 +184,22 @@ class OutputGraph:
         self.keep_alive.append(tensor)
         return TensorValue(node, fake)
 
+    def add_submodule(self, module: torch.nn.Module, hint: str) -> torch.fx.Node:
+        """A get_attr node for `module`, kept on the graph module (torch.fx prints no function objects)."""
+        name = self.unique_name(hint)
+        self.submodules[name] = module
+        node = self.graph.get_attr(name)
+        node.meta["example_value"] = module
+        return node
+
     # -- finishing ---------------------------------------------------------------
     def build_module(self, outputs: list[torch.fx.Node]) -> torch.fx.GraphModule:
         self.graph.output(tuple(outputs))
         root = torch.nn.Module()
         for name, tensor in self.constants.items():
             root.register_buffer(name, tensor)
+        for name, module in self.submodules.items():
+            root.add_module(name, module)
         gm = torch.fx.GraphModule(root, self.graph, class_name="GraphModule")
         gm.graph.eliminate_dead_code(is_impure_node=_is_impure)
         gm.recompile()

@@ -372,7 +372,10 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
     else:
         op, fn = "call_function", target
     try:
-        with tx.output.fake_mode, tx.output.writes, _symbolic_dispatch(tx.output):
+        # Higher-order operators (torch.cond) run their functions under torch's own rules, which
+        # forbid writes to inputs; the write watch is a dispatch mode they do not pass through.
+        watch = contextlib.nullcontext() if isinstance(fn, torch._ops.HigherOrderOperator) else tx.output.writes
+        with tx.output.fake_mode, watch, _symbolic_dispatch(tx.output):
             if method:
                 result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
             else:
