@@ -110,3 +110,16 @@ def test_whole_training_step_with_adamw_and_scheduler():
     sites = break_sites(logs.recent("graph_breaks"))
     steady = {site for site in sites if "adam.py" not in site}
     assert len(steady) <= 4, sites
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_optimizer_step_through_autograd_and_code_generation(backend):
+    tensorjit.reset()
+    model, optimizer, _ = training_setup()
+    step = tensorjit.compile(optimizer.step, backend=backend)
+    for index in range(STEPS):
+        x, y = batch(index)
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        step()
+    torch.testing.assert_close(list(model.parameters()), eager_parameters(with_scheduler=False))
