@@ -28,6 +28,7 @@ import torch
 from torch._guards import GuardSource, Source as TorchSource
 from torch.fx.experimental.symbolic_shapes import (DimDynamic, RelaxedUnspecConstraint, ShapeEnv,
                                                    StatelessSymbolicContext, StrictMinMaxConstraint)
+from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
 from .sources import Source
@@ -164,13 +165,8 @@ class TensorMarks:
         if low is None and high is None:
             return RelaxedUnspecConstraint(warn_only=False)
         return StrictMinMaxConstraint(vr=ValueRanges(lower=low if low is not None else 0,
-                                                     upper=high if high is not None else int_oo()),
+                                                     upper=high if high is not None else int_oo),
                                       warn_only=False)
-
-
-def int_oo():
-    from torch.utils._sympy.numbers import int_oo as infinity
-    return infinity
 
 
 _MARKED = "_has_dynamo_dim_marking"
