@@ -177,3 +177,48 @@ def test_dict_keyed_by_tensors_is_read_in_the_graph():
         torch.testing.assert_close(compiled(weights[::-1]), scaled(weights[::-1]))
         counts.append(counter.graph_count)
     assert counts[0] == 1 and counts[0] <= counts[1]  # the items are read through their keys' sources
+
+
+torch.manual_seed(0)
+convolution = torch.nn.Conv2d(8, 4, 3, padding=1)
+encoder_layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, dropout=0.0).eval()
+
+
+def conv_and_pool(x):
+    return F.max_pool2d(convolution(x.t().unsqueeze(0).unsqueeze(-1)), (2, 1)).relu()
+
+
+def transformer_layer(x):
+    return encoder_layer(x.unsqueeze(0))
+
+
+def top_half(x):
+    return x.topk(x.shape[0] // 2, dim=0).values
+
+
+def lower_triangle(x):
+    return torch.tril(torch.ones(x.shape[0], x.shape[0])) @ x
+
+
+def batched_matmul(x):
+    return torch.bmm(x.unsqueeze(0), x.t().unsqueeze(0))
+
+
+def causal_attention(x):
+    q = x.reshape(1, 1, *x.shape)
+    return F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+
+def cross_entropy(x):
+    return F.cross_entropy(x, torch.zeros(x.shape[0], dtype=torch.long))
+
+
+MORE_PROGRAMS = [conv_and_pool, transformer_layer, top_half, lower_triangle, batched_matmul, causal_attention,
+                 cross_entropy]
+
+
+@pytest.mark.parametrize("program", MORE_PROGRAMS, ids=[p.__name__ for p in MORE_PROGRAMS])
+def test_dynamic_true_one_graph_where_dynamo_has_at_most_two(program):
+    """One graph over four sizes; torch.compile compiles one or two (bmm, causal attention)."""
+    ours, torchs = graph_count(True, program, True), graph_count(False, program, True)
+    assert ours == 1 and ours <= torchs
