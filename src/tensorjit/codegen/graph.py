@@ -265,6 +265,11 @@ class GraphLowering:
                 inputs.append(buffer.name)
             elif node.op == "get_attr":
                 tensor = getattr(self.gm, node.target)
+                if not isinstance(tensor, torch.Tensor):  # a subgraph of a higher-order op (torch.cond)
+                    buffer = self.add_buffer((), "object", (), "constant")
+                    self.constants[buffer.name] = tensor
+                    self.env[node] = ExternObject(buffer.name)
+                    continue
                 buffer = self.add_buffer(tensor.shape, dtype_name(tensor.dtype), tensor.stride(), "constant")
                 self.constants[buffer.name] = tensor
                 self.env[node] = buffer_value(buffer)

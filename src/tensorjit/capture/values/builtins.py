@@ -23,7 +23,7 @@ import torch
 from ..breaks import GraphBreak
 from .base import CallableConstant, ConstantValue, NULL, Value
 from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, SliceValue, TupleValue
-from .tensors import SymbolicIntValue, TensorValue, record_call
+from .tensors import SymbolicIntValue, TensorValue, lazy_text, record_call
 
 _HANDLERS: dict[Any, Callable] = {}
 
@@ -92,12 +92,21 @@ def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
         if not all(a.is_constant() or isinstance(a, SymbolicIntValue) for a in [*args, *kwargs.values()]):
             raise GraphBreak("unsupported-call", f"{getattr(fn, '__qualname__', fn)} on symbolic values")
         # symbolic ints read by a pure builtin: their values are used (and guarded), as in torch
+        if fn in _TEXT_MAKERS or getattr(fn, "__name__", "") in ("format", "__mod__") and isinstance(
+                getattr(fn, "__self__", None), str):
+            lazy = lazy_text(lambda *a: fn(*a[:len(args)], **dict(zip(kwargs, a[len(args):]))),
+                             [*args, *kwargs.values()])
+            if lazy is not None:  # text from sizes: guarded only if it is read
+                return lazy
     try:
         result = fn(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
     except Exception as e:
         raise GraphBreak("op-error", f"{getattr(fn, '__qualname__', fn)} raised {type(e).__name__}: {e}")
     return tx.wrap_constant_object(result)
 
+
+_TEXT_MAKERS = {str.format, py.format, str.__mod__}
+"""Pure builtins that turn symbolic sizes into text (str() and repr() specialize at once, as in torch)."""
 
 _TENSOR_BUILTINS = {py.abs: torch.abs, py.pow: operator.pow, py.max: None, py.min: None}
 
