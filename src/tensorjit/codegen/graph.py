@@ -18,6 +18,8 @@ from . import ir, lowering_indexing, lowering_reductions, lowering_views  # noqa
 from .lowering import LOWERINGS, to_dtype
 from .lowering_indexing import ScatterValue
 from .lowering_reductions import ReductionValue
+from .memory import expression_loads
+from .verify import index_variables
 from .report import record_fallback
 from .schedule import linear_form
 from .simplify import simplify, simplify_expr
@@ -44,6 +46,13 @@ TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction}
 
 
 MAX_SHARED_OPS = 24
+MAX_SHARED_READS = 2
+"""A value read by several nodes stays inlined only if it reads at most this many buffers
+element by element (loads indexed by every loop variable; a broadcast bias or row statistic
+does not count): each reading kernel loads them all again, and a chain of such values (a
+transformer's residual stream x + attention + MLP + ...) would grow by a load per layer,
+every layer recomputing the whole stream from the embedding on (GPT-2: 14 loads in the 12th
+layer's norm, and no two layers' kernels alike)."""
 
 
 def count_ops(expr, seen=None) -> int:
@@ -284,7 +293,8 @@ class GraphLowering:
     def cheap_to_share(self, node) -> bool:
         """A small pointwise value read only by pointwise lowerings stays inlined: users that
         land in one kernel compute it once (the emitter shares equal subexpressions); users
-        in different kernels recompute at most MAX_SHARED_OPS ops instead of a memory round trip."""
+        in different kernels recompute at most MAX_SHARED_OPS ops over MAX_SHARED_READS buffers
+        instead of a memory round trip."""
         value = self.env[node]
         if not isinstance(value, LazyValue) or value.buffer is not None:
             return False
@@ -295,7 +305,9 @@ class GraphLowering:
             if user.target in VIEW_TARGETS and self.feeds_extern(user):
                 return False  # each view would be realized on its own: the value computed per extern
         body = value.load(tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape))))
-        return count_ops(body) <= MAX_SHARED_OPS
+        every = {f"i{d}" for d, size in enumerate(value.shape) if size != 1}
+        reads = {load.buffer for load in expression_loads(body) if index_variables(load.index) >= every}
+        return count_ops(body) <= MAX_SHARED_OPS and len(reads) <= MAX_SHARED_READS
 
     def feeds_extern(self, node) -> bool:
         """Does `node` (a view) reach, through views only, a node that will not be lowered
