@@ -48,9 +48,10 @@ def test_float_unary_of_integers_computes_in_float(emitter):
 def test_sign_and_round(emitter):
     x = torch.tensor([-2.5, -1.5, -0.5, 0.0, 0.5, 1.5, 2.5, 3.7, float("nan"), -0.0, 1234.5678, 0.125])
     check(emitter, lambda x: (torch.sign(x), torch.round(x), torch.round(x, decimals=2),
-                              torch.round(x * 1000, decimals=-2)), x)
+                              torch.round(x * 1000, decimals=-2), torch.round(x, decimals=40)), x)
     n = torch.tensor([-3, 0, 4])
     check(emitter, lambda n: (torch.sign(n), torch.round(n) + 1), n)
+    check(emitter, lambda x: torch.round(x, decimals=400) + 1, x, externs=1)  # 10^400: no double
 
 
 @pytest.mark.parametrize("emitter", EMITTERS)

@@ -177,8 +177,8 @@ def lower_round_decimals(meta, x, *, decimals=0):
     """round(x * 10^d) / 10^d, or for d < 0 round(x / 10^-d) * 10^-d, in the value's dtype (as
     eager: 10^d is a constant of that dtype, so the same roundings happen)."""
     shape, dtype = result_info(meta)
-    if not is_float(dtype):
-        raise NotLowerable("round with decimals of integers")
+    if not is_float(dtype) or abs(decimals) > 300:  # 10^d must be a finite double here
+        raise NotLowerable("round with decimals of integers, or of hundreds of decimals")
     scale = ir.Constant(float(10 ** abs(decimals)), dtype)
     first, then = ("mul", "truediv") if decimals >= 0 else ("truediv", "mul")
 
