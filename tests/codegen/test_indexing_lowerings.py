@@ -232,3 +232,14 @@ def test_assigning_into_slices_inside_the_graph(emitter):
         return z
     compiled = check(emitter, torch.func.functionalize(fn), torch.randn(4, 9), torch.randn(4, 3))
     assert steps(compiled) == ["Pointwise"]
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_a_returned_slice_of_a_computed_value_keeps_eagers_gaps(emitter):
+    # eager returns x.exp()[:, :4] with strides (9, 1): the value is computed into memory and
+    # the output is a view of it (a dense copy would not be the same tensor to as_strided)
+    x = torch.randn(2, 9)
+    fn = lambda x: (x.exp()[:, :4], x.sum(-1, keepdim=True)[:, :, None][1:], x.exp()[:, 2])  # noqa: E731
+    compiled = check(emitter, fn, x, externs=2)  # the two views (as_strided of the buffers)
+    for actual, expected in zip(compiled(x), fn(x)):
+        assert actual.stride() == expected.stride()
