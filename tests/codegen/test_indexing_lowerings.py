@@ -204,3 +204,43 @@ def test_an_embedding_kernel_still_vectorises_in_cpp():
     compiled = compile_with("cpp", lambda w, ids: F.embedding(ids, w) * 2 + 1, torch.randn(500, 64),
                             torch.randint(0, 500, (4, 32)))
     assert "loop vectorized" in vectorisation_report(compiled.source)
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_slice_and_select_scatter_are_piecewise_loads(emitter):
+    x = torch.randn(3, 10)
+    cases = [
+        (lambda x, s: torch.slice_scatter(x * 2, s.exp(), 1, 2, 9, 3) + 1, torch.randn(3, 3)),
+        (lambda x, s: torch.slice_scatter(x, s, 1, -8, None, 3), torch.randn(3, 3)),
+        (lambda x, s: torch.slice_scatter(x, s, 1, 4, 8), torch.randn(3, 4)),
+        (lambda x, s: torch.slice_scatter(x, s, 0, 1), torch.randn(2, 10)),
+        (lambda x, s: torch.slice_scatter(x, s, 1, 7, 100, 2), torch.randn(3, 2)),
+        (lambda x, s: torch.select_scatter(x, s, 1, -2) * 3, torch.randn(3)),
+    ]
+    for fn, source in cases:
+        compiled = check(emitter, fn, x, source)
+        assert steps(compiled) == ["Pointwise"]
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_assigning_into_slices_inside_the_graph(emitter):
+    # functionalisation (as the backends run it) turns the writes into slice_scatter / select_scatter
+    def fn(x, y):
+        z = x.clone()
+        z[:, 1:4] = y
+        z[2] = 0.5
+        z[:, ::3] *= 2
+        return z
+    compiled = check(emitter, torch.func.functionalize(fn), torch.randn(4, 9), torch.randn(4, 3))
+    assert steps(compiled) == ["Pointwise"]
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_a_returned_slice_of_a_computed_value_keeps_eagers_gaps(emitter):
+    # eager returns x.exp()[:, :4] with strides (9, 1): the value is computed into memory and
+    # the output is a view of it (a dense copy would not be the same tensor to as_strided)
+    x = torch.randn(2, 9)
+    fn = lambda x: (x.exp()[:, :4], x.sum(-1, keepdim=True)[:, :, None][1:], x.exp()[:, 2])  # noqa: E731
+    compiled = check(emitter, fn, x, externs=2)  # the two views (as_strided of the buffers)
+    for actual, expected in zip(compiled(x), fn(x)):
+        assert actual.stride() == expected.stride()

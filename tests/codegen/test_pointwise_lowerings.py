@@ -48,9 +48,10 @@ def test_float_unary_of_integers_computes_in_float(emitter):
 def test_sign_and_round(emitter):
     x = torch.tensor([-2.5, -1.5, -0.5, 0.0, 0.5, 1.5, 2.5, 3.7, float("nan"), -0.0, 1234.5678, 0.125])
     check(emitter, lambda x: (torch.sign(x), torch.round(x), torch.round(x, decimals=2),
-                              torch.round(x * 1000, decimals=-2)), x)
+                              torch.round(x * 1000, decimals=-2), torch.round(x, decimals=40)), x)
     n = torch.tensor([-3, 0, 4])
     check(emitter, lambda n: (torch.sign(n), torch.round(n) + 1), n)
+    check(emitter, lambda x: torch.round(x, decimals=400) + 1, x, externs=1)  # 10^400: no double
 
 
 @pytest.mark.parametrize("emitter", EMITTERS)
@@ -96,3 +97,25 @@ def test_division_with_rounding(emitter):
     n = torch.tensor([7, -7, 0, 6, -6, 1])
     check(emitter, lambda n: (n // 2, n // -4, torch.div(n, 3, rounding_mode="trunc"),
                               torch.div(n, -3, rounding_mode="trunc"), torch.div(n, 2, rounding_mode=None)), n)
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_flip_repeat_full_like_clamp_by_tensors_isinf(emitter):
+    x = torch.randn(3, 4, 5)
+    compiled = check(emitter, lambda x: (x.flip(0, 2) * 2, x.flip(-1).reshape(12, 5)[1:, ::2] + 1,
+                                         x.repeat(2, 1, 3), x[0].repeat(2, 2, 1) - 1), x)
+    assert "Extern" not in steps(compiled)
+    low, high = torch.randn(4, 5), torch.randn(5)
+    y = torch.tensor([1.0, float("inf"), -float("inf"), float("nan"), 0.0])
+    check(emitter, lambda x, low, high, y: (torch.full_like(x, 2.5) + x, torch.clamp(x, low, high),
+                                            torch.clamp(x, min=low), torch.clamp(x, max=high), torch.isinf(y),
+                                            torch.isinf(torch.arange(3))), x, low, high, y)
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_reductions_of_a_0d_tensor(emitter):
+    s = torch.tensor(3.5)
+    check(emitter, lambda s: (s.sum(), s.mean(), s.amax(), torch.prod(s, 0), s.sum(0, keepdim=True) * 2,
+                              (s > 0).sum(), s.any()), s)
+    x = torch.tensor([[0.0, 0.0], [0.0, -2.0]])
+    check(emitter, lambda x: (x.any(), (x * 0).any()), x)

@@ -172,6 +172,8 @@ class GraphLowering:
             value = self.realize_reduction(value)
         if not isinstance(value, LazyValue) or value.buffer is not None:
             return value
+        if node is not None and self.gapped_view(node, value):
+            return self.realize(self.view_of_realized_source(node), node)
         if value.alias_of is not None:
             node = value.alias_of
             view = self.strided_view(value, node)
@@ -342,6 +344,22 @@ class GraphLowering:
                 return name_of(value)
             return value
         return torch.fx.node.map_aggregate(result, convert)
+
+    def gapped_view(self, node, value) -> bool:
+        """Is `node` a view (of a value not in memory) that eager lays out with gaps or overlaps
+        between its elements (a slice kept for the backward)? A dense copy would not be the
+        same value to a caller that rebuilds views of it with as_strided."""
+        meta = self.meta.get(node)
+        return value.alias_of is None and node.op == "call_function" and node.target in VIEW_TARGETS \
+            and isinstance(node.args[0], torch.fx.Node) and isinstance(meta, torch.Tensor) \
+            and not dense(tuple(meta.shape), tuple(meta.stride()))
+
+    def view_of_realized_source(self, node):
+        """The view `node` taken of its source computed into memory: an aliasing view then
+        gives eager's strides (strided_view, or the ATen view op)."""
+        source = node.args[0]
+        self.env[source] = self.realize(self.env[source], source)
+        return self.lower_node(node)
 
     def lower_node(self, node: torch.fx.Node):
         meta = self.meta.get(node)

@@ -177,8 +177,8 @@ def lower_round_decimals(meta, x, *, decimals=0):
     """round(x * 10^d) / 10^d, or for d < 0 round(x / 10^-d) * 10^-d, in the value's dtype (as
     eager: 10^d is a constant of that dtype, so the same roundings happen)."""
     shape, dtype = result_info(meta)
-    if not is_float(dtype):
-        raise NotLowerable("round with decimals of integers")
+    if not is_float(dtype) or abs(decimals) > 300:  # 10^d must be a finite double here
+        raise NotLowerable("round with decimals of integers, or of hundreds of decimals")
     scale = ir.Constant(float(10 ** abs(decimals)), dtype)
     first, then = ("mul", "truediv") if decimals >= 0 else ("truediv", "mul")
 
@@ -305,6 +305,35 @@ def lower_clamp(meta, x, low=None, high=None):
     return LazyValue(shape, dtype, loader)
 
 
+@lowering(aten.clamp.Tensor)
+def lower_clamp_tensor(meta, x, low=None, high=None):
+    """clamp with tensor bounds: maximum with low, then minimum with high (NaN propagates)."""
+    shape, dtype = result_info(meta)
+
+    def loader(index):
+        value = broadcast_load(x, shape, index, dtype)
+        for name, bound in (("maximum", low), ("minimum", high)):
+            if bound is not None:
+                value = ir.Op(name, (value, broadcast_load(bound, shape, index, dtype)), dtype)
+        return value
+    return LazyValue(shape, dtype, loader)
+
+
+@lowering(aten.isinf.default)
+def lower_isinf(meta, x):
+    """|x| == inf (integers never are)."""
+    shape, _ = result_info(meta)
+    if not isinstance(x, LazyValue):
+        raise NotLowerable("isinf of a non-tensor")
+    if not is_float(x.dtype):
+        return LazyValue(shape, "bool", lambda index: ir.Constant(False, "bool"))
+
+    def loader(index):
+        magnitude = ir.Op("abs", (broadcast_load(x, shape, index, x.dtype),), x.dtype)
+        return ir.Op("eq", (magnitude, ir.Constant(float("inf"), x.dtype)), "bool")
+    return LazyValue(shape, "bool", loader)
+
+
 @lowering(aten._to_copy.default, aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
 def lower_copy(meta, x, **kwargs):
     if kwargs.get("device") not in (None, torch.device("cpu")) and str(kwargs.get("device")) != "cpu":
@@ -313,10 +342,24 @@ def lower_copy(meta, x, **kwargs):
     return LazyValue(shape, dtype, lambda index: broadcast_load(x, shape, index, dtype))
 
 
+@lowering(aten.copy.default)
+def lower_copy_into(meta, x, source, non_blocking=False):
+    """The functional form of x.copy_(source): source broadcast to x's shape, in x's dtype."""
+    shape, dtype = result_info(meta)
+    if not isinstance(x, LazyValue) or x.shape != shape:
+        raise NotLowerable("copy into a tensor of another shape")
+    return LazyValue(shape, dtype, lambda index: broadcast_load(source, shape, index, dtype))
+
+
 @lowering(aten.full.default)
 def lower_full(meta, size, value, **kwargs):
     shape, dtype = result_info(meta)
     return LazyValue(shape, dtype, lambda index: ir.Constant(cast_python(value, dtype), dtype))
+
+
+@lowering(aten.full_like.default)
+def lower_full_like(meta, x, value, **kwargs):
+    return lower_full(meta, None, value)
 
 
 @lowering(aten.scalar_tensor.default)

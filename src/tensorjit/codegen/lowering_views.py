@@ -76,6 +76,34 @@ def lower_expand(meta, x, size, **kwargs):
     return LazyValue(shape, x.dtype, loader)
 
 
+@lowering(aten.flip.default)
+def lower_flip(meta, x, dims):
+    """Element i of a flipped dim reads size - 1 - i."""
+    x = _require(x)
+    flipped = {d % len(x.shape) for d in dims} if x.shape else set()
+
+    def loader(index):
+        return x.load(tuple(ir.index_add(ir.IndexConst(size - 1), ir.index_mul(i, ir.IndexConst(-1)))
+                            if d in flipped and size > 1 else i
+                            for d, (i, size) in enumerate(zip(index, x.shape))))
+    return LazyValue(x.shape, x.dtype, loader)
+
+
+@lowering(aten.repeat.default)
+def lower_repeat(meta, x, repeats):
+    """Tiles: element i of a repeated dim reads i modulo the source's size (the leading new
+    dims read nothing)."""
+    x = _require(x)
+    shape, _ = result_info(meta)
+    offset = len(shape) - len(x.shape)
+    if offset < 0:
+        raise NotLowerable("repeat with fewer repeats than dims")
+
+    def loader(index):
+        return x.load(tuple(ir.index_mod(index[offset + d], size) for d, size in enumerate(x.shape)))
+    return LazyValue(shape, x.dtype, loader)
+
+
 @lowering(aten.unsqueeze.default, aten.unsqueeze_copy.default)
 def lower_unsqueeze(meta, x, dim):
     x = _require(x)
@@ -196,4 +224,62 @@ def lower_constant_pad_nd(meta, x, pad, value=0):
         for term in inside[1:]:
             condition = ir.Op("logical_and", (condition, term), "bool")
         return ir.Op("where", (condition, value_at, fill), dtype)
+    return LazyValue(shape, dtype, loader)
+
+
+def _where_inside(inside: list, value: ir.Expr, other: ir.Expr, dtype: str) -> ir.Expr:
+    condition = inside[0]
+    for term in inside[1:]:
+        condition = ir.Op("logical_and", (condition, term), "bool")
+    return ir.Op("where", (condition, value, other), dtype)
+
+
+@lowering(aten.slice_scatter.default)
+def lower_slice_scatter(meta, x, src, dim=0, start=None, end=None, step=1):
+    """x with x[..., start:end:step, ...] replaced by src (the backward of a slice, and what
+    functionalisation makes of `x[:, a:b] = y`): element i along `dim` reads src where i is
+    one of the slice's positions, x elsewhere. src's index is kept valid everywhere (the
+    select has no branch): (i + shift) // step modulo its size, shift making i - start
+    non-negative, equals (i - start) / step on the slice's positions."""
+    x, src = _require(x), _require(src)
+    shape, dtype = result_info(meta)
+    dim %= len(shape)
+    count = src.shape[dim] if len(src.shape) == len(shape) else -1
+    if x.shape != shape or count < 0 or step < 1:
+        raise NotLowerable("slice_scatter of these shapes")
+    start = 0 if start is None else (start + shape[dim] if start < 0 else start)
+    start = min(max(start, 0), shape[dim])
+    if count == 0:
+        return LazyValue(shape, dtype, lambda index: to_dtype(x.load(index), dtype))
+    period = step * count
+    shift = -start % period
+
+    def loader(index):
+        moved = ir.index_add(index[dim], ir.IndexConst(shift))
+        local = ir.index_mod(ir.index_floordiv(moved, step), count)
+        position = ir.IndexValue(index[dim], "int64")
+        inside = [ir.Op("ge", (position, ir.Constant(start, "int64")), "bool"),
+                  ir.Op("lt", (position, ir.Constant(start + period - step + 1, "int64")), "bool")]
+        if step > 1:
+            on_step = ir.IndexValue(ir.index_mod(moved, step), "int64")
+            inside.append(ir.Op("eq", (on_step, ir.Constant(0, "int64")), "bool"))
+        value = to_dtype(src.load(index[:dim] + (local,) + index[dim + 1:]), dtype)
+        return _where_inside(inside, value, to_dtype(x.load(index), dtype), dtype)
+    return LazyValue(shape, dtype, loader)
+
+
+@lowering(aten.select_scatter.default)
+def lower_select_scatter(meta, x, src, dim, position):
+    """x with x.select(dim, position) replaced by src (the backward of select)."""
+    x, src = _require(x), _require(src)
+    shape, dtype = result_info(meta)
+    dim %= len(shape)
+    if x.shape != shape or len(src.shape) != len(shape) - 1:
+        raise NotLowerable("select_scatter of these shapes")
+    position %= shape[dim]
+
+    def loader(index):
+        chosen = ir.Op("eq", (ir.IndexValue(index[dim], "int64"), ir.Constant(position, "int64")), "bool")
+        value = to_dtype(src.load(index[:dim] + index[dim + 1:]), dtype)
+        return _where_inside([chosen], value, to_dtype(x.load(index), dtype), dtype)
     return LazyValue(shape, dtype, loader)
