@@ -48,7 +48,10 @@ class Config:
     compile_threads: int = 0
     """Worker processes that compile kernels in parallel; 0 picks from the CPU count."""
     max_autotune: bool = False
-    """Benchmark several kernel configurations and keep the fastest."""
+    """Time several launch shapes (block sizes, warps) of every generated Triton kernel on its
+    first call and keep the fastest (`codegen/triton/heuristics.py` *_candidates); without it
+    only looped reductions are timed. Matrix products stay cuBLAS's (no Triton GEMM templates
+    yet). mode="max-autotune" and "max-autotune-no-cudagraphs" set it."""
     triton_cudagraphs: bool = False
     """Replay compiled graphs through CUDA graphs (mode="reduce-overhead"): inference graphs, and the
     forward and backward graphs of training; see runtime/cudagraphs.py."""

@@ -347,3 +347,21 @@ def test_equal_layers_share_their_kernels(device):
     assert len(set(names)) <= len(names) // 2, names
     with torch.no_grad():
         assert relative_error(compiled(*arguments), model(tokens)) < 1e-5
+
+
+def test_max_autotune_offers_launch_shapes_to_time(device):
+    from tensorjit.codegen.triton import heuristics
+    from tensorjit.config import Config
+
+    function = lambda x: (x.softmax(-1) * 2, (x + 1).relu())  # noqa: E731
+    x = torch.randn(64, 96, device=device)
+    graph = trace(function, [x])
+    tuned = triton_compile.compile_graph(graph, [x], Config(max_autotune=True))
+    plain = triton_compile.compile_graph(trace(function, [x]), [x], Config())
+    assert all(len(kernel.shapes) > 1 for kernel in tuned.hook.kernels.values())
+    assert all(len(kernel.shapes) == 1 for kernel in plain.hook.kernels.values())
+    for got, want in zip(tuned(x), function(x)):
+        torch.testing.assert_close(got, want)
+    # the rule's own choice is always a candidate, tried first
+    assert heuristics.pointwise_candidates(5000)[0] == heuristics.pointwise_shape(5000)
+    assert heuristics.persistent_candidates(64, 96)[0] == heuristics.persistent_reduction_shape(64, 96)

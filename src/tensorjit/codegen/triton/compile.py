@@ -78,7 +78,8 @@ class TritonEmitter:
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}
         with timed(name, "emit"):
-            kernels = {step.name: emit_kernel(step, buffers) for step in program.steps
+            autotune = getattr(config, "max_autotune", False)
+            kernels = {step.name: emit_kernel(step, buffers, autotune) for step in program.steps
                        if isinstance(step, (ir.Pointwise, ir.Reduction, ir.LoopGroup))}
         logs.output_code(name, "Triton (loop IR)", "\n\n".join(kernel.source for kernel in kernels.values()))
         cache_dir = getattr(config, "cache_dir", None)

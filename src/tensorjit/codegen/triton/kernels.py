@@ -84,15 +84,21 @@ class KernelText:
     """One launch shape, or the candidates an autotune chooses between."""
 
 
-def emit_kernel(step, buffers: dict[str, ir.Buffer]) -> KernelText:
-    """The kernel of one step, named by its text (see `shareable`)."""
+def emit_kernel(step, buffers: dict[str, ir.Buffer], autotune: bool = False) -> KernelText:
+    """The kernel of one step, named by its text (see `shareable`). `autotune`
+    (mode="max-autotune"): launch shapes to time on the first call, for every kernel that
+    may run more than once on the same arguments (not a scatter, which updates in place)."""
     # Only the step's own buffers decide its index width (int32 while every offset fits).
     buffers = {name: buffers[name] for name in names_read(step) | set(names_written(step))}
     if isinstance(step, ir.Pointwise):
-        return shareable(PointwiseWriter(step, buffers).emit())
+        writer = PointwiseWriter(step, buffers)
+        writer.autotune = autotune and step.scatter is None
+        return shareable(writer.emit())
     if isinstance(step, ir.Reduction):
         step = ir.LoopGroup(step.name, step.ranges, step.variables, (step,))
-    return shareable(RowWriter(step, buffers).emit())
+    writer = RowWriter(step, buffers)
+    writer.autotune = autotune
+    return shareable(writer.emit())
 
 
 BUFFER_NAMES = re.compile(r"\b(?:in|buf)\d+(?=_ptr\b|\b)")
@@ -242,6 +248,9 @@ def extent(buffer: ir.Buffer) -> int:
 class Writer:
     """What both kernel shapes share: pointer arguments, loads, stores."""
 
+    autotune = False
+    """Offer several launch shapes (mode="max-autotune"); see emit_kernel."""
+
     def __init__(self, buffers: dict[str, ir.Buffer]):
         self.buffers = buffers
         self.read: set[str] = set()
@@ -315,8 +324,10 @@ class PointwiseWriter(Writer):
         body.append(store)
         parameters, arguments = self.parameters()
         source = module_source(kernel.name, parameters + ["XBLOCK: tl.constexpr"], body)
-        shape = heuristics.pointwise_shape(numel, heavy=len(self.ops.lines) >= HEAVY_POINTWISE)
-        return KernelText(kernel.name, source, arguments, [shape])
+        heavy = len(self.ops.lines) >= HEAVY_POINTWISE
+        shapes = heuristics.pointwise_candidates(numel, heavy) if self.autotune else \
+            [heuristics.pointwise_shape(numel, heavy)]
+        return KernelText(kernel.name, source, arguments, shapes)
 
 
 class RowWriter(Writer):
@@ -390,7 +401,8 @@ class RowWriter(Writer):
         parameters, arguments = self.parameters()
         source = module_source(group.name, parameters + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"], body)
         if self.persistent:
-            shapes = [heuristics.persistent_reduction_shape(rows, length)]
+            shapes = heuristics.persistent_candidates(rows, length) if self.autotune else \
+                [heuristics.persistent_reduction_shape(rows, length)]
         elif is_column_reduction(group):
             xblock, rblock, warps = COLUMN_TILE
             xblock = min(xblock, heuristics.next_power_of_2(rows))
