@@ -29,7 +29,7 @@ import torch
 
 from . import ir
 from .graph import EXACT_LAYOUT_EXTERNS
-from .memory import last_uses, names_written
+from .memory import last_uses, reuses, names_written
 from .values import IR_TO_TORCH, contiguous_strides, torch_dtype
 
 
@@ -84,13 +84,17 @@ class CppLaunch:
         return f"{kernel}({pointers}({', '.join(f'{n}.data_ptr()' for n in names)}))"
 
 
-def _kernel_lines(source: _Source, step, hook, outputs: list[ir.Buffer], parameters: str) -> None:
+def _kernel_lines(source: _Source, step, hook, outputs: list[ir.Buffer], parameters: str,
+                  reused: dict[str, str]) -> None:
     device = f", device={source.constant(hook.device, 'device')}" if hook.device is not None else ""
     scatter = getattr(step, "scatter", None)
     if scatter is not None:  # the kernel updates its base in place: the same tensor, renamed
         source.lines.append(f"{step.output} = {scatter.base}")
         outputs = []
     for output in outputs:
+        if output.name in reused:  # a dead temporary of this layout (memory.reuses)
+            source.lines.append(f"{output.name} = {reused[output.name]}; del {reused[output.name]}")
+            continue
         dtype = source.constant(IR_TO_TORCH[output.dtype], "dtype")
         if tuple(output.strides) == contiguous_strides(output.shape):
             source.lines.append(f"{output.name} = empty({tuple(output.shape)!r}, dtype={dtype}{device})")
@@ -154,17 +158,20 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
     for name, tensor in constants.items():
         source.lines.append(f"{name} = {source.constant(tensor, 'tensor')}")
     parameters = ", ".join(program.inputs)
+    reused = reuses(program)
+    donors = set(reused.values())  # dropped where their receiver takes them over
     for step, dead in zip(program.steps, last_uses(program)):
         start = len(source.lines)
         if isinstance(step, ir.Extern):
             _extern_lines(source, step, buffers[step.output], parameters)
             label = f"tensorjit extern {getattr(step.target, '__name__', step.target)} -> {step.output}"
         else:
-            _kernel_lines(source, step, hook, [buffers[n] for n in names_written(step)], parameters)
+            _kernel_lines(source, step, hook, [buffers[n] for n in names_written(step)], parameters, reused)
             label = f"tensorjit {step.name}"
         if profile:
             record = source.constant(torch.profiler.record_function, "record")
             source.lines[start:] = [f"with {record}({label!r}):"] + [f"    {line}" for line in source.lines[start:]]
+        dead = [name for name in dead if name not in donors]
         if dead:
             source.lines.append(f"del {', '.join(dead)}")
     source.globals["fallback"] = fallback
