@@ -47,6 +47,11 @@ _PURE |= {getattr(operator, n) for n in dir(operator) if not n.startswith("_")} 
     operator.itemgetter, operator.methodcaller}
 
 
+# Builtins with handlers that python_error may call again on constants: they have no effects.
+_CHECKABLE = {py.len, py.isinstance, py.range, py.zip, py.enumerate, py.list, py.dict, py.set, py.reversed,
+              py.iter, py.slice}
+
+
 def has_handler(fn: Any) -> bool:
     try:
         return fn in _HANDLERS
@@ -71,7 +76,12 @@ class BuiltinValue(CallableConstant):
         handler = _HANDLERS.get(self.fn)
         if handler is not None:
             tx.current_builtin = self.fn
-            return handler(tx, *args, **kwargs)
+            try:
+                return handler(tx, *args, **kwargs)
+            except GraphBreak:
+                raise
+            except Exception as error:
+                raise python_error(self.fn, args, kwargs, error) from error
         return fold(tx, self.fn, args, kwargs)
 
     def getattr(self, tx, name):
@@ -95,8 +105,29 @@ def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
     try:
         result = fn(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
     except Exception as e:
-        raise GraphBreak("op-error", f"{getattr(fn, '__qualname__', fn)} raised {type(e).__name__}: {e}")
+        raise GraphBreak("op-error", f"{getattr(fn, '__qualname__', fn)} raised {type(e).__name__}: {e}",
+                         exception=e)
     return tx.wrap_constant_object(result)
+
+
+def python_error(fn, args: list[Value], kwargs: dict[str, Value], error: Exception) -> Exception:
+    """`error`, raised by a handler of `fn`, as the exception the program sees if Python raises it too.
+
+    A handler evaluates the builtin on values known at capture time, so `int("x")` raises
+    ValueError inside it. Whether that is the program's exception or a compiler bug is
+    decided by calling `fn` itself on the same constants: the same exception type means
+    the program raises it, and a `try` around the call catches it in the graph."""
+    values = [*args, *kwargs.values()]
+    if not (fn in _PURE or fn in _CHECKABLE) or not all(v.is_constant() for v in values):
+        return error  # calling it again could have an effect the program would not
+    try:
+        fn(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
+    except type(error) as real:
+        name = getattr(fn, "__qualname__", fn)
+        return GraphBreak("op-error", f"{name} raised {type(real).__name__}: {real}", exception=real)
+    except Exception:
+        return error
+    return error
 
 
 _TENSOR_BUILTINS = {py.abs: torch.abs, py.pow: operator.pow, py.max: None, py.min: None}

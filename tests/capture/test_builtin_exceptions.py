@@ -1,0 +1,45 @@
+"""A builtin that raises on values known at capture time raises the program's exception, not a compiler error."""
+
+import pytest
+import torch
+
+import tensorjit
+
+
+def test_value_error_of_a_builtin_reaches_the_except_clause():
+    def fn(x):
+        try:
+            v = int("x")
+        except ValueError:
+            v = 3
+        return x * v
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_handled_errors_of_several_builtins_stay_in_one_graph():
+    def fn(x):
+        n = 0
+        try:
+            n = len(5)
+        except TypeError:
+            n = 2
+        try:
+            divmod(1, 0)
+        except ZeroDivisionError:
+            n += 1
+        return x * n
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_an_unhandled_builtin_error_is_raised_as_in_eager():
+    def fn(x):
+        return x * int("x")
+
+    with pytest.raises(ValueError, match="invalid literal"):
+        tensorjit.compile(fn, backend="eager")(torch.randn(3))
