@@ -4,6 +4,8 @@ import weakref
 
 import torch
 
+import tensorjit
+
 from tensorjit.capture.guards import Guard, GuardSet, TensorSignature, global_state_guards
 from tensorjit.capture.sources import AttrSource, ItemSource, LocalSource
 
@@ -77,3 +79,20 @@ def test_failure_names_the_guard():
 def test_duplicate_guards_are_emitted_once():
     g = Guard(LocalSource(0, "n"), "constant", 3)
     assert len(build(g, g).parts) == 1
+
+
+TABLE_BY_CLASS = {list: 2, dict: 3}
+
+
+def test_guard_on_an_item_keyed_by_a_class():
+    def fn(x):
+        return x * TABLE_BY_CLASS[list]
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x * 2)
+    TABLE_BY_CLASS[list] = 5
+    try:
+        torch.testing.assert_close(compiled(x), x * 5)
+    finally:
+        TABLE_BY_CLASS[list] = 2
