@@ -133,6 +133,7 @@ class Frame:
         self.kw_names: tuple | None = None
         self.yielded: list[Value] | None = None
         self.current_builtin = None
+        self.current_method = None  # the container method being called (handlers shared by several names)
         self.is_root = parent is None
 
     # -- locations -------------------------------------------------------------

@@ -11,7 +11,7 @@ from .breaks import GraphBreak
 
 _SKIPPED_MODULE_PREFIXES = (
     "logging", "warnings", "threading", "inspect", "traceback", "abc", "typing", "contextlib",
-    "importlib", "os", "io", "pdb", "unittest", "numpy", "scipy", "tensorjit", "torch._dynamo",
+    "importlib", "os", "io", "pdb", "numpy", "scipy", "tensorjit", "torch._dynamo",
     "torch.autograd", "torch.utils.hooks", "torch.utils.checkpoint", "torch.distributed", "copy",
 )
 

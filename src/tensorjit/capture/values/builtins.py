@@ -88,9 +88,17 @@ class BuiltinValue(CallableConstant):
         return tx.wrap_constant_object(getattr(self.fn, name))
 
 
+_IMMUTABLE = (str, int, float, bytes, tuple, frozenset, complex)
+_CONTAINER_TYPES = (list, tuple, dict, set, frozenset)
+
+
 def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """Evaluate a pure builtin on constant arguments at capture time."""
-    pure = fn in _PURE or (isinstance(fn, types.BuiltinMethodType) and isinstance(fn.__self__, (str, int, float))) \
+    if _is_unbound_container_method(fn, args):
+        # list.append(xs, v), set.__contains__(s, v), frozenset.__and__(p, q): the bound method's call
+        return tx.call(tx.getattr(args[0], fn.__name__), args[1:], kwargs)
+    pure = fn in _PURE or isinstance(fn, (types.BuiltinMethodType, types.MethodWrapperType)) \
+        and isinstance(fn.__self__, _IMMUTABLE) \
         or isinstance(fn, type) and fn in (int, float, str, bool, tuple, frozenset, slice, range, complex)
     if not pure:
         name = getattr(fn, "__qualname__", repr(fn))
@@ -108,6 +116,13 @@ def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
         raise GraphBreak("op-error", f"{getattr(fn, '__qualname__', fn)} raised {type(e).__name__}: {e}",
                          exception=e)
     return tx.wrap_constant_object(result)
+
+
+def _is_unbound_container_method(fn, args: list[Value]) -> bool:
+    if not isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) or not args:
+        return False
+    owner = getattr(fn, "__objclass__", None)
+    return owner in _CONTAINER_TYPES and fn.__name__ != "__new__" and issubclass(args[0].python_type(), owner)
 
 
 def python_error(fn, args: list[Value], kwargs: dict[str, Value], error: Exception) -> Exception:
@@ -314,7 +329,7 @@ def _tuple(tx, iterable: Value | None = None) -> Value:
 
 @builtin(py.set, py.frozenset)
 def _set(tx, iterable: Value | None = None) -> Value:
-    return SetValue([] if iterable is None else tx.iterate(iterable).unpack(tx))
+    return SetValue([] if iterable is None else tx.iterate(iterable).unpack(tx), tx.current_builtin)
 
 
 @builtin(py.dict)

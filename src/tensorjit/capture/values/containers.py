@@ -123,7 +123,23 @@ def _class_attribute(tx, value: TupleValue, name: str) -> Value:
             return tx.call(FunctionValue(attr.fget), [value], {})
         if isinstance(attr, (int, float, str, bool, tuple, type(None))):
             return tx.wrap_constant_object(attr)
-    raise GraphBreak("getattr", f"tuple attribute {name!r}")
+    if _has_operator_dunder(value, name):
+        return ContainerMethodValue(value, name)
+    raise _attribute_break(value, name)
+
+
+def _attribute_break(value: Value, name: str) -> GraphBreak:
+    """An attribute the container's real type lacks raises AttributeError, as in Python (hasattr sees False)."""
+    cls = value.python_type()
+    if not hasattr(cls, name):
+        error = AttributeError(f"{cls.__name__!r} object has no attribute {name!r}")
+        return GraphBreak("attribute-error", str(error), exception=error)
+    return GraphBreak("getattr", f"{cls.__name__} attribute {name!r}")
+
+
+def _has_operator_dunder(value: Value, name: str) -> bool:
+    from .container_methods import has_operator_dunder
+    return has_operator_dunder(value, name)
 
 
 def _field_names(cls: type) -> tuple:
@@ -156,7 +172,9 @@ class ListValue(SequenceValue):
     def getattr(self, tx, name: str) -> Value:
         if name in _LIST_METHODS:
             return ContainerMethodValue(self, name)
-        raise GraphBreak("getattr", f"list attribute {name!r}")
+        if _has_operator_dunder(self, name):
+            return ContainerMethodValue(self, name)
+        raise _attribute_break(self, name)
 
     def mutate(self, tx) -> None:
         _record_mutation(self, tx)
@@ -208,7 +226,9 @@ class DictValue(Value):
     def getattr(self, tx, name: str) -> Value:
         if name in _DICT_METHODS:
             return ContainerMethodValue(self, name)
-        raise GraphBreak("getattr", f"dict attribute {name!r}")
+        if _has_operator_dunder(self, name):
+            return ContainerMethodValue(self, name)
+        raise _attribute_break(self, name)
 
     def mutate(self, tx) -> None:
         _record_mutation(self, tx)
@@ -230,8 +250,11 @@ _DICT_METHODS = {"get", "items", "keys", "values", "update", "pop", "setdefault"
 
 
 class SetValue(Value):
-    def __init__(self, items: list[Value]) -> None:
+    """A set or frozenset (`cls`) of constants, keyed by their values."""
+
+    def __init__(self, items: list[Value], cls: type = set) -> None:
         self.birth = next(BIRTHS)
+        self.cls = cls
         self.items: dict[Any, Value] = {}
         for v in items:
             self.items[v.constant()] = v
@@ -240,13 +263,13 @@ class SetValue(Value):
         _record_mutation(self, tx)
 
     def python_type(self) -> type:
-        return set
+        return self.cls
 
     def is_constant(self) -> bool:
         return True
 
     def constant(self) -> Any:
-        return set(self.items)
+        return self.cls(self.items)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
@@ -255,14 +278,19 @@ class SetValue(Value):
         return list(self.items.values())
 
     def getattr(self, tx, name: str) -> Value:
-        if name in ("add", "update", "discard", "remove", "pop", "clear", "copy", "union",
-                    "intersection", "difference", "issubset", "issuperset", "__contains__",
-                    "symmetric_difference", "isdisjoint"):
+        if name in _SET_METHODS and hasattr(self.cls, name):  # a frozenset has no mutating methods
             return ContainerMethodValue(self, name)
-        raise GraphBreak("getattr", f"set attribute {name!r}")
+        if _has_operator_dunder(self, name):
+            return ContainerMethodValue(self, name)
+        raise _attribute_break(self, name)
 
     def reconstruct(self, cg) -> str:
         return cg.constant(self.constant())
+
+
+_SET_METHODS = {"add", "update", "discard", "remove", "pop", "clear", "copy", "union", "intersection", "difference",
+                "issubset", "issuperset", "__contains__", "symmetric_difference", "isdisjoint",
+                "intersection_update", "difference_update", "symmetric_difference_update"}
 
 
 class SliceValue(Value):
@@ -405,6 +433,15 @@ class ContainerMethodValue(Value):
 
     def reconstruct(self, cg) -> str:
         return f"{cg.value(self.owner)}.{self.name}"
+
+    def getattr(self, tx, name: str) -> Value:
+        if name == "__name__":
+            return ConstantValue(self.name)
+        if name == "__qualname__":
+            return ConstantValue(f"{self.owner.python_type().__name__}.{self.name}")
+        if name == "__self__":
+            return self.owner
+        return super().getattr(tx, name)
 
     def call(self, tx, args, kwargs) -> Value:
         from .container_methods import call_container_method

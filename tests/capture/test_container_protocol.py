@@ -1,0 +1,104 @@
+"""Containers used through their protocol: dunder methods read as attributes, unbound methods, frozensets,
+the in-place set methods, and the exceptions their methods raise. Each stays in one graph (fullgraph=True)."""
+
+import unittest
+
+import pytest
+import torch
+
+import tensorjit
+
+
+def same_as_eager(fn, *args):
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    out, expected = compiled(*args), fn(*args)
+    assert repr(out[1:]) == repr(expected[1:])
+    torch.testing.assert_close(out[0], expected[0])
+    return out
+
+
+def test_dunder_methods_read_as_attributes():
+    def fn(x):
+        p, q = [1, 2, 3], (1, 2)
+        doubled = p.__mul__(2)
+        p.__iadd__([4])
+        return (x * len(doubled), p.__eq__([1, 2, 3, 4]), p.__eq__((1,)), q.__lt__((2,)), q.__contains__(2),
+                p.__getitem__(1), p.__len__(), list(q.__iter__()), q.__rmul__(2), {1, 2}.__and__({2, 3}), p)
+
+    same_as_eager(fn, torch.randn(2))
+
+
+def test_unbound_container_methods_are_the_bound_call():
+    def fn(x):
+        items, s, p = [1], {1, 2}, frozenset({1, 2})
+        list.append(items, 5)
+        return (x + 1, items, set.__contains__(s, 1), frozenset.__and__(p, frozenset({2})), dict.get({"a": 1}, "a"))
+
+    out = same_as_eager(fn, torch.randn(2))
+    assert type(out[3]) is frozenset
+
+
+def test_frozenset_keeps_its_type_and_has_no_mutating_methods():
+    def fn(x):
+        p = frozenset([1, 2])
+        return x + 1, type(p) is frozenset, hasattr(p, "add"), p | {3}, type(p | {3}) is frozenset
+
+    same_as_eager(fn, torch.randn(2))
+
+
+def test_in_place_set_methods():
+    def fn(x):
+        s, t = {1, 2, 3}, {1, 2, 3}
+        s.intersection_update({2, 3, 4})
+        t.symmetric_difference_update([3, 9])
+        c = t.copy()
+        c.clear()
+        return x + 1, s, t, c, s.pop(), s
+
+
+    same_as_eager(fn, torch.randn(2))
+
+
+def test_container_method_errors_are_the_programs_exceptions():
+    def fn(x):
+        caught, s, items = [], {1}, [1]
+        try:
+            s.remove(42)
+        except KeyError:
+            caught.append("remove")
+        try:
+            items.append()
+        except TypeError:
+            caught.append("arguments")
+        try:
+            items.pop(7)
+        except IndexError:
+            caught.append("pop")
+        try:
+            [].__len__(1)
+        except TypeError:
+            caught.append("dunder arguments")
+        return x + 1, caught, s
+
+    same_as_eager(fn, torch.randn(2))
+
+
+def test_bound_container_method_has_a_name():
+    def fn(x):
+        items = [1]
+        return x + 1, items.append.__name__, items.append.__qualname__
+
+    same_as_eager(fn, torch.randn(2))
+
+
+def test_unittest_assertions_are_traced():
+    case = unittest.TestCase()
+
+    def fn(x):
+        case.assertTrue(x.shape[0] == 2)
+        case.assertEqual([1, 2], [1, 2])
+        case.assertIn(2, {1, 2})
+        case.assertIsNone(None)
+        return x + 1,
+
+    same_as_eager(fn, torch.randn(2))
