@@ -80,7 +80,10 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
         return DictValue(items, type(obj), source)
     if isinstance(obj, torch.nn.Module):
-        guard(Guard(source, "id", obj))
+        # By type, as other objects: every attribute, parameter and hook table capture reads is
+        # guarded where it is read, so a module of the same class built anew on each call (in
+        # forward, or reaching a resume function after a break) reuses the entry.
+        guard(Guard(source, "type", type(obj)))
         return NNModuleValue(obj, source)
     if obj is os.environ:
         return EnvironValue(source)
