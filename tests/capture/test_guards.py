@@ -96,3 +96,35 @@ def test_guard_on_an_item_keyed_by_a_class():
         torch.testing.assert_close(compiled(x), x * 5)
     finally:
         TABLE_BY_CLASS[list] = 2
+
+
+TENSORS_BY_SIZE = {torch.Size([2]): torch.ones(2)}
+
+
+def test_a_graph_input_keyed_by_a_size_is_read_through_a_constant():
+    def fn(x):
+        return x + TENSORS_BY_SIZE[torch.Size([2])]
+
+    compiled = tensorjit.compile(fn, backend="eager")
+    x = torch.randn(2)
+    torch.testing.assert_close(compiled(x), x + 1)
+    TENSORS_BY_SIZE[torch.Size([2])] = torch.zeros(2)
+    try:
+        torch.testing.assert_close(compiled(x), x)
+    finally:
+        TENSORS_BY_SIZE[torch.Size([2])] = torch.ones(2)
+
+
+class DotDict(dict):
+    __getattr__ = dict.get
+
+
+CONFIG = DotDict({"a": 2})
+
+
+def test_a_dict_whose_getattr_answers_anything_is_not_an_internal_error():
+    def fn(x):
+        return x * CONFIG.get("a", 3)
+
+    x = torch.randn(2)
+    torch.testing.assert_close(tensorjit.compile(fn, backend="eager")(x), x * 2)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from .sources import AttrSource, ItemSource, Source
+from .sources import AttrSource, ItemSource, Source, is_literal_key
 
 
 def storages_unshared(written: tuple, tensors: tuple) -> bool:
@@ -137,7 +137,7 @@ class _Emitter:
             of = self.value_of(base)
             text = f"{of}.{source.name}" if source.name.isidentifier() else f"getattr({of}, {source.name!r})"
         elif isinstance(source, ItemSource):
-            key = repr(source.key) if _is_literal(source.key) else self.constant(source.key)
+            key = repr(source.key) if is_literal_key(source.key) else self.constant(source.key)
             text = f"{self.value_of(base)}[{key}]"
         else:
             text = source.expression()
@@ -148,15 +148,6 @@ class _Emitter:
 
     def check(self, condition: str) -> None:
         self.lines.append(f"    if not ({condition}): return False")
-
-
-def _is_literal(key) -> bool:
-    """A key whose repr reads back as an equal key (a dict may be keyed by classes or objects too)."""
-    if type(key) is tuple:
-        return all(_is_literal(k) for k in key)
-    if type(key) is float:
-        return key == key and key not in (float("inf"), float("-inf"))
-    return key is None or type(key) in (bool, int, str, bytes)
 
 
 def _emit_guard(em: _Emitter, guard: Guard) -> None:
