@@ -24,6 +24,7 @@ from .codegen import GradExit
 from .markers import break_is_error
 from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
+from .values.container_subclasses import container_base, instantiate as instantiate_container
 from .values.containers import BIRTHS, DictValue, ListValue, SequenceValue, TupleValue, SetValue
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
@@ -244,6 +245,9 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
                 and cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return tx.wrap_constant_object(cls(*[a.constant() for a in args]))
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} inside a compiled function")
+    base = container_base(cls)
+    if base is not None:
+        return instantiate_container(tx, cls, base, args, kwargs)
     if cls.__new__ is not object.__new__ or type(cls) not in (type, abc.ABCMeta):
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} (custom __new__ or metaclass)")
     instance = UserObjectValue(cls)

@@ -21,6 +21,7 @@ from .breaks import GraphBreak
 from .output import OutputGraph
 from .sources import render
 from .values.base import ConstantValue, Value
+from .values.container_subclasses import new_container
 from .values.containers import DictValue, ListValue
 from .values.tensors import TensorValue
 
@@ -75,7 +76,7 @@ def replace_contents(container, new):
 HELPERS = {
     "make_function": make_function, "new_object": new_object, "MethodType": types.MethodType,
     "CellType": types.CellType, "enter_grad_mode": enter_grad_mode, "replace_contents": replace_contents,
-    "advanced_iterator": advanced_iterator,
+    "advanced_iterator": advanced_iterator, "new_container": new_container,
 }
 
 

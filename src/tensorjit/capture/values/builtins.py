@@ -22,7 +22,8 @@ import torch
 
 from ..breaks import GraphBreak
 from .base import CallableConstant, ConstantValue, NULL, Value
-from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, SliceValue, TupleValue
+from .containers import (ContainerMethodValue, DictValue, DictViewValue, IteratorValue, ListValue, SetValue, SliceValue,
+                         TupleValue)
 from .tensors import SymbolicIntValue, TensorValue, record_call
 
 _HANDLERS: dict[Any, Callable] = {}
@@ -96,7 +97,8 @@ def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """Evaluate a pure builtin on constant arguments at capture time."""
     if _is_unbound_container_method(fn, args):
         # list.append(xs, v), set.__contains__(s, v), frozenset.__and__(p, q): the bound method's call
-        return tx.call(tx.getattr(args[0], fn.__name__), args[1:], kwargs)
+        # the base's own method: a subclass's override of the name is not what was called
+        return tx.call(ContainerMethodValue(args[0], fn.__name__), args[1:], kwargs)
     pure = fn in _PURE or isinstance(fn, (types.BuiltinMethodType, types.MethodWrapperType)) \
         and isinstance(fn.__self__, _IMMUTABLE) \
         or isinstance(fn, type) and fn in (int, float, str, bool, tuple, frozenset, slice, range, complex)

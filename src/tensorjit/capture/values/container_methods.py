@@ -287,7 +287,28 @@ def _dict_clear(tx, d: DictValue) -> Value:
     return NONE
 
 
+@method(DictValue, "__init__")
+def _dict_init(tx, d: DictValue, *args: Value, **kwargs: Value) -> Value:
+    """dict.__init__(d, ...) of a subclass instance: the items dict(...) would hold, added."""
+    made = tx.call(tx.wrap_constant_object(dict), list(args), kwargs)
+    d.mutate(tx)
+    d.items.update(made.items)
+    return NONE
+
+
 # -- sets -------------------------------------------------------------------------------
+@method(SetValue, "__init__")
+def _set_init(tx, s: SetValue, *args: Value) -> Value:
+    if issubclass(s.cls, frozenset):
+        return NONE  # object.__init__: a frozenset's items come from __new__
+    items = tx.iterate(args[0]).unpack(tx) if args else []
+    s.mutate(tx)
+    s.items.clear()
+    for v in items:
+        s.items[v.constant()] = v
+    return NONE
+
+
 @method(SetValue, "add")
 def _set_add(tx, s: SetValue, value: Value) -> Value:
     s.mutate(tx)
@@ -334,7 +355,7 @@ def _set_clear(tx, s: SetValue) -> Value:
 
 @method(SetValue, "copy")
 def _set_copy(tx, s: SetValue) -> Value:
-    return SetValue(list(s.items.values()), s.cls)
+    return SetValue(list(s.items.values()), frozenset if issubclass(s.cls, frozenset) else set)  # the base type
 
 
 @method(SetValue, "intersection_update", "difference_update", "symmetric_difference_update")

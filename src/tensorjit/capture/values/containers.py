@@ -80,12 +80,17 @@ class TupleValue(SequenceValue):
             return tuple(values)
         if self.cls is torch.Size:
             return torch.Size(values)
+        if _subclass(self.cls):
+            return _new_container(self.cls, values)
         return self.cls(*values)
 
     def rebuild(self, items):
         return TupleValue(items, tuple if _is_namedtuple(self.cls) else self.cls)
 
     def getattr(self, tx, name: str) -> Value:
+        found = _subclass_attribute(tx, self, name)
+        if found is not None:
+            return found
         fields = _field_names(self.cls)
         if name in fields:
             return self.items[fields.index(name)]
@@ -104,6 +109,9 @@ class TupleValue(SequenceValue):
         cls = cg.constant(self.cls)
         if _is_namedtuple(self.cls):
             return f"{cls}({parts})"
+        if _subclass(self.cls):
+            return f"{cg.helper('new_container')}({cls}, ({parts},))" if self.items else \
+                f"{cg.helper('new_container')}({cls}, ())"
         return f"{cls}(({parts},))" if self.items else f"{cls}()"
 
     def __repr__(self) -> str:
@@ -126,6 +134,24 @@ def _class_attribute(tx, value: TupleValue, name: str) -> Value:
     if _has_operator_dunder(value, name):
         return ContainerMethodValue(value, name)
     raise _attribute_break(value, name)
+
+
+def _subclass(cls: type) -> bool:
+    from .container_subclasses import container_base
+    return container_base(cls) is not None
+
+
+def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
+    """An attribute a user subclass defines in Python, found before the base's own."""
+    if not _subclass(value.python_type()):
+        return None
+    from .container_subclasses import subclass_attribute
+    return subclass_attribute(tx, value, name)
+
+
+def _new_container(cls: type, items) -> Any:
+    from .container_subclasses import new_container
+    return new_container(cls, items)
 
 
 def _attribute_break(value: Value, name: str) -> GraphBreak:
@@ -209,7 +235,8 @@ class DictValue(Value):
         return all(v.is_constant() for v in self.items.values())
 
     def constant(self) -> Any:
-        return self.cls((k, v.constant()) for k, v in self.items.items())
+        pairs = [(k, v.constant()) for k, v in self.items.items()]
+        return _new_container(self.cls, pairs) if _subclass(self.cls) else self.cls(pairs)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
@@ -224,6 +251,9 @@ class DictValue(Value):
         return self.items[k]
 
     def getattr(self, tx, name: str) -> Value:
+        found = _subclass_attribute(tx, self, name)
+        if found is not None:
+            return found
         if name in _DICT_METHODS:
             return ContainerMethodValue(self, name)
         if _has_operator_dunder(self, name):
@@ -239,13 +269,15 @@ class DictValue(Value):
         body = ", ".join(f"{cg.constant(k)}: {cg.value(v)}" for k, v in self.items.items())
         if self.cls is dict:
             return "{" + body + "}"
+        if _subclass(self.cls):
+            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, {{{body}}})"
         return f"{cg.constant(self.cls)}({{{body}}})"
 
     def __repr__(self) -> str:
         return f"DictValue({self.items!r})"
 
 
-_DICT_METHODS = {"get", "items", "keys", "values", "update", "pop", "setdefault", "copy", "clear",
+_DICT_METHODS = {"__init__", "get", "items", "keys", "values", "update", "pop", "setdefault", "copy", "clear",
                  "__contains__", "__getitem__", "__len__"}
 
 
@@ -269,7 +301,7 @@ class SetValue(Value):
         return True
 
     def constant(self) -> Any:
-        return self.cls(self.items)
+        return _new_container(self.cls, self.items) if _subclass(self.cls) else self.cls(self.items)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
@@ -278,6 +310,9 @@ class SetValue(Value):
         return list(self.items.values())
 
     def getattr(self, tx, name: str) -> Value:
+        found = _subclass_attribute(tx, self, name)
+        if found is not None:
+            return found
         if name in _SET_METHODS and hasattr(self.cls, name):  # a frozenset has no mutating methods
             return ContainerMethodValue(self, name)
         if _has_operator_dunder(self, name):
@@ -285,10 +320,16 @@ class SetValue(Value):
         raise _attribute_break(self, name)
 
     def reconstruct(self, cg) -> str:
-        return cg.constant(self.constant())
+        # made anew on each call: a constant would hand every call the same (mutable) set
+        items = ", ".join(cg.value(v) for v in self.items.values())
+        if _subclass(self.cls):
+            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, [{items}])"
+        if self.cls is frozenset:
+            return f"frozenset({{{items}}})" if items else "frozenset()"
+        return f"{{{items}}}" if items else "set()"
 
 
-_SET_METHODS = {"add", "update", "discard", "remove", "pop", "clear", "copy", "union", "intersection", "difference",
+_SET_METHODS = {"__init__", "add", "update", "discard", "remove", "pop", "clear", "copy", "union", "intersection", "difference",
                 "issubset", "issuperset", "__contains__", "symmetric_difference", "isdisjoint",
                 "intersection_update", "difference_update", "symmetric_difference_update"}
 

@@ -18,6 +18,7 @@ import torch
 from ..breaks import GraphBreak
 from ..sources import AttrSource, CellSource, ClosureSource, ItemSource
 from .base import ConstantValue, NULL, Value
+from .containers import ContainerMethodValue, DictValue, SetValue, TupleValue
 from .functions import FunctionValue, MethodValue
 
 
@@ -265,6 +266,8 @@ class SuperValue(Value):
                 if klass is dict and name in _DICT_READS and isinstance(self.obj, ObjectValue) \
                         and self.obj.source is not None:
                     return DictReadValue(self.obj, name)
+                if klass in (dict, set, frozenset, tuple) and isinstance(self.obj, (DictValue, SetValue, TupleValue)):
+                    return ContainerMethodValue(self.obj, name)  # the base's own method, not the subclass's
                 if hasattr(attr, "__get__") and not isinstance(attr, type):
                     if isinstance(self.obj, ObjectValue):  # a C method of a builtin base, bound to the object
                         return tx.wrap_constant_object(attr.__get__(self.obj.obj, type(self.obj.obj)))
