@@ -102,3 +102,49 @@ def test_unittest_assertions_are_traced():
         return x + 1,
 
     same_as_eager(fn, torch.randn(2))
+
+
+def test_assert_raises_inside_the_function():
+    case = unittest.TestCase()
+
+    def fn(x):
+        items = [1, 2]
+        case.assertRaises(TypeError, items.append)
+        case.assertRaises(IndexError, items.pop, 5)
+        with case.assertRaises(KeyError):
+            {}["missing"]
+        return x + 1,
+
+    same_as_eager(fn, torch.randn(2))
+
+
+def test_arguments_that_do_not_fit_raise_type_error():
+    def takes_one(a):
+        return a
+
+    def fn(x):
+        caught = []
+        try:
+            takes_one()
+        except TypeError:
+            caught.append("missing")
+        try:
+            takes_one(1, 2)
+        except TypeError:
+            caught.append("extra")
+        try:
+            list(5)
+        except TypeError:
+            caught.append("not iterable")
+        return x + 1, caught
+
+    same_as_eager(fn, torch.randn(2))
+
+
+def test_set_algebra_on_frozensets_and_set_subclass_results():
+    def fn(x):
+        p = frozenset("abc")
+        return (x + 1, p.difference("b"), p.symmetric_difference(["a", "z"]), p.issubset("abcd"),
+                p.isdisjoint(["q"]), type(p.union("z")), {1, 2}.issuperset([1]))
+
+    same_as_eager(fn, torch.randn(2))

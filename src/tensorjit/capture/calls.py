@@ -52,7 +52,7 @@ def bind_arguments(code: types.CodeType, defaults: list[Value], kwdefaults: dict
         bound[names[index]] = TupleValue(list(extra))
         index += 1
     elif extra:
-        raise GraphBreak("bad-call", f"{code.co_name}() takes {npos} positional arguments but {len(args)} were given")
+        raise _bad_call(f"{code.co_name}() takes {npos} positional arguments but {len(args)} were given")
     varkw: dict[str, Value] = {}
     for key, value in kwargs.items():
         if key in names[posonly:npos + nkw] and key not in bound:
@@ -60,21 +60,26 @@ def bind_arguments(code: types.CodeType, defaults: list[Value], kwdefaults: dict
         elif code.co_flags & CO_VARKEYWORDS:
             varkw[key] = value
         else:
-            raise GraphBreak("bad-call", f"{code.co_name}() got an unexpected keyword argument {key!r}")
+            raise _bad_call(f"{code.co_name}() got an unexpected keyword argument {key!r}")
     if code.co_flags & CO_VARKEYWORDS:
         bound[names[index]] = DictValue(varkw)
     first_default = npos - len(defaults)
     for i, name in enumerate(names[:npos]):
         if name not in bound:
             if i < first_default:
-                raise GraphBreak("bad-call", f"{code.co_name}() missing required argument {name!r}")
+                raise _bad_call(f"{code.co_name}() missing required argument {name!r}")
             bound[name] = defaults[i - first_default]
     for name in names[npos:npos + nkw]:
         if name not in bound:
             if name not in kwdefaults:
-                raise GraphBreak("bad-call", f"{code.co_name}() missing keyword-only argument {name!r}")
+                raise _bad_call(f"{code.co_name}() missing keyword-only argument {name!r}")
             bound[name] = kwdefaults[name]
     return bound
+
+
+def _bad_call(message: str) -> GraphBreak:
+    """Arguments that do not fit the signature: Python raises TypeError, which the program may catch."""
+    return GraphBreak("bad-call", message, exception=TypeError(message))
 
 
 def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:

@@ -384,9 +384,13 @@ def _set_update(tx, s: SetValue, *others: Value) -> Value:
     return NONE
 
 
-@method(SetValue, "union", "intersection", "difference", "issubset", "issuperset")
-def _set_pure(tx, s: SetValue, *others: Value) -> Value:
-    raise GraphBreak("container-method", "set algebra on symbolic sets")
+@method(SetValue, "union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
+        "isdisjoint")
+def _set_algebra(tx, s: SetValue, *others: Value) -> Value:
+    """The real method on the keys (a set's items are constants): the result has the base type, as in CPython."""
+    keys = [[v.constant() for v in tx.iterate(other).unpack(tx)] for other in others]
+    base = frozenset if issubclass(s.cls, frozenset) else set
+    return tx.wrap_constant_object(getattr(base, tx.current_method)(base(s.items), *keys))
 
 
 # -- iterators --------------------------------------------------------------------------

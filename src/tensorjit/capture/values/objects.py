@@ -62,6 +62,8 @@ class ObjectValue(Value):
         obj = self.obj
         if isinstance(obj, type):
             return self._class_attribute(tx, obj, name)
+        if name == "with_traceback" and isinstance(obj, BaseException) and self.source is None:
+            return WithTracebackValue(self)
         static, owner = lookup_static(type(obj), name)
         if isinstance(static, property) and static.fget is not None:
             return tx.call(FunctionValue(static.fget, _class_member_source(self, owner, name, ".fget")), [self], {})
@@ -358,6 +360,20 @@ class BuiltinMethodOfObject(Value):
         if self.name == "__setattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
             return tx.store_attribute(self.obj, args[0].constant(), args[1], custom=False)
         raise GraphBreak("call", f"object.{self.name} through super()")
+
+
+class WithTracebackValue(Value):
+    """`e.with_traceback(None)` of an exception raised during capture (unittest's assertRaises calls it):
+    the exception itself. Its traceback could only hold capture's frames, never the program's."""
+
+    def __init__(self, exception: ObjectValue) -> None:
+        self.exception = exception
+
+    def call(self, tx, args, kwargs) -> Value:
+        if len(args) != 1 or kwargs or not (args[0].is_constant() and args[0].constant() is None):
+            raise GraphBreak("call", "with_traceback() with a traceback")
+        self.exception.obj.__traceback__ = None
+        return self.exception
 
 
 class GradModeValue(Value):
