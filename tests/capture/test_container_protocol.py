@@ -148,3 +148,30 @@ def test_set_algebra_on_frozensets_and_set_subclass_results():
                 p.isdisjoint(["q"]), type(p.union("z")), {1, 2}.issuperset([1]))
 
     same_as_eager(fn, torch.randn(2))
+
+
+def test_membership_of_unhashable_items():
+    def fn(x):
+        caught = []
+        try:
+            [1] in {1: 2}
+        except TypeError:
+            caught.append("dict")
+        try:
+            {1}.add([2])
+        except TypeError:
+            caught.append("add")
+        return x + 1, caught, {1} in {frozenset({1})}, {2} in {frozenset({1})}
+
+    same_as_eager(fn, torch.randn(2))
+
+
+def test_torch_python_classes_are_made_like_the_users():
+    from torch.utils._ordered_set import OrderedSet
+
+    def fn(x):
+        s = OrderedSet([3, 1])
+        s.add(2)
+        return x + 1, list(s), 1 in s, len(s)
+
+    same_as_eager(fn, torch.randn(2))

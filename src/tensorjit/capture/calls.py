@@ -25,7 +25,7 @@ from .markers import break_is_error
 from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
 from .values.container_subclasses import container_base, instantiate as instantiate_container
-from .values.containers import BIRTHS, DictValue, ListValue, SequenceValue, TupleValue, SetValue
+from .values.containers import BIRTHS, DictValue, ListValue, SequenceValue, TupleValue, SetValue, hash_key
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
@@ -227,6 +227,16 @@ def register_call_handler(obj, handler: Callable) -> None:
     _GRAD_MODES[obj] = handler
 
 
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not by C code
+
+
+def _plain_python_class(cls: type) -> bool:
+    """A class written in Python whose instances are plain objects (torch.utils's OrderedSet): made
+    like the user's own classes. Torch's other classes wrap C state and stay graph breaks."""
+    return cls.__new__ is object.__new__ and type(cls) in (type, abc.ABCMeta) and \
+        all(klass is object or klass.__flags__ & _HEAP_TYPE for klass in cls.__mro__)
+
+
 def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         names = cls._fields
@@ -245,7 +255,8 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
     if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
         return ObjectValue(cls(*[a.constant() for a in args]), None)
-    if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)) or cls.__module__.startswith("torch"):
+    if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)) or cls.__module__.startswith("torch") \
+            and not _plain_python_class(cls):
         if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) \
                 and cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return tx.wrap_constant_object(cls(*[a.constant() for a in args]))
@@ -348,9 +359,9 @@ def _same_object(a: Value, b: Value) -> bool:
 def _contains(tx, container: Value, item: Value) -> Value:
     # operator.contains(container, item): `item in container`
     if isinstance(container, DictValue):
-        return ConstantValue(item.constant() in container.items)
+        return ConstantValue(hash_key(item, False) in container.items)
     if isinstance(container, SetValue):
-        return ConstantValue(item.constant() in container.items)
+        return ConstantValue(hash_key(item, True) in container.items)
     if isinstance(container, SequenceValue):
         for v in container.items:
             if _same_object(v, item) or (v.is_constant() and item.is_constant() and v.constant() == item.constant()):

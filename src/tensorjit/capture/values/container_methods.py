@@ -13,7 +13,7 @@ from typing import Callable
 
 from ..breaks import GraphBreak
 from .base import ConstantValue, Value
-from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, TupleValue
+from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, TupleValue, hash_key
 
 _METHODS: dict[tuple[type, str], Callable] = {}
 
@@ -318,19 +318,20 @@ def _set_add(tx, s: SetValue, value: Value) -> Value:
 
 @method(SetValue, "__contains__")
 def _set_contains(tx, s: SetValue, value: Value) -> Value:
-    return ConstantValue(value.constant() in s.items)
+    return ConstantValue(hash_key(value, True) in s.items)
 
 
 @method(SetValue, "discard")
 def _set_discard(tx, s: SetValue, value: Value) -> Value:
+    key = hash_key(value, True)
     s.mutate(tx)
-    s.items.pop(value.constant(), None)
+    s.items.pop(key, None)
     return NONE
 
 
 @method(SetValue, "remove")
 def _set_remove(tx, s: SetValue, value: Value) -> Value:
-    key = value.constant()
+    key = hash_key(value, True)
     if key not in s.items:
         raise GraphBreak("op-error", f"KeyError: {key!r}", exception=KeyError(key))
     s.mutate(tx)

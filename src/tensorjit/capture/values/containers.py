@@ -329,6 +329,19 @@ class SetValue(Value):
         return f"{{{items}}}" if items else "set()"
 
 
+def hash_key(value: Value, coerce_sets: bool) -> Any:
+    """The key `value` looks up in a dict or set. A set looks up a set as the equal frozenset, as
+    CPython's set does; anything else unhashable raises the TypeError Python raises."""
+    key = value.constant()
+    try:
+        hash(key)
+    except TypeError as error:
+        if coerce_sets and isinstance(key, set):
+            return frozenset(key)
+        raise GraphBreak("op-error", str(error), exception=error) from None
+    return key
+
+
 _SET_METHODS = {"__init__", "add", "update", "discard", "remove", "pop", "clear", "copy", "union", "intersection", "difference",
                 "issubset", "issuperset", "__contains__", "symmetric_difference", "isdisjoint",
                 "intersection_update", "difference_update", "symmetric_difference_update"}
