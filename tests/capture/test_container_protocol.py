@@ -175,3 +175,39 @@ def test_torch_python_classes_are_made_like_the_users():
         return x + 1, list(s), 1 in s, len(s)
 
     same_as_eager(fn, torch.randn(2))
+
+
+class Bag:
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __contains__(self, v):
+        return any(v is t for t in self.items)
+
+
+class IterOnly:
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+def test_tensor_membership_in_user_containers_asks_the_container():
+    def fn(x):
+        bag, plain = Bag([x, x + 1]), IterOnly([x])
+        total = bag[0] + bag[len(bag) - 1]
+        for t in bag:
+            total = total + t
+        return total * (2 if x in bag else 3) * (5 if x in plain else 7) * (11 if x in [x] else 13),
+
+    same_as_eager(fn, torch.randn(2))

@@ -287,6 +287,8 @@ _INPLACE = {operator.iadd: operator.add, operator.isub: operator.sub, operator.i
 
 
 def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
+    if op is operator.contains and not isinstance(a, TensorValue) and not isinstance(a, SymbolicIntValue):
+        return _contains(tx, a, b)  # a tensor item: the container's own __contains__ decides
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return _tensor_binary(tx, op, a, b)
     if isinstance(a, SymbolicIntValue) or isinstance(b, SymbolicIntValue):
@@ -363,17 +365,27 @@ def _contains(tx, container: Value, item: Value) -> Value:
     if isinstance(container, SetValue):
         return ConstantValue(hash_key(item, True) in container.items)
     if isinstance(container, SequenceValue):
-        for v in container.items:
-            if _same_object(v, item) or (v.is_constant() and item.is_constant() and v.constant() == item.constant()):
-                return ConstantValue(True)
-            if isinstance(v, TensorValue) or isinstance(item, TensorValue):
-                raise GraphBreak("data-dependent-op", "`in` comparing tensors depends on their values")
-        return ConstantValue(False)
+        return _contains_item(container.items, item)
     if container.is_constant() and item.is_constant():
         return ConstantValue(item.constant() in container.constant())
     if isinstance(container, (ObjectValue, UserObjectValue, NNModuleValue)):
+        if lookup_static(container.python_type(), "__contains__")[0] is None and \
+                lookup_static(container.python_type(), "__iter__")[0] is not None:
+            return _contains_item(tx.iterate(container).unpack(tx), item)  # Python's fallback: iterate
         return tx.call_dunder(container, "__contains__", [item])
+    if isinstance(item, TensorValue):
+        raise GraphBreak("data-dependent-op", "`in` on a tensor depends on its values")
     raise GraphBreak("unsupported-operation", f"`in` on {container!r}")
+
+
+def _contains_item(items: list[Value], item: Value) -> Value:
+    """Python's `in` over items: identity first, then ==."""
+    for v in items:
+        if _same_object(v, item) or (v.is_constant() and item.is_constant() and v.constant() == item.constant()):
+            return ConstantValue(True)
+        if isinstance(v, TensorValue) or isinstance(item, TensorValue):
+            raise GraphBreak("data-dependent-op", "`in` comparing tensors depends on their values")
+    return ConstantValue(False)
 
 
 _DUNDERS = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__mul__",
