@@ -61,3 +61,20 @@ def test_objects_dying_between_calls_bound_the_recompiles():
             del cls
             gc.collect()
     assert backend.graphs <= tensorjit.config.config.cache_size_limit
+
+
+def test_lazy_modules_initialize_on_the_first_call_and_then_stay_compiled():
+    x = torch.randn(4, 3, 8, 8)
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.LazyConv2d(6, 3), torch.nn.Flatten(), torch.nn.LazyLinear(5))
+    expected = eager(x)
+    torch.manual_seed(0)
+    lazy = torch.nn.Sequential(torch.nn.LazyConv2d(6, 3), torch.nn.Flatten(), torch.nn.LazyLinear(5))
+    backend = Counting()
+    compiled = tensorjit.compile(lazy, backend=backend)
+    torch.testing.assert_close(compiled(x), expected)
+    graphs = backend.graphs
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), lazy(x))
+    assert type(lazy[2]) is torch.nn.Linear
+    assert backend.graphs <= graphs + 1  # at most once more: the modules changed class
