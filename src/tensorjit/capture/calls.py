@@ -24,6 +24,7 @@ from .codegen import GradExit
 from .markers import break_is_error
 from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
+from .contextmanagers import HELPER_CODE, GeneratorContextValue
 from .values.container_subclasses import container_base, instantiate as instantiate_container
 from .values.containers import BIRTHS, DictValue, ListValue, SequenceValue, TupleValue, SetValue, hash_key
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
@@ -89,6 +90,8 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
         raise GraphBreak("async", f"{code.co_name} is a coroutine")
     if tx.depth >= tx.config.inline_depth_limit:
         raise GraphBreak("recursion", f"inlining deeper than {tx.config.inline_depth_limit} calls")
+    if code is HELPER_CODE:  # calling a @contextlib.contextmanager function
+        return GeneratorContextValue(fn, list(args), dict(kwargs))
     from .skipfiles import check_inlinable
     check_inlinable(fn)
     bound = bind_arguments(code, fn.defaults(tx), fn.kwdefaults(tx), args, kwargs)

@@ -15,6 +15,7 @@ import torch
 
 from . import cpython
 from .breaks import GraphBreak
+from .contextmanagers import Suspended
 from .cpython import PY, PY311, PY312, PY313, PY314
 from .interpreter import Frame, GeneratorValue, Instruction, Return
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
@@ -800,8 +801,11 @@ def RETURN_GENERATOR(f, i):
 
 @opcode()
 def YIELD_VALUE(f, i):
-    f.yielded.append(f.pop())
-    f.push(ConstantValue(None))
+    value = f.pop()
+    f.push(ConstantValue(None))  # what send() gives back when the frame resumes
+    if f.suspend_on_yield:
+        raise Suspended(value)
+    f.yielded.append(value)
 
 
 @opcode()
