@@ -43,3 +43,30 @@ def test_an_unhandled_builtin_error_is_raised_as_in_eager():
 
     with pytest.raises(ValueError, match="invalid literal"):
         tensorjit.compile(fn, backend="eager")(torch.randn(3))
+
+
+def test_stop_iteration_key_error_and_pep_479_reach_the_except_clauses():
+    def fn(x, d):
+        it = iter([1])
+        next(it)
+        try:
+            next(it)
+        except StopIteration:
+            x = x + 1
+        try:
+            d.pop("b")
+        except KeyError:
+            x = x * 2
+
+        def gen():
+            yield next(iter([]))
+
+        try:
+            list(gen())
+        except RuntimeError:  # StopIteration leaving a generator becomes RuntimeError
+            x = x - 1
+        return x
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x, {"a": 1}), fn(x, {"a": 1}))

@@ -107,3 +107,22 @@ def test_a_break_at_a_context_manager_inside_try_runs_eagerly_without_an_interna
 
     x = torch.randn(2)
     torch.testing.assert_close(tensorjit.compile(fn, backend="eager")(x), x * 2 + 1)
+
+
+def test_contextmanager_decorated_inside_the_function():
+    def fn(x):
+        @contextlib.contextmanager
+        def scaled(k):
+            try:
+                yield k + 1
+            finally:
+                EVENTS.append("closed")
+
+        with scaled(2) as v:
+            x = x * v
+        return x
+
+    EVENTS.clear()
+    x = torch.randn(2)
+    torch.testing.assert_close(tensorjit.compile(fn, backend="eager", fullgraph=True)(x), x * 3)
+    assert EVENTS == ["closed"]

@@ -24,7 +24,7 @@ from .codegen import GradExit
 from .markers import break_is_error
 from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
-from .contextmanagers import HELPER_CODE, GeneratorContextValue
+from .contextmanagers import HELPER_CODE, ContextManagerFactoryValue, GeneratorContextValue
 from .values.container_subclasses import container_base, instantiate as instantiate_container
 from .values.containers import BIRTHS, DictValue, ListValue, SequenceValue, TupleValue, SetValue, hash_key
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
@@ -92,6 +92,8 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
         raise GraphBreak("recursion", f"inlining deeper than {tx.config.inline_depth_limit} calls")
     if code is HELPER_CODE:  # calling a @contextlib.contextmanager function
         return GeneratorContextValue(fn, list(args), dict(kwargs))
+    if getattr(fn, "fn", None) is contextlib.contextmanager and len(args) == 1 and not kwargs:
+        return ContextManagerFactoryValue(args[0])  # the decorator applied inside the function
     from .skipfiles import check_inlinable
     check_inlinable(fn)
     bound = bind_arguments(code, fn.defaults(tx), fn.kwdefaults(tx), args, kwargs)
@@ -105,7 +107,14 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
         before, born = _visible_effects(tx.output), next(BIRTHS)
         writes = len(tx.output.container_writes)
         frame.yielded = []
-        frame.run()
+        try:
+            frame.run()
+        except GraphBreak as e:
+            if isinstance(e.exception, StopIteration):  # PEP 479: it leaves a generator as RuntimeError
+                error = RuntimeError("generator raised StopIteration")
+                error.__cause__ = e.exception
+                e.exception = error
+            raise
         effectful = _visible_effects(tx.output) != before or \
             any(b < born for b in tx.output.container_writes[writes:])
         if effectful and not _consumed_whole(tx):

@@ -45,10 +45,23 @@ def generator_function(helper) -> Value:
     return FunctionValue(cell.cell_contents)
 
 
+class ContextManagerFactoryValue(Value):
+    """`contextlib.contextmanager(f)` evaluated inside the compiled function (a decorator on a nested function)."""
+
+    def __init__(self, function: Value) -> None:
+        self.function = function
+
+    def call(self, tx, args, kwargs) -> Value:
+        return GeneratorContextValue(self, list(args), dict(kwargs), self.function)
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.constant(contextlib.contextmanager)}({cg.value(self.function)})"
+
+
 class GeneratorContextValue(Value):
-    def __init__(self, helper, args: list[Value], kwargs: dict[str, Value]) -> None:
-        self.helper = helper  # the FunctionValue of contextlib's helper, to rebuild an unentered one
-        self.function = generator_function(helper)
+    def __init__(self, helper, args: list[Value], kwargs: dict[str, Value], function: Value | None = None) -> None:
+        self.helper = helper  # what the program called (contextlib's helper), to rebuild an unentered one
+        self.function = function if function is not None else generator_function(helper)
         self.args = args
         self.kwargs = kwargs
         self.frame = None

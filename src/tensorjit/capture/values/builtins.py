@@ -277,7 +277,7 @@ def _next(tx, it: Value, default: Value | None = None) -> Value:
         value = it.next()
         if value is None:
             if default is None:
-                raise GraphBreak("stop-iteration", "next() on an exhausted iterator")
+                raise GraphBreak("stop-iteration", "next() on an exhausted iterator", exception=StopIteration())
             return default
         return value
     raise GraphBreak("unsupported-call", f"next() on {it!r}")

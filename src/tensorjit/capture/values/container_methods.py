@@ -262,7 +262,7 @@ def _dict_pop(tx, d: DictValue, key: Value, default: Value | None = None) -> Val
         d.mutate(tx)
         return d.items.pop(k)
     if default is None:
-        raise GraphBreak("op-error", f"KeyError: {k!r}")
+        raise GraphBreak("op-error", f"KeyError: {k!r}", exception=KeyError(k))
     return default
 
 
@@ -399,5 +399,5 @@ def _set_algebra(tx, s: SetValue, *others: Value) -> Value:
 def _next(tx, it: IteratorValue) -> Value:
     value = it.next()
     if value is None:
-        raise GraphBreak("stop-iteration", "next() on an exhausted iterator")
+        raise GraphBreak("stop-iteration", "next() on an exhausted iterator", exception=StopIteration())
     return value
