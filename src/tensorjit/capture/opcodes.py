@@ -357,8 +357,19 @@ def CALL_INTRINSIC_1(f, i):
         _unary(f, operator.pos, "__pos__")
     elif i.arg == 6 or name == "INTRINSIC_LIST_TO_TUPLE":
         f.push(TupleValue(f.pop().unpack(f)))
+    elif i.arg == 3 or name == "INTRINSIC_STOPITERATION_ERROR":
+        f.push(_stop_iteration_error(f.pop()))
     else:
         raise GraphBreak("unsupported-bytecode", f"CALL_INTRINSIC_1 {i.argval}")
+
+
+def _stop_iteration_error(exception: Value) -> Value:
+    """A generator's handler (3.12+): a StopIteration leaving its body becomes RuntimeError (PEP 479)."""
+    if isinstance(exception, ObjectValue) and isinstance(exception.obj, (StopIteration, StopAsyncIteration)):
+        error = RuntimeError(f"generator raised {type(exception.obj).__name__}")
+        error.__cause__ = exception.obj
+        return ObjectValue(error, None)
+    return exception
 
 
 @opcode(PY311)
