@@ -211,3 +211,23 @@ def test_tensor_membership_in_user_containers_asks_the_container():
         return total * (2 if x in bag else 3) * (5 if x in plain else 7) * (11 if x in [x] else 13),
 
     same_as_eager(fn, torch.randn(2))
+
+
+def test_list_and_tuple_concatenation_follow_python():
+    def fn(x):
+        p = [1]
+        p += "ab"  # list.__iadd__ takes any iterable
+        p += (3,)
+        caught = []
+        try:
+            [1] + (2,)
+        except TypeError:
+            caught.append("list + tuple")
+        try:
+            (1,) + [2]
+        except TypeError:
+            caught.append("tuple + list")
+        it = iter([5, 6]).__iter__()
+        return x + next(it), p, caught, (1,) + (2,), [1] + [2]
+
+    same_as_eager(fn, torch.randn(2))

@@ -319,11 +319,17 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         except Exception as e:
             raise GraphBreak("op-error", f"{op.__name__} raised {type(e).__name__}: {e}", exception=e)
     base = _INPLACE.get(op, op)
-    if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and base is operator.add:
-        if isinstance(a, ListValue) and op is operator.iadd:
-            a.mutate(tx)
-            a.items.extend(b.items)
-            return a
+    if isinstance(a, ListValue) and op is operator.iadd:  # list.__iadd__ extends by any iterable
+        items = tx.iterate(b).unpack(tx)
+        a.mutate(tx)
+        a.items.extend(items)
+        return a
+    if isinstance(a, SequenceValue) and base is operator.add and isinstance(b, (SequenceValue, DictValue, SetValue)):
+        kind = list if isinstance(a, ListValue) else tuple
+        if not issubclass(b.python_type(), kind):
+            error = TypeError(f'can only concatenate {kind.__name__} (not "{b.python_type().__name__}") '
+                              f'to {kind.__name__}')
+            raise GraphBreak("op-error", str(error), exception=error)
         return a.rebuild(a.items + b.items) if type(a) is type(b) or isinstance(a, ListValue) else \
             TupleValue(a.items + b.items)
     if isinstance(a, SequenceValue) and base is operator.mul and b.is_constant():

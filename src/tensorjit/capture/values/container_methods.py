@@ -395,6 +395,9 @@ def _set_algebra(tx, s: SetValue, *others: Value) -> Value:
 
 
 # -- iterators --------------------------------------------------------------------------
+@method(IteratorValue, "__iter__")
+def _iterator_iter(tx, it: IteratorValue) -> Value:
+    return it
 @method(IteratorValue, "__next__")
 def _next(tx, it: IteratorValue) -> Value:
     value = it.next()

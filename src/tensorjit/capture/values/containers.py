@@ -453,7 +453,7 @@ class IteratorValue(Value):
         return rest
 
     def getattr(self, tx, name):
-        if name == "__next__":
+        if name in ("__next__", "__iter__"):
             return ContainerMethodValue(self, name)
         return super().getattr(tx, name)
 
