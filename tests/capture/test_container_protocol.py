@@ -231,3 +231,30 @@ def test_list_and_tuple_concatenation_follow_python():
         return x + next(it), p, caught, (1,) + (2,), [1] + [2]
 
     same_as_eager(fn, torch.randn(2))
+
+
+GLOBAL_LETTERS = []
+
+
+def test_in_place_operators_change_the_object_every_reference_sees():
+    global GLOBAL_LETTERS
+
+    def fn(x):
+        global GLOBAL_LETTERS
+        s, items, d = {1}, [1], {1: 2}
+        held = [s, items, d]
+        s |= {2}
+        s -= {1}
+        items *= 2
+        items.__imul__(2)
+        d |= {3: 4}
+        GLOBAL_LETTERS *= 2
+        GLOBAL_LETTERS.__imul__(3)
+        return x + 1, held
+
+    GLOBAL_LETTERS = ["a", "b"]
+    expected = fn(torch.zeros(1))
+    assert GLOBAL_LETTERS == ["a", "b"] * 6
+    GLOBAL_LETTERS = ["a", "b"]
+    out = tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.zeros(1))
+    assert out[1] == expected[1] and GLOBAL_LETTERS == ["a", "b"] * 6

@@ -313,6 +313,11 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         return _identity(tx, op, a, b)
     if op is operator.contains:
         return _contains(tx, a, b)
+    if op in (operator.imul, operator.ior, operator.iand, operator.ixor, operator.isub) and \
+            (isinstance(a, (ListValue, DictValue)) or isinstance(a, SetValue) and not issubclass(a.cls, frozenset)):
+        in_place = _in_place(tx, op, a, b)
+        if in_place is not None:
+            return in_place
     if a.is_constant() and b.is_constant() and not isinstance(a, ListValue) and not isinstance(b, ListValue):
         try:
             return tx.wrap_constant_object(op(a.constant(), b.constant()))
@@ -374,6 +379,29 @@ def _same_object(a: Value, b: Value) -> bool:
         # one function read two ways (`partial.func` and the global it names): compare what they wrap
         return getattr(a, "fn", getattr(a, "obj", a)) is getattr(b, "fn", getattr(b, "obj", b))
     return False
+
+
+def _in_place(tx, op, a: Value, b: Value) -> Value | None:
+    """`xs *= n`, `s |= t` (and &=, ^=, -=): the list or set itself changes, as every reference to it
+    sees; None where Python would not do it in place (the operator's ordinary path decides)."""
+    if isinstance(a, ListValue):
+        if op is not operator.imul or not b.is_constant() or not isinstance(b.constant(), int):
+            return None
+        a.mutate(tx)
+        a.items *= b.constant()
+        return a
+    if isinstance(a, DictValue):
+        if op is not operator.ior:
+            return None
+        tx.call(tx.getattr(a, "update"), [b], {})  # dict |= takes what dict.update takes
+        return a
+    if not isinstance(b, SetValue):
+        return None
+    keys = op(set(a.items), set(b.items))
+    values = {**b.items, **a.items}
+    a.mutate(tx)
+    a.items = {k: values[k] for k in [*a.items, *b.items] if k in keys}
+    return a
 
 
 def _contains(tx, container: Value, item: Value) -> Value:
