@@ -78,3 +78,29 @@ def test_lazy_modules_initialize_on_the_first_call_and_then_stay_compiled():
         torch.testing.assert_close(compiled(x), lazy(x))
     assert type(lazy[2]) is torch.nn.Linear
     assert backend.graphs <= graphs + 1  # at most once more: the modules changed class
+
+
+class Box:
+    pass
+
+
+def test_id_of_an_object_holds_for_that_object_only():
+    def fn(x, obj):
+        return x + 1, id(obj)
+
+    compiled = tensorjit.compile(fn, backend="eager")
+    x = torch.randn(2)
+    for module in (torch.nn.ReLU(), torch.nn.ReLU(), Box(), Box()):
+        assert compiled(x, module)[1] == id(module)
+
+
+def test_identity_of_two_objects_holds_for_those_objects_only():
+    def fn(x, a, b):
+        return x + 1, a is b
+
+    compiled = tensorjit.compile(fn, backend="eager")
+    x = torch.randn(2)
+    first, second = torch.nn.ReLU(), torch.nn.ReLU()
+    assert compiled(x, first, second)[1] is False
+    assert compiled(x, first, first)[1] is True
+    assert compiled(x, second, first)[1] is False

@@ -21,6 +21,7 @@ import torch
 
 from .breaks import GraphBreak
 from .codegen import GradExit
+from .guards import Guard
 from .markers import break_is_error
 from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
@@ -363,6 +364,10 @@ def _tensor_binary(tx, op, a: Value, b: Value) -> Value:
 
 def _identity(tx, op, a: Value, b: Value) -> Value:
     same = _same_object(a, b)
+    if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
+        for value in (a, b):  # objects are guarded by type: the answer holds for these objects only
+            if value.source is not None:
+                tx.output.guard(Guard(value.source, "id", value.obj))
     return ConstantValue(same if op is operator.is_ else not same)
 
 

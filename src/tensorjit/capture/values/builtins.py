@@ -410,6 +410,9 @@ def _super(tx, *args: Value) -> Value:
 def _id(tx, obj: Value) -> Value:
     from .objects import ObjectValue
     if isinstance(obj, ObjectValue):
+        if obj.source is not None:  # objects are guarded by type: the answer holds for this object only
+            from ..guards import Guard
+            tx.output.guard(Guard(obj.source, "id", obj.obj))
         return ConstantValue(id(obj.obj))
     raise GraphBreak("unsupported-call", "id() of a value made during capture")
 
