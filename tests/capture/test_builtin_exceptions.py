@@ -70,3 +70,16 @@ def test_stop_iteration_key_error_and_pep_479_reach_the_except_clauses():
     compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x, {"a": 1}), fn(x, {"a": 1}))
+
+
+def test_list_remove_of_a_missing_item_raises_value_error():
+    def fn(x):
+        items = ["a", "b"]
+        try:
+            items.remove("z")
+        except ValueError:
+            x = x + 1
+        return x
+
+    x = torch.randn(3)
+    torch.testing.assert_close(tensorjit.compile(fn, backend="eager", fullgraph=True)(x), x + 1)

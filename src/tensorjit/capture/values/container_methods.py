@@ -157,7 +157,10 @@ def _remove(tx, lst: ListValue, value: Value) -> Value:
             lst.mutate(tx)
             del lst.items[i]
             return NONE
-    raise GraphBreak("op-error", "list.remove(x): x not in list")
+    if all(item.is_constant() for item in lst.items):  # no item could compare equal in another way
+        error = ValueError("list.remove(x): x not in list")
+        raise GraphBreak("op-error", str(error), exception=error)
+    raise GraphBreak("op-error", "list.remove(x): x not found among the items capture can compare")
 
 
 @method(ListValue, "sort")
