@@ -83,3 +83,22 @@ def test_list_remove_of_a_missing_item_raises_value_error():
 
     x = torch.randn(3)
     torch.testing.assert_close(tensorjit.compile(fn, backend="eager", fullgraph=True)(x), x + 1)
+
+
+def test_a_sequence_times_a_float_raises_type_error():
+    def fn(x):
+        items = [1, 2]
+        try:
+            items * 2.5
+        except TypeError:
+            x = x + 1
+        try:
+            items *= 1.5
+        except TypeError:
+            x = x + 1
+        return x, items
+
+    x = torch.randn(3)
+    out = tensorjit.compile(fn, backend="eager", fullgraph=True)(x)
+    torch.testing.assert_close(out[0], x + 2)
+    assert out[1] == [1, 2]

@@ -339,7 +339,11 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         return a.rebuild(a.items + b.items) if type(a) is type(b) or isinstance(a, ListValue) else \
             TupleValue(a.items + b.items)
     if isinstance(a, SequenceValue) and base is operator.mul and b.is_constant():
-        return a.rebuild(a.items * b.constant())
+        count = b.constant()
+        if not isinstance(count, int):
+            error = TypeError(f"can't multiply sequence by non-int of type '{type(count).__name__}'")
+            raise GraphBreak("op-error", str(error), exception=error)
+        return a.rebuild(a.items * count)
     plain = plain_binary(tx, op, a, b, _same_object)
     if plain is not None:
         return plain
