@@ -258,3 +258,29 @@ def test_in_place_operators_change_the_object_every_reference_sees():
     GLOBAL_LETTERS = ["a", "b"]
     out = tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.zeros(1))
     assert out[1] == expected[1] and GLOBAL_LETTERS == ["a", "b"] * 6
+
+
+SKIPPED_NAMES = {"a", "b"}
+SEEN_NAMES = set()
+
+
+def test_sets_read_from_outside_are_guarded_by_contents_and_written_back():
+    def fn(x, names):
+        for name in names:
+            if name in SKIPPED_NAMES:
+                continue
+            SEEN_NAMES.add(name)
+            x = x + 1
+        return x, sorted(SEEN_NAMES)
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    x = torch.zeros(1)
+    try:
+        assert compiled(x, ["a", "c"])[1] == ["c"] and SEEN_NAMES == {"c"}
+        SKIPPED_NAMES.add("c")
+        out = compiled(x, ["a", "c"])
+        torch.testing.assert_close(out[0], x)  # the changed set is seen
+        assert SEEN_NAMES == {"c"}
+    finally:
+        SKIPPED_NAMES.discard("c")
+        SEEN_NAMES.clear()

@@ -79,6 +79,15 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         guard(Guard(source, "keys", tuple(obj.keys())))
         items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
         return DictValue(items, type(obj), source)
+    if type(obj) in (set, frozenset) and all(type(v) in (int, str, bool, float, bytes, type(None)) for v in obj):
+        # A set of plain constants (names to skip, ids seen): its contents are guarded, and a
+        # set changed in the function is written back like a list or dict.
+        guard(Guard(source, "type", type(obj)))
+        guard(Guard(source, "set_items", tuple(obj)))
+        value = SetValue([ConstantValue(v) for v in obj], type(obj))
+        value.source = source
+        value.mutated = False
+        return value
     if isinstance(obj, torch.nn.Module):
         # By type, as other objects: every attribute, parameter and hook table capture reads is
         # guarded where it is read, so a module of the same class built anew on each call (in

@@ -22,7 +22,7 @@ from .output import OutputGraph
 from .sources import render
 from .values.base import ConstantValue, Value
 from .values.container_subclasses import new_container
-from .values.containers import DictValue, ListValue
+from .values.containers import DictValue, ListValue, SetValue
 from .values.tensors import TensorValue
 
 
@@ -157,6 +157,9 @@ class RuntimeCodegen:
                 container = effect.target
                 if isinstance(container, ListValue):
                     new = "[" + ", ".join(self.value(v) for v in container.items) + "]"
+                elif isinstance(container, SetValue):
+                    new = "{" + ", ".join(self.value(v) for v in container.items.values()) + "}" \
+                        if container.items else "set()"
                 else:
                     new = "{" + ", ".join(f"{self.constant(k)}: {self.value(v)}"
                                           for k, v in container.items.items()) + "}"

@@ -320,6 +320,8 @@ class SetValue(Value):
         raise _attribute_break(self, name)
 
     def reconstruct(self, cg) -> str:
+        if self.source is not None:  # the program's own set
+            return cg.source(self.source)
         # made anew on each call: a constant would hand every call the same (mutable) set
         items = ", ".join(cg.value(v) for v in self.items.values())
         if _subclass(self.cls):
