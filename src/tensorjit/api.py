@@ -381,7 +381,15 @@ def _wrap_callee(obj, settings: tuple | None = None):
 
 def _is_library(fn) -> bool:
     module = fn.__globals__.get("__name__", "") or ""
+    if module.startswith(_COMPILED_LIBRARY_MODULES):
+        return False
     return module.split(".")[0] in ("torch", "tensorjit", "numpy", "logging", "warnings", "builtins")
+
+
+_COMPILED_LIBRARY_MODULES = ("torch.optim.",)
+"""torch code that is compiled when reached at a graph break, as Dynamo compiles its frames: the
+optimizers' step wrappers break (their _use_grad calls torch._dynamo.graph_break()) around the update
+that should be one graph."""
 
 
 def call_module(module, *args, **kwargs):

@@ -166,17 +166,6 @@ def test_membership_of_unhashable_items():
     same_as_eager(fn, torch.randn(2))
 
 
-def test_torch_python_classes_are_made_like_the_users():
-    from torch.utils._ordered_set import OrderedSet
-
-    def fn(x):
-        s = OrderedSet([3, 1])
-        s.add(2)
-        return x + 1, list(s), 1 in s, len(s)
-
-    same_as_eager(fn, torch.randn(2))
-
-
 class Bag:
     def __init__(self, items):
         self.items = list(items)

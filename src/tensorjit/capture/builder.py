@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .guards import Guard
+from .higher_order import higher_order_value
 from .markers import marked_value
 from .sources import ItemSource, Source
 from .values.base import ConstantValue, Value
@@ -59,7 +60,8 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         node, fake = tx.output.add_input(obj, source)
         return TensorValue(node, fake, source, type(obj))
     policy = tx.output.policy
-    if tx.output.shape_env is not None and policy is not None and policy.int_symbolic(source, obj):
+    if tx.output.shape_env is not None and policy is not None and type(obj) is int \
+            and policy.int_symbolic(source, obj, _owner(tx, source)):
         node = tx.output.add_int_input(obj, source)
         value = SymbolicIntValue(node, node.meta["example_value"])
         value.source = source  # rebuilt from the argument itself, not from the graph's outputs
@@ -74,7 +76,7 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         if isinstance(obj, list):
             return ListValue(items, source)
         return TupleValue(items, type(obj), source)
-    if type(obj) in (dict, collections.OrderedDict):
+    if type(obj) in (dict, collections.OrderedDict) and not any(isinstance(k, torch.Tensor) for k in obj):
         guard(Guard(source, "type", type(obj)))
         guard(Guard(source, "keys", tuple(obj.keys())))
         items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
@@ -115,6 +117,11 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     else:
         guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
     return _wrap_callable_or_object(tx, obj, source)
+
+
+def _owner(tx, source: Source):
+    base = source.base()
+    return tx.output.wrapped.get(base, (None,))[0] if base is not None else None
 
 
 def _guard_closure(tx, fn: types.FunctionType, source: Source) -> None:
@@ -172,6 +179,9 @@ def _wrap_callable_or_object(tx, obj: Any, source: Source | None) -> Value:
     marked = marked_value(obj, source)  # allow_in_graph, assume_constant_result, substitute_in_graph
     if marked is not None:
         return marked
+    higher_order = higher_order_value(obj, source)  # torch.cond, checkpoint
+    if higher_order is not None:
+        return higher_order
     if has_handler(obj):  # builtins and library callables with a symbolic meaning (len, itertools.chain, ...)
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType) and not is_torch_operation(obj):

@@ -15,12 +15,13 @@ import functools
 import inspect
 import operator
 import types
+import weakref
 from typing import Callable
 
 import torch
 
 from .breaks import GraphBreak
-from .codegen import GradExit
+from .codegen import GradExit, NullExit
 from .guards import Guard
 from .markers import break_is_error
 from .polyfills.plain_operators import plain_binary
@@ -86,17 +87,17 @@ def _bad_call(message: str) -> GraphBreak:
 
 def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .interpreter import Frame, GeneratorValue
+    from .skipfiles import check_inlinable
+    if fn.code is HELPER_CODE:  # calling a @contextlib.contextmanager function
+        return GeneratorContextValue(fn, list(args), dict(kwargs))
+    if getattr(fn, "fn", None) is contextlib.contextmanager and len(args) == 1 and not kwargs:
+        return ContextManagerFactoryValue(args[0])  # the decorator applied inside the function
+    fn = check_inlinable(fn)
     code: types.CodeType = fn.code
     if code.co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR):
         raise GraphBreak("async", f"{code.co_name} is a coroutine")
     if tx.depth >= tx.config.inline_depth_limit:
         raise GraphBreak("recursion", f"inlining deeper than {tx.config.inline_depth_limit} calls")
-    if code is HELPER_CODE:  # calling a @contextlib.contextmanager function
-        return GeneratorContextValue(fn, list(args), dict(kwargs))
-    if getattr(fn, "fn", None) is contextlib.contextmanager and len(args) == 1 and not kwargs:
-        return ContextManagerFactoryValue(args[0])  # the decorator applied inside the function
-    from .skipfiles import check_inlinable
-    check_inlinable(fn)
     bound = bind_arguments(code, fn.defaults(tx), fn.kwdefaults(tx), args, kwargs)
     cells: dict = {}
     for name in code.co_cellvars:
@@ -157,6 +158,8 @@ def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Val
     if obj in _GRAD_MODES:
         tx.current_builtin = obj
         return _GRAD_MODES[obj](tx, args, kwargs)
+    if isinstance(obj, NullExit):  # the exit of a profiler range or nullcontext entered before a break
+        return ConstantValue(False)
     if isinstance(obj, GradExit):  # the exit of a grad-mode block entered at a graph break
         from .guards import Guard
         from .sources import AttrSource
@@ -171,10 +174,20 @@ def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Val
         return tx.call(fn, [*stored, *args], merged)
     if isinstance(obj, type):
         return _instantiate(tx, value, obj, args, kwargs)
+    if type(obj) is weakref.ReferenceType and not args and not kwargs:
+        return _referent(tx, value)
     call = lookup_static(type(obj), "__call__")[0]
     if isinstance(call, types.FunctionType):
         return tx.call(FunctionValue(call), [value, *args], kwargs)
     raise GraphBreak("unsupported-call", f"calling {type(obj).__name__} object, which tensorjit cannot trace")
+
+
+def _referent(tx, value: ObjectValue) -> Value:
+    """`ref()`: the object a weak reference points to, read (and guarded) through the reference."""
+    from .sources import ReferentSource
+    if value.source is None:
+        return tx.wrap_constant_object(value.obj())
+    return tx.wrap(value.obj(), ReferentSource(value.source))
 
 
 def _no_grad(tx, args, kwargs):
@@ -240,16 +253,6 @@ def register_call_handler(obj, handler: Callable) -> None:
     _GRAD_MODES[obj] = handler
 
 
-_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not by C code
-
-
-def _plain_python_class(cls: type) -> bool:
-    """A class written in Python whose instances are plain objects (torch.utils's OrderedSet): made
-    like the user's own classes. Torch's other classes wrap C state and stay graph breaks."""
-    return cls.__new__ is object.__new__ and type(cls) in (type, abc.ABCMeta) and \
-        all(klass is object or klass.__flags__ & _HEAP_TYPE for klass in cls.__mro__)
-
-
 def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         names = cls._fields
@@ -286,6 +289,14 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
     elif args or kwargs:
         raise GraphBreak("unsupported-call", f"{cls.__name__}.__init__ is not a Python function")
     return instance
+
+
+def _plain_python_class(cls: type) -> bool:
+    """A class torch writes in Python like user code (lr_scheduler's `_enable_get_lr_call`): made as
+    user classes are. Classes with C slots, a custom __new__ or metaclass stay refused."""
+    return cls.__new__ is object.__new__ and type(cls) in (type, abc.ABCMeta) \
+        and isinstance(lookup_static(cls, "__init__")[0], types.FunctionType) \
+        and all(base.__module__ != "torch._C" and "__slots__" not in vars(base) for base in cls.__mro__[:-1])
 
 
 # -- operators ----------------------------------------------------------------------------

@@ -39,6 +39,19 @@ class GradExit:
         return False
 
 
+class NullExit:
+    """The __exit__ of a context with no effect (a profiler range, nullcontext) entered before a
+    graph break: capture reads a call of it as nothing (contextlib's own __exit__ is not traced)."""
+
+    __slots__ = ()
+
+    def __call__(self, *exc_info) -> bool:
+        return False
+
+
+NULL_EXIT = NullExit()
+
+
 def enter_grad_mode(enabled: bool, previous: bool) -> GradExit:
     torch._C._set_grad_enabled(enabled)
     return GradExit(previous)

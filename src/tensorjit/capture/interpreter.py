@@ -24,6 +24,7 @@ import torch
 
 from ..config import Config
 from . import builder, polyfills
+from .autograd_function import applied_function, call_apply
 from .breaks import GraphBreak, UserLocation
 from .output import OutputGraph, SideEffect
 from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
@@ -262,6 +263,9 @@ class Frame:
         entry = polyfills.find(fn, args, kwargs)
         if entry is not None:  # a C function with a Python stand-in: trace that instead of breaking
             return polyfills.call(self, entry, fn, args, kwargs)
+        function_class = applied_function(fn)
+        if function_class is not None:  # a custom autograd.Function: one node, its backward traced later
+            return call_apply(self, function_class, args, kwargs)
         return fn.call(self, args, kwargs)
 
     def call_object(self, value: ObjectValue, args, kwargs) -> Value:

@@ -26,7 +26,7 @@ from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, 
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue
 from .values.records import RecordValue
-from .values.tensors import SymbolicIntValue, TensorValue, record_call
+from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
 
 HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}
 
@@ -386,6 +386,9 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
             return record_call(f, torch.select, [obj, ConstantValue(0), index], {})
         return record_call(f, operator.getitem, [obj, index], {})
     if isinstance(index, TensorValue):
+        found = _tensor_keyed_item(f, obj, index)
+        if found is not None:
+            return found
         raise GraphBreak("data-dependent-op", "indexing a Python container with a tensor")
     if isinstance(obj, (SequenceValue, DictValue, RecordValue)):
         return obj.getitem(f, index)
@@ -400,6 +403,20 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
         except Exception as e:
             raise GraphBreak("op-error", f"{type(e).__name__}: {e}", exception=e)
     return f.call_dunder(obj, "__getitem__", [index])
+
+
+def _tensor_keyed_item(f: Frame, obj: Value, key: TensorValue) -> Value | None:
+    """`mapping[t]` for a dict from outside keyed by tensors (by identity, as Python hashes them),
+    when `t` is an input too: read now, guarded through both sources. A missing key is left to
+    eager Python (a defaultdict would make the item)."""
+    from .sources import TensorKeySource
+    mapping = obj.obj if isinstance(obj, ObjectValue) else None
+    if not isinstance(mapping, dict) or obj.source is None or key.source is None:
+        return None
+    real = next((gi.example for gi in f.output.inputs if gi.node is key.node), None)
+    if real is None or real not in mapping:
+        return None
+    return f.wrap(dict.__getitem__(mapping, real), TensorKeySource(obj.source, key.source))
 
 
 @opcode()
@@ -496,7 +513,8 @@ def BUILD_SLICE(f, i):
 @opcode()
 def BUILD_STRING(f, i):
     parts = f.popn(i.arg)
-    f.push(ConstantValue("".join(p.constant() for p in parts)))
+    lazy = lazy_text(lambda *texts: "".join(texts), parts) if any(isinstance(p, LazyTextValue) for p in parts) else None
+    f.push(lazy or ConstantValue("".join(p.constant() for p in parts)))
 
 
 def _target(f: Frame, depth: int):
@@ -581,7 +599,9 @@ _CONVERSIONS = {0: lambda raw: raw, 1: str, 2: repr, 3: ascii}
 def _format_constant(value: Value, conversion: int, spec: str) -> Value:
     if isinstance(value, TensorValue):
         raise GraphBreak("data-dependent-op", "formatting a tensor into a string reads its values")
-    return ConstantValue(format(_CONVERSIONS[conversion](value.constant()), spec))
+    convert = _CONVERSIONS[conversion]
+    lazy = lazy_text(lambda v: format(convert(v), spec), [value])  # symbolic sizes: specialized when read
+    return lazy or ConstantValue(format(convert(value.constant()), spec))
 
 
 @opcode(*UP_TO_312)

@@ -199,6 +199,37 @@ class ReduceSource(Source):
         return self.of
 
 
+@dataclass(frozen=True, slots=True)
+class ReferentSource(Source):
+    """`of()` where `of` is a weakref.ref: the object it refers to (None once that died)."""
+
+    of: Source
+
+    def expression(self) -> str:
+        return f"{self.of.expression()}()"
+
+    def base(self) -> Source:
+        return self.of
+
+
+@dataclass(frozen=True, slots=True)
+class TensorKeySource(Source):
+    """`of[key]` for a dict keyed by tensors (an optimizer's `state[param]`); `key` is the tensor's
+    source. Read with .get so that checking a guard never runs a defaultdict's factory."""
+
+    of: Source
+    key: Source
+
+    def expression(self) -> str:
+        return f"{self.of.expression()}.get({self.key.expression()})"
+
+    def base(self) -> Source:
+        return self.of
+
+    def __str__(self) -> str:
+        return f"{self.of}[{self.key}]"
+
+
 def is_literal_key(key) -> bool:
     """A key whose repr reads back as an equal key (a dict may be keyed by classes, torch.Size, objects)."""
     if type(key) is tuple:

@@ -19,6 +19,8 @@ def expression_loads(expr: ir.Expr) -> list[ir.Load]:
         expr = stack.pop()
         if isinstance(expr, ir.Load):
             loads.append(expr)
+        if isinstance(expr, (ir.Load, ir.IndexValue)):  # the loads giving indirect indices
+            stack.extend(node.value for node in ir.indirect_indices(expr.index))
         elif isinstance(expr, ir.Op):
             stack.extend(expr.args)
     return loads
@@ -32,7 +34,12 @@ def names_read(step) -> set[str]:
     if isinstance(step, ir.LoopGroup):
         written = {m.output for m in step.members}
         return set().union(*(names_read(m) for m in step.members)) - written
-    return {load.buffer for load in expression_loads(step.body)}
+    read = {load.buffer for load in expression_loads(step.body)}
+    scatter = getattr(step, "scatter", None)
+    if scatter is not None:  # its base (updated in place), and the index tensors of its store
+        read.add(scatter.base)
+        read |= {load.buffer for node in ir.indirect_indices(scatter.index) for load in expression_loads(node.value)}
+    return read
 
 
 def names_written(step) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from ..breaks import GraphBreak
 from .base import CallableConstant, ConstantValue, NULL, Value
 from .containers import (ContainerMethodValue, DictValue, DictViewValue, IteratorValue, ListValue, SetValue, SliceValue,
                          TupleValue)
-from .tensors import SymbolicIntValue, TensorValue, record_call
+from .tensors import SymbolicIntValue, TensorValue, lazy_text, record_call
 
 _HANDLERS: dict[Any, Callable] = {}
 
@@ -96,8 +96,8 @@ _CONTAINER_TYPES = (list, tuple, dict, set, frozenset)
 def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """Evaluate a pure builtin on constant arguments at capture time."""
     if _is_unbound_container_method(fn, args):
-        # list.append(xs, v), set.__contains__(s, v), frozenset.__and__(p, q): the bound method's call
-        # the base's own method: a subclass's override of the name is not what was called
+        # list.append(xs, v), set.__contains__(s, v), frozenset.__and__(p, q): the base's own method
+        # (a subclass's override of the name is not what was called)
         return tx.call(ContainerMethodValue(args[0], fn.__name__), args[1:], kwargs)
     pure = fn in _PURE or isinstance(fn, (types.BuiltinMethodType, types.MethodWrapperType)) \
         and isinstance(fn.__self__, _IMMUTABLE) \
@@ -112,6 +112,12 @@ def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
         if not all(a.is_constant() or isinstance(a, SymbolicIntValue) for a in [*args, *kwargs.values()]):
             raise GraphBreak("unsupported-call", f"{getattr(fn, '__qualname__', fn)} on symbolic values")
         # symbolic ints read by a pure builtin: their values are used (and guarded), as in torch
+        if fn in _TEXT_MAKERS or getattr(fn, "__name__", "") in ("format", "__mod__") and isinstance(
+                getattr(fn, "__self__", None), str):
+            lazy = lazy_text(lambda *a: fn(*a[:len(args)], **dict(zip(kwargs, a[len(args):]))),
+                             [*args, *kwargs.values()])
+            if lazy is not None:  # text from sizes: guarded only if it is read
+                return lazy
     try:
         result = fn(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
     except Exception as e:
@@ -146,6 +152,9 @@ def python_error(fn, args: list[Value], kwargs: dict[str, Value], error: Excepti
         return error
     return error
 
+
+_TEXT_MAKERS = {str.format, py.format, str.__mod__}
+"""Pure builtins that turn symbolic sizes into text (str() and repr() specialize at once, as in torch)."""
 
 _TENSOR_BUILTINS = {py.abs: torch.abs, py.pow: operator.pow, py.max: None, py.min: None}
 

@@ -500,8 +500,8 @@ class NullContextValue(Value):
         return f"{cg.constant(contextlib.nullcontext)}({cg.value(self.result)})"
 
     def reconstruct_entered_exit(self, cg) -> str:
-        import contextlib
-        return f"{cg.constant(contextlib.nullcontext)}().__exit__"
+        from ..codegen import NULL_EXIT
+        return cg.constant(NULL_EXIT)
 
 
 class PartialValue(Value):
