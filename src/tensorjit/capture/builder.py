@@ -81,8 +81,20 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         guard(Guard(source, "keys", tuple(obj.keys())))
         items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
         return DictValue(items, type(obj), source)
+    if type(obj) in (set, frozenset) and all(type(v) in (int, str, bool, float, bytes, type(None)) for v in obj):
+        # A set of plain constants (names to skip, ids seen): its contents are guarded, and a
+        # set changed in the function is written back like a list or dict.
+        guard(Guard(source, "type", type(obj)))
+        guard(Guard(source, "set_items", tuple(obj)))
+        value = SetValue([ConstantValue(v) for v in obj], type(obj))
+        value.source = source
+        value.mutated = False
+        return value
     if isinstance(obj, torch.nn.Module):
-        guard(Guard(source, "id", obj))
+        # By type, as other objects: every attribute, parameter and hook table capture reads is
+        # guarded where it is read, so a module of the same class built anew on each call (in
+        # forward, or reaching a resume function after a break) reuses the entry.
+        guard(Guard(source, "type", type(obj)))
         return NNModuleValue(obj, source)
     if obj is os.environ:
         return EnvironValue(source)
@@ -204,7 +216,7 @@ def wrap_constant_object(tx, obj: Any) -> Value:
     if type(obj) in (dict, collections.OrderedDict):
         return DictValue({k: wrap_constant_object(tx, v) for k, v in obj.items()}, type(obj))
     if type(obj) in (set, frozenset):
-        return SetValue([wrap_constant_object(tx, v) for v in obj])
+        return SetValue([wrap_constant_object(tx, v) for v in obj], type(obj))
     if isinstance(obj, torch.nn.Module):
         return NNModuleValue(obj, None)
     if obj is os.environ:

@@ -133,7 +133,9 @@ class Frame:
         self.current: Instruction | None = None
         self.kw_names: tuple | None = None
         self.yielded: list[Value] | None = None
+        self.suspend_on_yield = False  # a @contextmanager generator: YIELD_VALUE suspends the frame
         self.current_builtin = None
+        self.current_method = None  # the container method being called (handlers shared by several names)
         self.is_root = parent is None
 
     # -- locations -------------------------------------------------------------

@@ -15,6 +15,7 @@ import torch
 
 from . import cpython
 from .breaks import GraphBreak
+from .contextmanagers import Suspended
 from .cpython import PY, PY311, PY312, PY313, PY314
 from .interpreter import Frame, GeneratorValue, Instruction, Return
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
@@ -356,8 +357,19 @@ def CALL_INTRINSIC_1(f, i):
         _unary(f, operator.pos, "__pos__")
     elif i.arg == 6 or name == "INTRINSIC_LIST_TO_TUPLE":
         f.push(TupleValue(f.pop().unpack(f)))
+    elif i.arg == 3 or name == "INTRINSIC_STOPITERATION_ERROR":
+        f.push(_stop_iteration_error(f.pop()))
     else:
         raise GraphBreak("unsupported-bytecode", f"CALL_INTRINSIC_1 {i.argval}")
+
+
+def _stop_iteration_error(exception: Value) -> Value:
+    """A generator's handler (3.12+): a StopIteration leaving its body becomes RuntimeError (PEP 479)."""
+    if isinstance(exception, ObjectValue) and isinstance(exception.obj, (StopIteration, StopAsyncIteration)):
+        error = RuntimeError(f"generator raised {type(exception.obj).__name__}")
+        error.__cause__ = exception.obj
+        return ObjectValue(error, None)
+    return exception
 
 
 @opcode(PY311)
@@ -820,8 +832,11 @@ def RETURN_GENERATOR(f, i):
 
 @opcode()
 def YIELD_VALUE(f, i):
-    f.yielded.append(f.pop())
-    f.push(ConstantValue(None))
+    value = f.pop()
+    f.push(ConstantValue(None))  # what send() gives back when the frame resumes
+    if f.suspend_on_yield:
+        raise Suspended(value)
+    f.yielded.append(value)
 
 
 @opcode()

@@ -3,6 +3,9 @@
 Inlining reaches any Python function by default. Some cannot be traced
 meaningfully (they do I/O, manage threads or inspect frames); calling one ends
 the graph and runs it eagerly.
+
+unittest is traced (its assertions are plain Python that compiled test bodies call), except
+unittest.mock, whose patching rewrites modules and classes.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from .breaks import GraphBreak
 
 _SKIPPED_MODULE_PREFIXES = (
     "logging", "warnings", "threading", "inspect", "traceback", "abc", "typing", "contextlib",
-    "importlib", "os", "io", "pdb", "unittest", "numpy", "scipy", "tensorjit", "torch._dynamo",
+    "importlib", "os", "io", "pdb", "unittest.mock", "numpy", "scipy", "tensorjit", "torch._dynamo",
     "torch.autograd", "torch.utils.hooks", "torch.utils.checkpoint", "torch.distributed", "copy",
 )
 

@@ -228,3 +228,24 @@ class TensorKeySource(Source):
 
     def __str__(self) -> str:
         return f"{self.of}[{self.key}]"
+
+
+def is_literal_key(key) -> bool:
+    """A key whose repr reads back as an equal key (a dict may be keyed by classes, torch.Size, objects)."""
+    if type(key) is tuple:
+        return all(is_literal_key(k) for k in key)
+    if type(key) is float:
+        return key == key and key not in (float("inf"), float("-inf"))
+    return key is None or type(key) in (bool, int, str, bytes)
+
+
+def render(source: Source, name_constant) -> str:
+    """Python text reading `source`, where an item key without a literal form is the name
+    `name_constant(key)` gives it (the generated function holds the key itself)."""
+    if isinstance(source, ItemSource):
+        key = repr(source.key) if is_literal_key(source.key) else name_constant(source.key)
+        return f"{render(source.of, name_constant)}[{key}]"
+    if isinstance(source, AttrSource):
+        of = render(source.of, name_constant)
+        return f"{of}.{source.name}" if source.name.isidentifier() else f"getattr({of}, {source.name!r})"
+    return source.expression()

@@ -66,7 +66,8 @@ def is_torch_operation(fn: Any) -> bool:
         if module.startswith("torch"):
             return True
         owner = getattr(fn, "__self__", None)
-        return owner is not None and getattr(owner, "__name__", "").startswith("torch")
+        name = getattr(owner, "__name__", "") if owner is not None else ""
+        return isinstance(name, str) and name.startswith("torch")  # an object's __getattr__ may answer anything
     if isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType,
                        types.GetSetDescriptorType)):
         return getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor)
