@@ -143,70 +143,19 @@ WORKLOADS = [
 
 
 def tensorjit_compile(model: nn.Module, inputs: list[torch.Tensor]) -> Callable[..., Any]:
-    """tensorjit.compile with the inductor backend when it exists, else with the Triton code generator directly."""
     import tensorjit
 
-    backend = "inductor" if _module_exists("tensorjit.backends.inductor") else triton_backend
-    if hasattr(tensorjit, "compile"):
-        return tensorjit.compile(model, backend=backend)
-    backend = tensorjit.backends.registry.lookup_backend(backend) if isinstance(backend, str) else backend
-    return backend(torch.fx.symbolic_trace(model), list(inputs))
+    return tensorjit.compile(model)
 
 
 DIRECT = False
-"""--direct: skip the capture stage (symbolic_trace, then the Triton backend)."""
+"""--direct: skip the capture stage (symbolic_trace, then the inductor backend)."""
 
 
 def direct_compile(model: nn.Module, inputs: list[torch.Tensor]) -> Callable[..., Any]:
-    backend = triton_backend
-    if _module_exists("tensorjit.backends.inductor"):
-        from tensorjit.backends.inductor import inductor as backend
-    return backend(torch.fx.symbolic_trace(model), list(inputs))
+    from tensorjit.backends.inductor import inductor
 
-
-def _module_exists(name: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ImportError:
-        return False
-
-
-def triton_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
-    """A backend straight onto tensorjit's Triton code generator (while the shared inductor backend is absent).
-
-    Inference graphs are traced to ATen with make_fx and compiled; graphs that
-    record gradients go through tensorjit.autograd.aot_compile when that
-    exists, else run eagerly."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from tensorjit.codegen.triton import compile_aten_graph, decompositions
-
-    needs_grad = torch.is_grad_enabled() and any(
-        isinstance(value, torch.Tensor) and value.requires_grad for value in example_inputs
-    )
-    if needs_grad:
-        try:
-            from tensorjit.autograd import aot_compile
-        except ImportError:
-            print("    (tensorjit.autograd.aot_compile absent: the training graph runs eagerly)")
-            return gm
-        return aot_compile(gm, example_inputs, fw_compiler=compile_aten_graph, decompositions=decompositions())
-    # Fake tracing needs every tensor to be an input (capture lifts parameters);
-    # a symbolically traced module keeps them as attributes, so trace for real.
-    has_attributes = any(True for _ in gm.parameters()) or any(True for _ in gm.buffers())
-    start = time.perf_counter()
-    with torch.no_grad():
-        aten_graph = make_fx(gm, decomposition_table=decompositions(),
-                             tracing_mode="real" if has_attributes else "fake")(*example_inputs)
-    traced = time.perf_counter()
-    compiled = compile_aten_graph(aten_graph, list(example_inputs))
-    kernels = getattr(compiled, "kernel_sources", [])
-    print(f"    tensorjit: graph of {len(aten_graph.graph.nodes)} ATen nodes -> {len(kernels)} Triton kernels "
-          f"({len(set(kernels))} distinct); make_fx {traced - start:.2f} s, lowering + kernel compiles "
-          f"{time.perf_counter() - traced:.2f} s (before the first launch)", flush=True)
-    return compiled
+    return inductor(torch.fx.symbolic_trace(model), list(inputs))
 
 
 def reset_compilers() -> None:

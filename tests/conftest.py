@@ -20,5 +20,8 @@ if "TENSORJIT_CACHE_DIR" not in os.environ:
     os.environ["TENSORJIT_CACHE_DIR"] = _cache
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
+# Every program the suite lowers goes through the IR verifier (codegen/verify.py).
+os.environ.setdefault("TENSORJIT_VERIFY_IR", "1")
+
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

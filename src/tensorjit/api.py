@@ -55,6 +55,7 @@ class CompiledFunction:
         self.config = config
         self.fullgraph = fullgraph
         self.entries: list[CacheEntry] = []
+        self.dead_entries = 0  # entries dropped when an object their guards hold died: they count as recompiles
         self.failures: list[str] = []
         self.eager_fallback = False
         self.binder = _make_binder(fn)
@@ -149,9 +150,20 @@ class CompiledFunction:
             entry = self._warm_start(L)
             if entry is not None:
                 return entry.run(args, kwargs, L)
-        self.entries = [e for e in self.entries if e.guards.alive()]
+        live = [e for e in self.entries if e.guards.alive()]
+        self.dead_entries += len(self.entries) - len(live)
+        self.entries = live
         if self.warmed_up and not self.entries:
             self._note_changed_shapes(L)
+        if not self.entries and self.dead_entries >= self.config.cache_size_limit:
+            # A value made anew on each call and guarded by identity: every call would capture again
+            self.eager_fallback = True
+            code = self.fn.__code__
+            warnings.warn(logs.recompile_limit_text(code.co_name, f"{code.co_filename}:{code.co_firstlineno}",
+                                                    self.config.cache_size_limit,
+                                                    ("-", "an object the guards held by identity died")),
+                          stacklevel=3)
+            return self.fn(*args, **kwargs)
         if self.entries:
             self._note_changed_shapes(L)
             # Every entry's first failing guard, newest first, numbered "frame/entry" as torch does.
@@ -161,7 +173,7 @@ class CompiledFunction:
             code = self.fn.__code__
             location = f"{code.co_filename}:{code.co_firstlineno}"
             logs.recompile(code.co_name, location, failures)
-            if len(self.entries) >= self.config.cache_size_limit:
+            if len(self.entries) + self.dead_entries >= self.config.cache_size_limit:
                 self.eager_fallback = True
                 warnings.warn(logs.recompile_limit_text(code.co_name, location, self.config.cache_size_limit,
                                                         failures[0]), stacklevel=3)
@@ -407,7 +419,15 @@ def _wrap_callee(obj, settings: tuple | None = None):
 
 def _is_library(fn) -> bool:
     module = fn.__globals__.get("__name__", "") or ""
+    if module.startswith(_COMPILED_LIBRARY_MODULES):
+        return False
     return module.split(".")[0] in ("torch", "tensorjit", "numpy", "logging", "warnings", "builtins")
+
+
+_COMPILED_LIBRARY_MODULES = ("torch.optim.",)
+"""torch code that is compiled when reached at a graph break, as Dynamo compiles its frames: the
+optimizers' step wrappers break (their _use_grad calls torch._dynamo.graph_break()) around the update
+that should be one graph."""
 
 
 def call_module(module, *args, **kwargs):

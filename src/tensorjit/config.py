@@ -52,7 +52,10 @@ class Config:
     compile_threads: int = 0
     """Worker processes that compile kernels in parallel; 0 picks from the CPU count."""
     max_autotune: bool = False
-    """Benchmark several kernel configurations and keep the fastest."""
+    """Time several launch shapes (block sizes, warps) of every generated Triton kernel on its
+    first call and keep the fastest (`codegen/triton/heuristics.py` *_candidates); without it
+    only looped reductions are timed. Matrix products stay cuBLAS's (no Triton GEMM templates
+    yet). mode="max-autotune" and "max-autotune-no-cudagraphs" set it."""
     triton_cudagraphs: bool = False
     """Replay compiled graphs through CUDA graphs (mode="reduce-overhead"): inference graphs, and the
     forward and backward graphs of training; see runtime/cudagraphs.py."""
@@ -65,14 +68,12 @@ class Config:
     progress: str = "auto"
     """A live progress line on stderr for compiles over 2 s: "auto" (when stderr is a terminal),
     "always" or "never" (`tensorjit.progress`)."""
-    codegen_triton_ir: bool = False
-    """CUDA graphs go through the shared loop IR with the Triton emitter (codegen/triton/ir_compile.py:
-    the C++ path's decompositions, lowering, fusion and wrapper) instead of the Triton path's own
-    lowering (codegen/triton/direct.py). Off until GPU benchmarks show no regression (issue 12).
-    TENSORJIT_CODEGEN_TRITON_IR=1 turns it on. (Random ops always run as ATen calls, so compiled
-    random numbers match eager's bit for bit: no option is needed for that.)"""
     profile_kernels: bool = False
     """Name every generated kernel and extern call in torch.profiler traces (costs ~1 us a step)."""
+    verify_ir: bool = False
+    """Check every lowered program with the IR verifier (codegen/verify.py) before emitting it:
+    an IRError instead of a kernel that reads out of bounds. The test suite turns it on
+    (TENSORJIT_VERIFY_IR=1); it costs milliseconds per graph."""
 
     @property
     def recompile_limit(self) -> int:
@@ -188,8 +189,8 @@ def from_environment(environ: os._Environ | dict[str, str] = os.environ) -> Conf
                           f"are: {', '.join(CHOICES['progress'])}", RuntimeWarning)
     if environ.get("TENSORJIT_PROFILE_KERNELS", "") not in ("", "0"):
         cfg.profile_kernels = True
-    if environ.get("TENSORJIT_CODEGEN_TRITON_IR", "") not in ("", "0"):
-        cfg.codegen_triton_ir = True
+    if environ.get("TENSORJIT_VERIFY_IR", "") not in ("", "0"):
+        cfg.verify_ir = True
     return cfg
 
 

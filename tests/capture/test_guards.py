@@ -4,6 +4,8 @@ import weakref
 
 import torch
 
+import tensorjit
+
 from tensorjit.capture.guards import Guard, GuardSet, TensorSignature, global_state_guards
 from tensorjit.capture.sources import AttrSource, ItemSource, LocalSource
 
@@ -77,3 +79,52 @@ def test_failure_names_the_guard():
 def test_duplicate_guards_are_emitted_once():
     g = Guard(LocalSource(0, "n"), "constant", 3)
     assert len(build(g, g).parts) == 1
+
+
+TABLE_BY_CLASS = {list: 2, dict: 3}
+
+
+def test_guard_on_an_item_keyed_by_a_class():
+    def fn(x):
+        return x * TABLE_BY_CLASS[list]
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x * 2)
+    TABLE_BY_CLASS[list] = 5
+    try:
+        torch.testing.assert_close(compiled(x), x * 5)
+    finally:
+        TABLE_BY_CLASS[list] = 2
+
+
+TENSORS_BY_SIZE = {torch.Size([2]): torch.ones(2)}
+
+
+def test_a_graph_input_keyed_by_a_size_is_read_through_a_constant():
+    def fn(x):
+        return x + TENSORS_BY_SIZE[torch.Size([2])]
+
+    compiled = tensorjit.compile(fn, backend="eager")
+    x = torch.randn(2)
+    torch.testing.assert_close(compiled(x), x + 1)
+    TENSORS_BY_SIZE[torch.Size([2])] = torch.zeros(2)
+    try:
+        torch.testing.assert_close(compiled(x), x)
+    finally:
+        TENSORS_BY_SIZE[torch.Size([2])] = torch.ones(2)
+
+
+class DotDict(dict):
+    __getattr__ = dict.get
+
+
+CONFIG = DotDict({"a": 2})
+
+
+def test_a_dict_whose_getattr_answers_anything_is_not_an_internal_error():
+    def fn(x):
+        return x * CONFIG.get("a", 3)
+
+    x = torch.randn(2)
+    torch.testing.assert_close(tensorjit.compile(fn, backend="eager")(x), x * 2)

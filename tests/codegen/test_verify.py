@@ -58,3 +58,48 @@ def test_row_local_buffers_stay_inside_their_group():
     with pytest.raises(IRError, match="reads buf1, row-local to group0"):
         verify(program([group, later], buffers=(IN, OUT, ir.Buffer("buf2", "float32", (4,), (1,))),
                        outputs=("buf2",)))
+
+
+def test_a_load_outside_its_buffer_is_refused():
+    # in0 holds 4 elements; i0 + 1 reaches offset 4 on the last iteration
+    body = ir.Load("in0", ir.index_add(i0, ir.IndexConst(1)), "float32")
+    with pytest.raises(IRError, match=r"reaches offsets 1\.\.4, outside the buffer's 0\.\.3"):
+        verify(program([pointwise("buf1", body)]))
+
+
+def test_a_load_discarded_by_a_select_must_still_be_in_bounds():
+    # cat's pieces are all loaded and one selected: the first piece (4 of 12 rows) used to be
+    # read at rows 4..11 too, out of its buffer (an illegal memory access on the GPU)
+    pieces = [torch.randn(4, 8), torch.randn(3, 8), torch.randn(5, 8)]
+    gm = make_fx(lambda a, b, c: torch.cat([a, b, c]) * 2, decomposition_table=decompositions())(*pieces)
+    program = GraphLowering(gm, pieces).run()
+    verify(program)
+    verify(fuse_loops(program))
+
+
+def test_indirect_indices_need_an_integer_value_of_this_kernel():
+    float_index = ir.IndirectIndex(ir.Load("in0", i0, "float32"), 4)
+    with pytest.raises(IRError, match="needs an integer value"):
+        verify(program([pointwise("buf1", ir.Load("in0", float_index, "float32"))]))
+    stray = ir.IndirectIndex(ir.Load("idx", i1, "int64"), 4)
+    index_buffer = ir.Buffer("idx", "int64", (4,), (1,), "input")
+    with pytest.raises(IRError, match=r"uses \['i1'\]"):
+        verify(ir.Program((IN, index_buffer, OUT), (pointwise("buf1", ir.Load("in0", stray, "float32")),),
+                          ("in0", "idx"), ("buf1",)))
+
+
+def test_a_scatter_base_is_read_by_nothing_after_the_scatter():
+    base, result, later = OUT, ir.Buffer("buf2", "float32", (4,), (1,)), ir.Buffer("buf3", "float32", (4,), (1,))
+    fill = pointwise("buf1", ir.Constant(0.0, "float32"))
+    scatter = ir.Pointwise("kernel1", "buf2", (4,), ir.Load("in0", i0, "float32"), (i0,),
+                           ir.Scatter("buf1", ir.IndirectIndex(ir.Load("idx", i0, "int64"), 4), accumulate=True))
+    index_buffer = ir.Buffer("idx", "int64", (4,), (1,), "input")
+    buffers = (IN, index_buffer, base, result, later)
+    verify(ir.Program(buffers, (fill, scatter), ("in0", "idx"), ("buf2",)))
+    assert "buf2[indirect(load(idx, i0), 4)] += load(in0, i0)  (in place of buf1)" in str(scatter)
+    stale = pointwise("buf3", ir.Load("buf1", i0, "float32"), "kernel2")
+    with pytest.raises(IRError, match="reads buf1, which kernel1 updated in place"):
+        verify(ir.Program(buffers, (fill, scatter, stale), ("in0", "idx"), ("buf3",)))
+    with pytest.raises(IRError, match="scatters into in0, which is not a temporary"):
+        into_input = ir.Pointwise("kernel1", "buf2", (4,), ir.Constant(1.0, "float32"), (i0,), ir.Scatter("in0", i0))
+        verify(ir.Program(buffers, (into_input,), ("in0", "idx"), ("buf2",)))

@@ -14,8 +14,6 @@ samples is), so the rate cannot hide a code generator that compiles nothing.
 - Triton emitter: CUDA tensors, or on a machine without CUDA the same kernels in
   Triton's interpreter (TRITON_INTERPRET=1, set by tests/conftest.py) on CPU
   tensors, under a time budget (the interpreter is slow).
-- Triton emitter of the shared loop IR (codegen/triton/ir_compile.py,
-  Config.codegen_triton_ir): the same devices and budgets.
 
 Samples come from `op.sample_inputs_func` directly: `op.sample_inputs` wraps
 them in a tracker that walks the Python stack with `inspect.stack()` for every
@@ -206,29 +204,18 @@ def test_cpp_emitter_opinfo_float32():
     assert fallback_rate <= MAX_WHOLE_GRAPH_FALLBACKS, line
 
 
-def _check_triton_opinfo(compile_aten_graph, label: str) -> None:
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no CUDA and Triton's interpreter is off")
-    start = time.time()
-    results = run_op_db(device, compile_aten_graph, budget(600 if device == "cuda" else 150))
-    rate, fallback_rate, line = summarize(f"{device} ({label})", results, time.time() - start)
-    assert len(results) >= 50, line
-    assert rate >= MIN_PASS_RATE, line
-    assert fallback_rate <= MAX_WHOLE_GRAPH_FALLBACKS, line
-
-
 @pytest.mark.filterwarnings("ignore")
 def test_triton_emitter_opinfo_float32():
     pytest.importorskip("triton")
     from tensorjit.codegen.triton import compile_aten_graph
 
-    _check_triton_opinfo(compile_aten_graph, "Triton")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no CUDA and Triton's interpreter is off")
+    start = time.time()
+    results = run_op_db(device, compile_aten_graph, budget(600 if device == "cuda" else 150))
+    rate, fallback_rate, line = summarize(f"{device} (Triton)", results, time.time() - start)
+    assert len(results) >= 50, line
+    assert rate >= MIN_PASS_RATE, line
+    assert fallback_rate <= MAX_WHOLE_GRAPH_FALLBACKS, line
 
-
-@pytest.mark.filterwarnings("ignore")
-def test_triton_ir_emitter_opinfo_float32():
-    pytest.importorskip("triton")
-    from tensorjit.codegen.triton.ir_compile import compile_aten_graph
-
-    _check_triton_opinfo(compile_aten_graph, "Triton, loop IR")

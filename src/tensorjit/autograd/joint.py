@@ -28,6 +28,8 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize
 
+from .custom_ops import functionalize_custom_ops
+
 
 @dataclass
 class TracedGraph:
@@ -48,10 +50,26 @@ def _is_differentiable(value: Any) -> bool:
 
 
 def _functional(gm: torch.fx.GraphModule):
+    gm = functionalize_custom_ops(gm)
+
     def run(*args):
         out = gm.forward(*args)  # not gm(): fx prints a traceback for every error, even handled ones
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if calls_autograd_functions(gm):
+        # functorch's functionalize sends a custom autograd.Function through custom_function_call,
+        # which it cannot functionalize (and which wants setup_context). Plain autograd runs the
+        # user's forward and, under autograd.grad, the user's backward; make_fx records their ATen
+        # ops, and _functionalize_mutations functionalizes that graph op by op afterwards.
+        return run
     return functionalize(run, remove="mutations")
+
+
+def calls_autograd_functions(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph applies a custom autograd.Function: tensorjit's capture marks its node's
+    target; Dynamo's graphs (tensorjit as a torch.compile backend) hold autograd_function_apply."""
+    return any(node.op == "call_function" and (getattr(node.target, "autograd_function", None) is not None
+                                               or getattr(node.target, "__name__", "") == "autograd_function_apply")
+               for node in gm.graph.nodes)
 
 
 def fake_outputs(gm, example_inputs) -> tuple:

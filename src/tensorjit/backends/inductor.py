@@ -4,13 +4,11 @@ The captured graph goes through `tensorjit.autograd.aot_compile`, which hands th
 forward and backward ATen graphs (or the inference graph) separately to the code
 generator for the graph's device:
 
-- CUDA: `tensorjit.codegen.triton` (fused Triton kernels, ATen for matmul/conv/attention); with
-  `Config.codegen_triton_ir`, the shared loop IR with the Triton emitter
-  (`tensorjit.codegen.triton.ir_compile`) instead; under mode="reduce-overhead"
+- CUDA: `tensorjit.codegen.triton` (the shared loop IR with the Triton emitter: fused Triton
+  kernels, ATen for matmul/conv/attention); under mode="reduce-overhead"
   (`config.triton_cudagraphs`) each compiled graph (inference, forward, backward) is replayed
   through CUDA graphs (`runtime/cudagraphs.py`);
-- CPU: `tensorjit.codegen.cpp` when it is present; until then the ATen graphs run as they
-  are (correct, and without the Python overhead of the original modules).
+- CPU: `tensorjit.codegen.cpp` (the same pipeline with the C++/OpenMP emitter).
 
 Any failure while compiling falls back to running the captured graph eagerly, with the
 reason logged: the backend never gives a wrong answer.
@@ -25,6 +23,7 @@ import torch
 
 from .. import logs, progress
 from ..autograd import aot_compile
+from ..codegen.verify import IRError
 from ..config import Config, config as default_config
 
 
@@ -33,8 +32,6 @@ def _run_as_is(gm, example_inputs):
 
 
 def _code_generator(device_type: str, config: Config) -> tuple[Callable, dict | None]:
-    if device_type == "cuda" and config.codegen_triton_ir:
-        return _shared_ir_triton()
     name = {"cuda": "tensorjit.codegen.triton", "cpu": "tensorjit.codegen.cpp"}.get(device_type)
     if name is None:
         return _run_as_is, None
@@ -43,17 +40,6 @@ def _code_generator(device_type: str, config: Config) -> tuple[Callable, dict | 
     except ImportError:
         return _run_as_is, None
     return module.compile_aten_graph, module.decompositions()
-
-
-def _shared_ir_triton() -> tuple[Callable, dict | None]:
-    """The loop IR with the Triton emitter (Config.codegen_triton_ir): the C++ path's decompositions."""
-    try:
-        importlib.import_module("triton")
-        from ..codegen.triton.ir_compile import compile_aten_graph
-    except ImportError:
-        return _run_as_is, None
-    from ..codegen.decomp import decompositions
-    return compile_aten_graph, decompositions()
 
 
 def cudagraph_wrapper(config: Config, device: str, gm: torch.fx.GraphModule | None = None) -> Callable | None:
@@ -87,6 +73,8 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Con
         with progress.stage("autograd"):
             return aot_compile(gm, example_inputs, fw_compiler=compiler, decompositions=decompositions,
                                partitioner=config.partitioner, wrap_compiled=wrap)
+    except IRError:  # raised only under Config.verify_ir (the tests): a code generator bug, shown
+        raise
     except Exception as error:  # noqa: BLE001 - a compiler gap must not become a wrong answer
         logs.emit("graph_breaks", f"inductor: running the graph eagerly: {type(error).__name__}: {error}")
         return gm.forward

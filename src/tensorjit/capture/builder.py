@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .guards import Guard
+from .higher_order import higher_order_value
 from .markers import marked_value
 from .sources import ItemSource, Source
 from .values.base import ConstantValue, Value
@@ -59,7 +60,8 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         node, fake = tx.output.add_input(obj, source)
         return TensorValue(node, fake, source, type(obj))
     policy = tx.output.policy
-    if tx.output.shape_env is not None and policy is not None and policy.int_symbolic(source, obj):
+    if tx.output.shape_env is not None and policy is not None and type(obj) is int \
+            and policy.int_symbolic(source, obj, _owner(tx, source)):
         node = tx.output.add_int_input(obj, source)
         value = SymbolicIntValue(node, node.meta["example_value"])
         value.source = source  # rebuilt from the argument itself, not from the graph's outputs
@@ -74,13 +76,25 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         if isinstance(obj, list):
             return ListValue(items, source)
         return TupleValue(items, type(obj), source)
-    if type(obj) in (dict, collections.OrderedDict):
+    if type(obj) in (dict, collections.OrderedDict) and not any(isinstance(k, torch.Tensor) for k in obj):
         guard(Guard(source, "type", type(obj)))
         guard(Guard(source, "keys", tuple(obj.keys())))
         items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
         return DictValue(items, type(obj), source)
+    if type(obj) in (set, frozenset) and all(type(v) in (int, str, bool, float, bytes, type(None)) for v in obj):
+        # A set of plain constants (names to skip, ids seen): its contents are guarded, and a
+        # set changed in the function is written back like a list or dict.
+        guard(Guard(source, "type", type(obj)))
+        guard(Guard(source, "set_items", tuple(obj)))
+        value = SetValue([ConstantValue(v) for v in obj], type(obj))
+        value.source = source
+        value.mutated = False
+        return value
     if isinstance(obj, torch.nn.Module):
-        guard(Guard(source, "id", obj))
+        # By type, as other objects: every attribute, parameter and hook table capture reads is
+        # guarded where it is read, so a module of the same class built anew on each call (in
+        # forward, or reaching a resume function after a break) reuses the entry.
+        guard(Guard(source, "type", type(obj)))
         return NNModuleValue(obj, source)
     if obj is os.environ:
         return EnvironValue(source)
@@ -103,6 +117,11 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     else:
         guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
     return _wrap_callable_or_object(tx, obj, source)
+
+
+def _owner(tx, source: Source):
+    base = source.base()
+    return tx.output.wrapped.get(base, (None,))[0] if base is not None else None
 
 
 def _guard_closure(tx, fn: types.FunctionType, source: Source) -> None:
@@ -160,6 +179,9 @@ def _wrap_callable_or_object(tx, obj: Any, source: Source | None) -> Value:
     marked = marked_value(obj, source)  # allow_in_graph, assume_constant_result, substitute_in_graph
     if marked is not None:
         return marked
+    higher_order = higher_order_value(obj, source)  # torch.cond, checkpoint
+    if higher_order is not None:
+        return higher_order
     if has_handler(obj):  # builtins and library callables with a symbolic meaning (len, itertools.chain, ...)
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType) and not is_torch_operation(obj):
@@ -194,7 +216,7 @@ def wrap_constant_object(tx, obj: Any) -> Value:
     if type(obj) in (dict, collections.OrderedDict):
         return DictValue({k: wrap_constant_object(tx, v) for k, v in obj.items()}, type(obj))
     if type(obj) in (set, frozenset):
-        return SetValue([wrap_constant_object(tx, v) for v in obj])
+        return SetValue([wrap_constant_object(tx, v) for v in obj], type(obj))
     if isinstance(obj, torch.nn.Module):
         return NNModuleValue(obj, None)
     if obj is os.environ:

@@ -15,16 +15,20 @@ import functools
 import inspect
 import operator
 import types
+import weakref
 from typing import Callable
 
 import torch
 
 from .breaks import GraphBreak
-from .codegen import GradExit
+from .codegen import GradExit, NullExit
+from .guards import Guard
 from .markers import break_is_error
 from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
-from .values.containers import BIRTHS, DictValue, ListValue, SequenceValue, TupleValue, SetValue
+from .contextmanagers import HELPER_CODE, ContextManagerFactoryValue, GeneratorContextValue
+from .values.container_subclasses import container_base, instantiate as instantiate_container
+from .values.containers import BIRTHS, DictValue, ListValue, SequenceValue, TupleValue, SetValue, hash_key
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
@@ -51,7 +55,7 @@ def bind_arguments(code: types.CodeType, defaults: list[Value], kwdefaults: dict
         bound[names[index]] = TupleValue(list(extra))
         index += 1
     elif extra:
-        raise GraphBreak("bad-call", f"{code.co_name}() takes {npos} positional arguments but {len(args)} were given")
+        raise _bad_call(f"{code.co_name}() takes {npos} positional arguments but {len(args)} were given")
     varkw: dict[str, Value] = {}
     for key, value in kwargs.items():
         if key in names[posonly:npos + nkw] and key not in bound:
@@ -59,32 +63,41 @@ def bind_arguments(code: types.CodeType, defaults: list[Value], kwdefaults: dict
         elif code.co_flags & CO_VARKEYWORDS:
             varkw[key] = value
         else:
-            raise GraphBreak("bad-call", f"{code.co_name}() got an unexpected keyword argument {key!r}")
+            raise _bad_call(f"{code.co_name}() got an unexpected keyword argument {key!r}")
     if code.co_flags & CO_VARKEYWORDS:
         bound[names[index]] = DictValue(varkw)
     first_default = npos - len(defaults)
     for i, name in enumerate(names[:npos]):
         if name not in bound:
             if i < first_default:
-                raise GraphBreak("bad-call", f"{code.co_name}() missing required argument {name!r}")
+                raise _bad_call(f"{code.co_name}() missing required argument {name!r}")
             bound[name] = defaults[i - first_default]
     for name in names[npos:npos + nkw]:
         if name not in bound:
             if name not in kwdefaults:
-                raise GraphBreak("bad-call", f"{code.co_name}() missing keyword-only argument {name!r}")
+                raise _bad_call(f"{code.co_name}() missing keyword-only argument {name!r}")
             bound[name] = kwdefaults[name]
     return bound
 
 
+def _bad_call(message: str) -> GraphBreak:
+    """Arguments that do not fit the signature: Python raises TypeError, which the program may catch."""
+    return GraphBreak("bad-call", message, exception=TypeError(message))
+
+
 def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .interpreter import Frame, GeneratorValue
+    from .skipfiles import check_inlinable
+    if fn.code is HELPER_CODE:  # calling a @contextlib.contextmanager function
+        return GeneratorContextValue(fn, list(args), dict(kwargs))
+    if getattr(fn, "fn", None) is contextlib.contextmanager and len(args) == 1 and not kwargs:
+        return ContextManagerFactoryValue(args[0])  # the decorator applied inside the function
+    fn = check_inlinable(fn)
     code: types.CodeType = fn.code
     if code.co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR):
         raise GraphBreak("async", f"{code.co_name} is a coroutine")
     if tx.depth >= tx.config.inline_depth_limit:
         raise GraphBreak("recursion", f"inlining deeper than {tx.config.inline_depth_limit} calls")
-    from .skipfiles import check_inlinable
-    check_inlinable(fn)
     bound = bind_arguments(code, fn.defaults(tx), fn.kwdefaults(tx), args, kwargs)
     cells: dict = {}
     for name in code.co_cellvars:
@@ -96,7 +109,14 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
         before, born = _visible_effects(tx.output), next(BIRTHS)
         writes = len(tx.output.container_writes)
         frame.yielded = []
-        frame.run()
+        try:
+            frame.run()
+        except GraphBreak as e:
+            if isinstance(e.exception, StopIteration):  # PEP 479: it leaves a generator as RuntimeError
+                error = RuntimeError("generator raised StopIteration")
+                error.__cause__ = e.exception
+                e.exception = error
+            raise
         effectful = _visible_effects(tx.output) != before or \
             any(b < born for b in tx.output.container_writes[writes:])
         if effectful and not _consumed_whole(tx):
@@ -138,6 +158,8 @@ def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Val
     if obj in _GRAD_MODES:
         tx.current_builtin = obj
         return _GRAD_MODES[obj](tx, args, kwargs)
+    if isinstance(obj, NullExit):  # the exit of a profiler range or nullcontext entered before a break
+        return ConstantValue(False)
     if isinstance(obj, GradExit):  # the exit of a grad-mode block entered at a graph break
         from .guards import Guard
         from .sources import AttrSource
@@ -152,10 +174,20 @@ def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Val
         return tx.call(fn, [*stored, *args], merged)
     if isinstance(obj, type):
         return _instantiate(tx, value, obj, args, kwargs)
+    if type(obj) is weakref.ReferenceType and not args and not kwargs:
+        return _referent(tx, value)
     call = lookup_static(type(obj), "__call__")[0]
     if isinstance(call, types.FunctionType):
         return tx.call(FunctionValue(call), [value, *args], kwargs)
     raise GraphBreak("unsupported-call", f"calling {type(obj).__name__} object, which tensorjit cannot trace")
+
+
+def _referent(tx, value: ObjectValue) -> Value:
+    """`ref()`: the object a weak reference points to, read (and guarded) through the reference."""
+    from .sources import ReferentSource
+    if value.source is None:
+        return tx.wrap_constant_object(value.obj())
+    return tx.wrap(value.obj(), ReferentSource(value.source))
 
 
 def _no_grad(tx, args, kwargs):
@@ -239,11 +271,15 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
     if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
         return ObjectValue(cls(*[a.constant() for a in args]), None)
-    if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)) or cls.__module__.startswith("torch"):
+    if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)) or cls.__module__.startswith("torch") \
+            and not _plain_python_class(cls):
         if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) \
                 and cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return tx.wrap_constant_object(cls(*[a.constant() for a in args]))
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} inside a compiled function")
+    base = container_base(cls)
+    if base is not None:
+        return instantiate_container(tx, cls, base, args, kwargs)
     if cls.__new__ is not object.__new__ or type(cls) not in (type, abc.ABCMeta):
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} (custom __new__ or metaclass)")
     instance = UserObjectValue(cls)
@@ -253,6 +289,14 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
     elif args or kwargs:
         raise GraphBreak("unsupported-call", f"{cls.__name__}.__init__ is not a Python function")
     return instance
+
+
+def _plain_python_class(cls: type) -> bool:
+    """A class torch writes in Python like user code (lr_scheduler's `_enable_get_lr_call`): made as
+    user classes are. Classes with C slots, a custom __new__ or metaclass stay refused."""
+    return cls.__new__ is object.__new__ and type(cls) in (type, abc.ABCMeta) \
+        and isinstance(lookup_static(cls, "__init__")[0], types.FunctionType) \
+        and all(base.__module__ != "torch._C" and "__slots__" not in vars(base) for base in cls.__mro__[:-1])
 
 
 # -- operators ----------------------------------------------------------------------------
@@ -267,6 +311,8 @@ _INPLACE = {operator.iadd: operator.add, operator.isub: operator.sub, operator.i
 
 
 def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
+    if op is operator.contains and not isinstance(a, TensorValue) and not isinstance(a, SymbolicIntValue):
+        return _contains(tx, a, b)  # a tensor item: the container's own __contains__ decides
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return _tensor_binary(tx, op, a, b)
     if isinstance(a, SymbolicIntValue) or isinstance(b, SymbolicIntValue):
@@ -279,21 +325,36 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         return _identity(tx, op, a, b)
     if op is operator.contains:
         return _contains(tx, a, b)
+    if op in (operator.imul, operator.ior, operator.iand, operator.ixor, operator.isub) and \
+            (isinstance(a, (ListValue, DictValue)) or isinstance(a, SetValue) and not issubclass(a.cls, frozenset)):
+        in_place = _in_place(tx, op, a, b)
+        if in_place is not None:
+            return in_place
     if a.is_constant() and b.is_constant() and not isinstance(a, ListValue) and not isinstance(b, ListValue):
         try:
             return tx.wrap_constant_object(op(a.constant(), b.constant()))
         except Exception as e:
             raise GraphBreak("op-error", f"{op.__name__} raised {type(e).__name__}: {e}", exception=e)
     base = _INPLACE.get(op, op)
-    if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and base is operator.add:
-        if isinstance(a, ListValue) and op is operator.iadd:
-            a.mutate(tx)
-            a.items.extend(b.items)
-            return a
+    if isinstance(a, ListValue) and op is operator.iadd:  # list.__iadd__ extends by any iterable
+        items = tx.iterate(b).unpack(tx)
+        a.mutate(tx)
+        a.items.extend(items)
+        return a
+    if isinstance(a, SequenceValue) and base is operator.add and isinstance(b, (SequenceValue, DictValue, SetValue)):
+        kind = list if isinstance(a, ListValue) else tuple
+        if not issubclass(b.python_type(), kind):
+            error = TypeError(f'can only concatenate {kind.__name__} (not "{b.python_type().__name__}") '
+                              f'to {kind.__name__}')
+            raise GraphBreak("op-error", str(error), exception=error)
         return a.rebuild(a.items + b.items) if type(a) is type(b) or isinstance(a, ListValue) else \
             TupleValue(a.items + b.items)
     if isinstance(a, SequenceValue) and base is operator.mul and b.is_constant():
-        return a.rebuild(a.items * b.constant())
+        count = b.constant()
+        if not isinstance(count, int):
+            error = TypeError(f"can't multiply sequence by non-int of type '{type(count).__name__}'")
+            raise GraphBreak("op-error", str(error), exception=error)
+        return a.rebuild(a.items * count)
     plain = plain_binary(tx, op, a, b, _same_object)
     if plain is not None:
         return plain
@@ -318,6 +379,10 @@ def _tensor_binary(tx, op, a: Value, b: Value) -> Value:
 
 def _identity(tx, op, a: Value, b: Value) -> Value:
     same = _same_object(a, b)
+    if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
+        for value in (a, b):  # objects are guarded by type: the answer holds for these objects only
+            if value.source is not None:
+                tx.output.guard(Guard(value.source, "id", value.obj))
     return ConstantValue(same if op is operator.is_ else not same)
 
 
@@ -336,24 +401,57 @@ def _same_object(a: Value, b: Value) -> bool:
     return False
 
 
+def _in_place(tx, op, a: Value, b: Value) -> Value | None:
+    """`xs *= n`, `s |= t` (and &=, ^=, -=): the list or set itself changes, as every reference to it
+    sees; None where Python would not do it in place (the operator's ordinary path decides)."""
+    if isinstance(a, ListValue):
+        if op is not operator.imul or not b.is_constant() or not isinstance(b.constant(), int):
+            return None
+        a.mutate(tx)
+        a.items *= b.constant()
+        return a
+    if isinstance(a, DictValue):
+        if op is not operator.ior:
+            return None
+        tx.call(tx.getattr(a, "update"), [b], {})  # dict |= takes what dict.update takes
+        return a
+    if not isinstance(b, SetValue):
+        return None
+    keys = op(set(a.items), set(b.items))
+    values = {**b.items, **a.items}
+    a.mutate(tx)
+    a.items = {k: values[k] for k in [*a.items, *b.items] if k in keys}
+    return a
+
+
 def _contains(tx, container: Value, item: Value) -> Value:
     # operator.contains(container, item): `item in container`
     if isinstance(container, DictValue):
-        return ConstantValue(item.constant() in container.items)
+        return ConstantValue(hash_key(item, False) in container.items)
     if isinstance(container, SetValue):
-        return ConstantValue(item.constant() in container.items)
+        return ConstantValue(hash_key(item, True) in container.items)
     if isinstance(container, SequenceValue):
-        for v in container.items:
-            if _same_object(v, item) or (v.is_constant() and item.is_constant() and v.constant() == item.constant()):
-                return ConstantValue(True)
-            if isinstance(v, TensorValue) or isinstance(item, TensorValue):
-                raise GraphBreak("data-dependent-op", "`in` comparing tensors depends on their values")
-        return ConstantValue(False)
+        return _contains_item(container.items, item)
     if container.is_constant() and item.is_constant():
         return ConstantValue(item.constant() in container.constant())
     if isinstance(container, (ObjectValue, UserObjectValue, NNModuleValue)):
+        if lookup_static(container.python_type(), "__contains__")[0] is None and \
+                lookup_static(container.python_type(), "__iter__")[0] is not None:
+            return _contains_item(tx.iterate(container).unpack(tx), item)  # Python's fallback: iterate
         return tx.call_dunder(container, "__contains__", [item])
+    if isinstance(item, TensorValue):
+        raise GraphBreak("data-dependent-op", "`in` on a tensor depends on its values")
     raise GraphBreak("unsupported-operation", f"`in` on {container!r}")
+
+
+def _contains_item(items: list[Value], item: Value) -> Value:
+    """Python's `in` over items: identity first, then ==."""
+    for v in items:
+        if _same_object(v, item) or (v.is_constant() and item.is_constant() and v.constant() == item.constant()):
+            return ConstantValue(True)
+        if isinstance(v, TensorValue) or isinstance(item, TensorValue):
+            raise GraphBreak("data-dependent-op", "`in` comparing tensors depends on their values")
+    return ConstantValue(False)
 
 
 _DUNDERS = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__mul__",

@@ -20,8 +20,10 @@ import torch
 from ..runtime.persist import CompiledText
 from .breaks import GraphBreak
 from .output import OutputGraph
+from .sources import render
 from .values.base import ConstantValue, Value
-from .values.containers import DictValue, ListValue
+from .values.container_subclasses import new_container
+from .values.containers import DictValue, ListValue, SetValue
 from .values.tensors import TensorValue
 
 
@@ -36,6 +38,19 @@ class GradExit:
     def __call__(self, *exc_info) -> bool:
         torch._C._set_grad_enabled(self.previous)
         return False
+
+
+class NullExit:
+    """The __exit__ of a context with no effect (a profiler range, nullcontext) entered before a
+    graph break: capture reads a call of it as nothing (contextlib's own __exit__ is not traced)."""
+
+    __slots__ = ()
+
+    def __call__(self, *exc_info) -> bool:
+        return False
+
+
+NULL_EXIT = NullExit()
 
 
 def enter_grad_mode(enabled: bool, previous: bool) -> GradExit:
@@ -75,7 +90,7 @@ def replace_contents(container, new):
 HELPERS = {
     "make_function": make_function, "new_object": new_object, "MethodType": types.MethodType,
     "CellType": types.CellType, "enter_grad_mode": enter_grad_mode, "replace_contents": replace_contents,
-    "advanced_iterator": advanced_iterator,
+    "advanced_iterator": advanced_iterator, "new_container": new_container,
 }
 
 
@@ -92,7 +107,7 @@ class RuntimeCodegen:
 
     # -- what values call while reconstructing ----------------------------------------
     def source(self, source) -> str:
-        return source.expression()
+        return render(source, self.constant)
 
     def constant(self, value: Any) -> str:
         if value is None or isinstance(value, (bool, int, str)) and type(value) in (bool, int, str):
@@ -114,7 +129,7 @@ class RuntimeCodegen:
     def tensor(self, value: TensorValue) -> str:
         node = value.node
         if value.source is not None:  # a graph input, or an input mutated in place: keep its identity
-            return value.source.expression()
+            return self.source(value.source)
         index = self._output_index.get(node)
         if index is None:
             index = self._output_index[node] = len(self.graph_outputs)
@@ -156,18 +171,21 @@ class RuntimeCodegen:
                 container = effect.target
                 if isinstance(container, ListValue):
                     new = "[" + ", ".join(self.value(v) for v in container.items) + "]"
+                elif isinstance(container, SetValue):
+                    new = "{" + ", ".join(self.value(v) for v in container.items.values()) + "}" \
+                        if container.items else "set()"
                 else:
                     new = "{" + ", ".join(f"{self.constant(k)}: {self.value(v)}"
                                           for k, v in container.items.items()) + "}"
                 reads.append(f"__w{n} = {new}")
-                writes.append(f"{self.helper('replace_contents')}({container.source.expression()}, __w{n})")
+                writes.append(f"{self.helper('replace_contents')}({self.source(container.source)}, __w{n})")
                 continue
             reads.append(f"__w{n} = {self.value(effect.value)}")
             if effect.kind == "attr":
                 reads.append(f"__t{n} = {self.value(effect.target)}")
                 writes.append(f"setattr(__t{n}, {effect.key!r}, __w{n})")
             elif effect.kind == "cell":
-                writes.append(f"{effect.target.expression()} = __w{n}")
+                writes.append(f"{self.source(effect.target)} = __w{n}")
             elif effect.kind == "global":
                 writes.append(f"G[{effect.key!r}] = __w{n}")
         return reads, writes
@@ -188,7 +206,7 @@ class RestoreFunction:
             cg.env["_wrap_callee"] = wrap_callee
         results = [f"_wrap_callee({r})" if i in wrap_indices else r for i, r in enumerate(results)]
         self.graph_outputs = cg.graph_outputs
-        inputs = ", ".join(gi.source.expression() for gi in output.inputs)
+        inputs = ", ".join(cg.source(gi.source) for gi in output.inputs)
         lines = ["def restore(L):"]
         if call_graph:
             lines.append(f"    __outs = __graph({inputs})")

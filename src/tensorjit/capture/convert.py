@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 from .. import logs
 from . import cpython
@@ -32,7 +33,7 @@ from .interpreter import Capture, Frame, StopCapture
 from .opcodes import CALL_ADAPTER
 from .output import OutputGraph
 from .resume import Successor, TailCall, hidden_parameters, resume_code, transformed_code
-from .dynamic import DynamicPolicy, shape_guards
+from .dynamic import DynamicPolicy, may_vary, shape_guards
 from .guards import Guard
 from .sources import LocalSource
 from .values.base import NULL, NullValue, Value
@@ -106,8 +107,8 @@ def _root_frame(owner, L: tuple, capture: Capture) -> Frame:
 
 def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
     fn = owner.fn
-    output = OutputGraph(fn.__code__.co_name, DynamicPolicy(owner.dynamic, owner.dynamic_dims,
-                                                                owner.dynamic_ints if owner.origin is None else None))
+    output = OutputGraph(fn.__code__.co_name, DynamicPolicy(owner.dynamic, owner.dynamic_dims, owner.dynamic_ints,
+                                                                resume=owner.origin is not None), L)
     for guard in global_state_guards():
         output.guard(guard)
     capture = Capture(owner.config, output, break_at)
@@ -133,7 +134,8 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             raise CaptureError(frame.location() if frame else None, e) from e
         raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason,
                        _break_is_error(e, fn.__code__)) from None
-    except (GraphBreakError, CaptureError, CompilerUsageError, BackendCompilerFailed, _BreakAt):
+    except (GraphBreakError, CaptureError, CompilerUsageError, BackendCompilerFailed, _BreakAt,
+            ConstraintViolationError):  # a broken mark_dynamic promise is the user's error, as in torch
         raise
     except Exception as e:
         location = _deepest_location(e, frame)
@@ -166,7 +168,7 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
     owner.last_shapes = {gi.source.expression(): tuple(gi.example.shape) for gi in output.inputs
                          if isinstance(gi.example, torch.Tensor)}
     owner.last_ints = {source.expression(): obj for source, (obj, _) in output.wrapped.items()
-                       if type(obj) is int and isinstance(source, LocalSource)}
+                       if type(obj) is int and may_vary(source, _owner(output, source), owner.origin is not None)}
     guard_set = output.guards
     if owner.config.guard_filter_fn is not None:
         guard_set = filter_guards(guard_set, output.wrapped, owner.config.guard_filter_fn)
@@ -174,6 +176,12 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
     guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__)  # now: no Guard outlives capture
     logs.guards(output.fn_name, guards)
     return guards
+
+
+def _owner(output: OutputGraph, source):
+    """The object an attribute or item was read from, when capture read it too."""
+    base = source.base()
+    return output.wrapped.get(base, (None,))[0] if base is not None else None
 
 
 def _compile_graph(owner, output: OutputGraph, outputs: list) -> tuple[Callable | None, list[CompiledGraph]]:
@@ -232,8 +240,9 @@ def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool,
     eager = _eager_if_aliased(owner, output, location)
     if eager is not None:
         return eager
-    restore = RestoreFunction(output, [result], grad_mode_after=None, single=True,
-                              call_graph=output.op_count() > 0)
+    grad_now = torch.is_grad_enabled()  # set by the graph when it runs; by restore when it holds no ops
+    restore = RestoreFunction(output, [result], grad_mode_after=grad_now if grad_now != grad_before else None,
+                              single=True, call_graph=output.op_count() > 0)
     compiled, graphs = _compile_graph(owner, output, restore.graph_outputs)
     fn = owner.fn
     restore_fn = restore.finish(compiled, fn.__globals__, fn.__closure__)

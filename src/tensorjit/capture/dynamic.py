@@ -6,6 +6,15 @@ that was caused by it changing ("automatic dynamic", as torch.compile does: a
 graph for [8], then one for [s0]). Parameters and buffers stay static. Sizes 0
 and 1 are always specialized.
 
+Marks on a tensor override that, whatever `dynamic` says, with the attributes and
+precedence torch's own markers use (so tensors marked by torch._dynamo.mark_dynamic,
+as libraries do, are honoured too): `_dynamo_unbacked_indices` (mark_unbacked: a size
+with no hint, never specialized to 0 or 1), `_dynamo_dynamic_indices` with
+`_dynamo_dynamic_range` (mark_dynamic: symbolic, and specializing it, or a size outside
+its min/max, raises ConstraintViolationError), `_dynamo_weak_dynamic_indices`
+(maybe_mark_dynamic), `_dynamo_static_indices` (mark_static: static even with
+dynamic=True).
+
 Symbolic sizes come from torch's `ShapeEnv`: each dynamic dimension gets a
 symbol, fake tensors carry SymInt sizes, and `produce_guards` turns what capture
 assumed about the symbols into guard expressions over our sources.
@@ -17,12 +26,12 @@ import dataclasses
 
 import torch
 from torch._guards import GuardSource, Source as TorchSource
+from torch.fx.experimental.symbolic_shapes import (DimDynamic, RelaxedUnspecConstraint, ShapeEnv,
+                                                   StatelessSymbolicContext, StrictMinMaxConstraint)
+from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import ValueRanges
 
 from .sources import Source
-
-# torch.fx.experimental.symbolic_shapes imports sympy (half a second): imported when a capture
-# first needs a shape environment, so that a process whose entries come from the warm-start cache
-# never pays for it.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,24 +70,31 @@ class DynamicPolicy:
 
     An int argument is symbolic with dynamic=True, or with dynamic=None once a recompile
     was caused by its value changing (as torch.compile does: `f(x, 2)` then `f(x, 3)` gives
-    a graph for 2 and one for any n). 0 and 1 stay specialized, and ints read from
-    attributes or globals are constants, as are the values a resume function receives
-    (the results of the Python that ran at a break: symbolic, they would turn int-only
-    code after the break into graphs of its own)."""
+    a graph for 2 and one for any n). So is an int attribute or item of a plain object
+    (`scheduler._step_count`, which a training step advances on every call) once it changed;
+    those of nn.Modules, classes and modules stay constants, as in torch. 0 and 1 stay
+    specialized, as do the values a resume function receives (the results of the Python
+    that ran at a break: symbolic, they would turn int-only code after the break into
+    graphs of its own)."""
 
     def __init__(self, dynamic: bool | None, history: dict[str, set[int]],
-                 ints: set[str] | None = None) -> None:
+                 ints: set[str] | None = None, resume: bool = False) -> None:
         self.dynamic = dynamic
         self.history = history  # source expression -> dims seen changing
-        self.ints = ints  # int arguments seen changing; None: no int is symbolic (a resume function)
+        self.ints = ints if ints is not None else set()  # int sources seen changing
+        self.resume = resume
 
-    def int_symbolic(self, source: Source, value) -> bool:
+    def int_symbolic(self, source: Source, value, owner=None) -> bool:
+        """Whether the int read through `source` (an attribute or item of `owner`) is symbolic."""
         from .sources import LocalSource
-        if self.ints is None or type(value) is not int or value in (0, 1) or not isinstance(source, LocalSource):
+        if type(value) is not int or value in (0, 1) or not may_vary(source, owner, self.resume):
             return False
-        return self.dynamic is True or (self.dynamic is None and source.expression() in self.ints)
+        if self.dynamic is True and isinstance(source, LocalSource):
+            return True
+        return self.dynamic is None and source.expression() in self.ints
 
     def dims(self, source: Source, tensor: torch.Tensor) -> list[int]:
+        """The dimensions automatic dynamic or dynamic=True make symbolic (marks aside)."""
         if self.dynamic is False or isinstance(tensor, torch.nn.Parameter):
             return []
         if self.dynamic is True:
@@ -87,33 +103,114 @@ class DynamicPolicy:
             candidates = self.history.get(source.expression(), ())
         return [d for d in candidates if d < tensor.dim() and tensor.shape[d] >= 2]
 
-    def any_possible(self) -> bool:
-        return self.dynamic is True or (self.dynamic is None and (any(self.history.values()) or bool(self.ints)))
+    def context(self, source: Source, tensor: torch.Tensor) -> StatelessSymbolicContext | None:
+        """How to make `tensor`'s fake: None when every size is static."""
+        automatic = set(self.dims(source, tensor))
+        marks = TensorMarks.of(tensor)
+        kinds = [marks.kind(d, d in automatic) for d in range(tensor.dim())]
+        if all(kind is DimDynamic.STATIC for kind in kinds):
+            return None
+        return StatelessSymbolicContext(dynamic_sizes=kinds,
+                                        constraint_sizes=[marks.constraint(d) for d in range(tensor.dim())])
+
+    def any_possible(self, arguments: tuple = ()) -> bool:
+        return self.dynamic is True or (self.dynamic is None and (any(self.history.values()) or bool(self.ints))) \
+            or any_marked(arguments)
 
 
-def new_shape_env() -> "ShapeEnv":
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+def may_vary(source: Source, owner, resume: bool) -> bool:
+    """Whether an int read through `source` is one automatic dynamic follows: an argument of the
+    compiled function, or an attribute or item of a plain object (its `owner`)."""
+    import types
+    from .sources import AttrSource, ItemSource, LocalSource
+    if isinstance(source, LocalSource):
+        return not resume
+    return isinstance(source, (AttrSource, ItemSource)) and owner is not None and \
+        not isinstance(owner, (torch.nn.Module, type, types.ModuleType))
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMarks:
+    """The dynamism marks torch's (and tensorjit.compiler's) markers put on one tensor."""
+
+    unbacked: frozenset
+    dynamic: frozenset
+    ranges: dict
+    weak: frozenset
+    static: frozenset
+
+    @staticmethod
+    def of(tensor: torch.Tensor) -> "TensorMarks":
+        read = lambda name: frozenset(getattr(tensor, name, ()))
+        ranges = {r.dim: (r.min, r.max) for r in getattr(tensor, "_dynamo_dynamic_range", ())}
+        return TensorMarks(read("_dynamo_unbacked_indices") | read("_dynamo_strict_unbacked_indices"),
+                           read("_dynamo_dynamic_indices"), ranges, read("_dynamo_weak_dynamic_indices"),
+                           read("_dynamo_static_indices"))
+
+    def kind(self, dim: int, automatic: bool) -> DimDynamic:
+        """Dynamo's precedence: unbacked, then mark_dynamic / maybe_mark_dynamic, then mark_static."""
+        if dim in self.unbacked:
+            return DimDynamic.UNBACKED
+        if dim in self.dynamic or dim in self.weak:
+            return DimDynamic.DYNAMIC
+        if dim in self.static or not automatic:
+            return DimDynamic.STATIC
+        return DimDynamic.DYNAMIC
+
+    def constraint(self, dim: int):
+        """mark_dynamic is a promise: produce_guards raises if capture specialized the size."""
+        if dim not in self.dynamic:
+            return None
+        low, high = self.ranges.get(dim, (None, None))
+        if low is None and high is None:
+            return RelaxedUnspecConstraint(warn_only=False)
+        return StrictMinMaxConstraint(vr=ValueRanges(lower=low if low is not None else 0,
+                                                     upper=high if high is not None else int_oo),
+                                      warn_only=False)
+
+
+_MARKED = "_has_dynamo_dim_marking"
+
+
+def any_marked(value, depth: int = 3) -> bool:
+    """Whether a tensor with dimension marks is among the arguments (looked for in containers too)."""
+    if isinstance(value, torch.Tensor):
+        return getattr(value, _MARKED, False)
+    if depth == 0:
+        return False
+    if isinstance(value, (list, tuple)):
+        return any(any_marked(v, depth - 1) for v in value)
+    if isinstance(value, dict):
+        return any(any_marked(v, depth - 1) for v in value.values())
+    return False
+
+
+def new_shape_env() -> ShapeEnv:
     return ShapeEnv()
 
 
-def symbolic_context(tensor: torch.Tensor, dims: list[int]) -> "StatelessSymbolicContext":
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
-    sizes = [DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(tensor.dim())]
-    return StatelessSymbolicContext(dynamic_sizes=sizes)
+def shape_guards(shape_env: ShapeEnv, fakes: list, sources: list[Source], contexts: list | None = None) -> list[str]:
+    """Guard expressions (Python text over L, G, ...) that keep the symbolic graph valid.
 
-
-def shape_guards(shape_env: "ShapeEnv", fakes: list, sources: list[Source]) -> list[str]:
-    """Guard expressions (Python text over L, G, ...) that keep the symbolic graph valid."""
+    `contexts` (one per fake, None for ints and static tensors) carry mark_dynamic's
+    constraints: a marked size that capture specialized raises ConstraintViolationError."""
     if not fakes:
         return []
     # ignore_static=False: sizes that were specialized (range(n), a branch on n) and the
     # static sizes of tensors with some dynamic ones need their guards too.
     return list(shape_env.produce_guards(fakes, [ExpressionSource(s.expression()) for s in sources],
-                                         ignore_static=False))
+                                         input_contexts=contexts, ignore_static=False))
 
 
-def symbolic_int(shape_env: "ShapeEnv", value: int, source: Source) -> torch.SymInt:
-    from torch.fx.experimental.symbolic_shapes import DimDynamic
+def name_sizes_for_messages(shape_env: ShapeEnv, source: Source, rank: int) -> None:
+    """Name `source`'s sizes in ShapeEnv's errors as torch does (`L['x'].size()[0]`), not as guards read them."""
+    from .sources import LocalSource
+    user = f"L[{str(source)!r}]" if isinstance(source, LocalSource) else str(source)
+    for dim in range(rank):
+        shape_env.source_name_to_debug_name[f"{source.expression()}.size()[{dim}]"] = f"{user}.size()[{dim}]"
+
+
+def symbolic_int(shape_env: ShapeEnv, value: int, source: Source) -> torch.SymInt:
     """A SymInt standing for the int argument read through `source` (hint: `value`)."""
     named = ExpressionSource(source.expression())
     symbol = shape_env.create_symbol(value, named, dynamic_dim=DimDynamic.DYNAMIC, positive=None)

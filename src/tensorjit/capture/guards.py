@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from .sources import AttrSource, ItemSource, Source
+from .sources import AttrSource, ItemSource, Source, is_literal_key
 
 
 def storages_unshared(written: tuple, tensors: tuple) -> bool:
@@ -40,7 +40,7 @@ class Guard:
     """One check on the value reached through `source`."""
 
     source: Source | None
-    kind: str  # "type", "id", "constant", "tensor", "length", "keys", "global_state", "same"
+    kind: str  # "type", "id", "constant", "tensor", "length", "keys", "set_items", "global_state", "same"
     payload: Any = None
     other: Source | None = None
 
@@ -60,6 +60,8 @@ class Guard:
             return f"len({where}) == {self.payload}"
         if self.kind == "keys":
             return f"{where}.keys() == {list(self.payload)!r}"
+        if self.kind == "set_items":
+            return f"list({where}) == {list(self.payload)!r}"
         if self.kind == "same":
             return f"{where} is {self.other}"
         if self.kind == "global_state":
@@ -140,7 +142,8 @@ class _Emitter:
             of = self.value_of(base)
             text = f"{of}.{source.name}" if source.name.isidentifier() else f"getattr({of}, {source.name!r})"
         elif isinstance(source, ItemSource):
-            text = f"{self.value_of(base)}[{source.key!r}]"
+            key = repr(source.key) if is_literal_key(source.key) else self.constant(source.key)
+            text = f"{self.value_of(base)}[{key}]"
         else:
             text = source.expression()
         name = f"v{len(self.cached)}"
@@ -210,6 +213,8 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"len({v}) == {guard.payload}")
     elif kind == "keys":
         em.check(f"list({v}.keys()) == {em.constant(list(guard.payload))}")
+    elif kind == "set_items":  # the items and their iteration order (equal sets may iterate differently)
+        em.check(f"list({v}) == {em.constant(list(guard.payload))}")
     elif kind == "same":
         em.check(f"{v} is {em.value_of(guard.other)}")
     else:
@@ -228,7 +233,8 @@ def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
     em.check(f"_storages_unshared(({written_text}), ({inputs_text})) is {unshared}")
 
 
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "keys": 2, "no_hooks": 2, "tensor": 3,
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "keys": 2, "set_items": 2,
+          "no_hooks": 2, "tensor": 3,
           "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5,
           "no_backward_hooks": 2, "no_global_hooks": 0, "no_global_backward_hooks": 0}
 

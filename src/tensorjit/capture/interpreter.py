@@ -24,6 +24,7 @@ import torch
 
 from ..config import Config
 from . import builder, polyfills
+from .autograd_function import applied_function, call_apply
 from .breaks import GraphBreak, UserLocation
 from .output import OutputGraph, SideEffect
 from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
@@ -133,7 +134,9 @@ class Frame:
         self.current: Instruction | None = None
         self.kw_names: tuple | None = None
         self.yielded: list[Value] | None = None
+        self.suspend_on_yield = False  # a @contextmanager generator: YIELD_VALUE suspends the frame
         self.current_builtin = None
+        self.current_method = None  # the container method being called (handlers shared by several names)
         self.is_root = parent is None
 
     # -- locations -------------------------------------------------------------
@@ -261,6 +264,9 @@ class Frame:
         entry = polyfills.find(fn, args, kwargs)
         if entry is not None:  # a C function with a Python stand-in: trace that instead of breaking
             return polyfills.call(self, entry, fn, args, kwargs)
+        function_class = applied_function(fn)
+        if function_class is not None:  # a custom autograd.Function: one node, its backward traced later
+            return call_apply(self, function_class, args, kwargs)
         return fn.call(self, args, kwargs)
 
     def call_object(self, value: ObjectValue, args, kwargs) -> Value:

@@ -22,6 +22,8 @@ import types
 
 import torch
 import torch.nn.modules.module as module_globals
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.nn.modules.lazy import LazyModuleMixin
 
 from .breaks import GraphBreak
 from .guards import Guard
@@ -29,12 +31,15 @@ from .sources import AttrSource, ModuleGlobalSource
 from .values.base import ConstantValue, Value
 from .values.containers import DictValue, TupleValue
 from .values.functions import FunctionValue
+from .values.tensors import TensorValue
 
 _GLOBALS = module_globals.__name__
 
 
 def call_module(tx, module_value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     module = module_value.obj
+    if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():
+        _initialize_lazy(tx, module, args, kwargs)
     if not any_hooks(module):
         _guard_no_hooks(tx, module_value)
         return _call_forward(tx, module_value, list(args), dict(kwargs))
@@ -72,6 +77,22 @@ def call_module(tx, module_value, args: list[Value], kwargs: dict[str, Value]) -
         if not _is_none(result):
             output = result
     return output
+
+
+def _initialize_lazy(tx, module, args: list[Value], kwargs: dict[str, Value]) -> None:
+    """A lazy module's first call (LazyLinear, LazyConv2d, ...) sizes its parameters from the
+    arguments' shapes and turns it into its plain class; that runs now, on tensors of those shapes,
+    as its pre-hook would on the first eager call. Capture then traces the initialized module."""
+    def concrete(value: Value):
+        if isinstance(value, TensorValue):
+            fake = value.example
+            return torch.zeros([int(n) for n in fake.shape], dtype=fake.dtype, device=fake.device)
+        if value.is_constant():
+            return value.constant()
+        raise GraphBreak("lazy-module", f"initializing {type(module).__name__} from {value!r}")
+    with unset_fake_temporarily():
+        module._infer_parameters(module, tuple(concrete(a) for a in args),
+                                 {k: concrete(v) for k, v in kwargs.items()})
 
 
 def any_hooks(module: torch.nn.Module) -> bool:

@@ -15,6 +15,7 @@ import torch
 
 from . import cpython
 from .breaks import GraphBreak
+from .contextmanagers import Suspended
 from .cpython import PY, PY311, PY312, PY313, PY314
 from .interpreter import Frame, GeneratorValue, Instruction, Return
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
@@ -25,7 +26,7 @@ from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, 
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue
 from .values.records import RecordValue
-from .values.tensors import SymbolicIntValue, TensorValue, record_call
+from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
 
 HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}
 
@@ -356,8 +357,19 @@ def CALL_INTRINSIC_1(f, i):
         _unary(f, operator.pos, "__pos__")
     elif i.arg == 6 or name == "INTRINSIC_LIST_TO_TUPLE":
         f.push(TupleValue(f.pop().unpack(f)))
+    elif i.arg == 3 or name == "INTRINSIC_STOPITERATION_ERROR":
+        f.push(_stop_iteration_error(f.pop()))
     else:
         raise GraphBreak("unsupported-bytecode", f"CALL_INTRINSIC_1 {i.argval}")
+
+
+def _stop_iteration_error(exception: Value) -> Value:
+    """A generator's handler (3.12+): a StopIteration leaving its body becomes RuntimeError (PEP 479)."""
+    if isinstance(exception, ObjectValue) and isinstance(exception.obj, (StopIteration, StopAsyncIteration)):
+        error = RuntimeError(f"generator raised {type(exception.obj).__name__}")
+        error.__cause__ = exception.obj
+        return ObjectValue(error, None)
+    return exception
 
 
 @opcode(PY311)
@@ -374,6 +386,9 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
             return record_call(f, torch.select, [obj, ConstantValue(0), index], {})
         return record_call(f, operator.getitem, [obj, index], {})
     if isinstance(index, TensorValue):
+        found = _tensor_keyed_item(f, obj, index)
+        if found is not None:
+            return found
         raise GraphBreak("data-dependent-op", "indexing a Python container with a tensor")
     if isinstance(obj, (SequenceValue, DictValue, RecordValue)):
         return obj.getitem(f, index)
@@ -388,6 +403,20 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
         except Exception as e:
             raise GraphBreak("op-error", f"{type(e).__name__}: {e}", exception=e)
     return f.call_dunder(obj, "__getitem__", [index])
+
+
+def _tensor_keyed_item(f: Frame, obj: Value, key: TensorValue) -> Value | None:
+    """`mapping[t]` for a dict from outside keyed by tensors (by identity, as Python hashes them),
+    when `t` is an input too: read now, guarded through both sources. A missing key is left to
+    eager Python (a defaultdict would make the item)."""
+    from .sources import TensorKeySource
+    mapping = obj.obj if isinstance(obj, ObjectValue) else None
+    if not isinstance(mapping, dict) or obj.source is None or key.source is None:
+        return None
+    real = next((gi.example for gi in f.output.inputs if gi.node is key.node), None)
+    if real is None or real not in mapping:
+        return None
+    return f.wrap(dict.__getitem__(mapping, real), TensorKeySource(obj.source, key.source))
 
 
 @opcode()
@@ -484,7 +513,8 @@ def BUILD_SLICE(f, i):
 @opcode()
 def BUILD_STRING(f, i):
     parts = f.popn(i.arg)
-    f.push(ConstantValue("".join(p.constant() for p in parts)))
+    lazy = lazy_text(lambda *texts: "".join(texts), parts) if any(isinstance(p, LazyTextValue) for p in parts) else None
+    f.push(lazy or ConstantValue("".join(p.constant() for p in parts)))
 
 
 def _target(f: Frame, depth: int):
@@ -569,7 +599,9 @@ _CONVERSIONS = {0: lambda raw: raw, 1: str, 2: repr, 3: ascii}
 def _format_constant(value: Value, conversion: int, spec: str) -> Value:
     if isinstance(value, TensorValue):
         raise GraphBreak("data-dependent-op", "formatting a tensor into a string reads its values")
-    return ConstantValue(format(_CONVERSIONS[conversion](value.constant()), spec))
+    convert = _CONVERSIONS[conversion]
+    lazy = lazy_text(lambda v: format(convert(v), spec), [value])  # symbolic sizes: specialized when read
+    return lazy or ConstantValue(format(convert(value.constant()), spec))
 
 
 @opcode(*UP_TO_312)
@@ -800,8 +832,11 @@ def RETURN_GENERATOR(f, i):
 
 @opcode()
 def YIELD_VALUE(f, i):
-    f.yielded.append(f.pop())
-    f.push(ConstantValue(None))
+    value = f.pop()
+    f.push(ConstantValue(None))  # what send() gives back when the frame resumes
+    if f.suspend_on_yield:
+        raise Suspended(value)
+    f.yielded.append(value)
 
 
 @opcode()

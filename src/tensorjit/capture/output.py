@@ -39,11 +39,11 @@ class SideEffect:
 
 
 class OutputGraph:
-    def __init__(self, fn_name: str, policy=None) -> None:
+    def __init__(self, fn_name: str, policy=None, arguments: tuple = ()) -> None:
         from .dynamic import new_shape_env
         self.graph = torch.fx.Graph()
         self.policy = policy
-        self.shape_env = new_shape_env() if policy is not None and policy.any_possible() else None
+        self.shape_env = new_shape_env() if policy is not None and policy.any_possible(arguments) else None
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=self.shape_env)
         self.writes = WriteWatch()  # entered inside fake_mode: which storages the graph's ops write
         self.symbols: dict = {}  # sympy symbol -> placeholder node of that size
@@ -58,6 +58,7 @@ class OutputGraph:
         self.fn_name = fn_name
         self._names: dict[str, int] = {}
         self.constants: dict[str, torch.Tensor] = {}
+        self.submodules: dict[str, torch.nn.Module] = {}  # functions passed to higher-order ops (torch.cond)
         self.wrapped: dict[Source, tuple] = {}
         self.wrapped_by_id: dict[int, tuple] = {}
         self.code_files: set[str] = set()  # files of the code run while capturing (the warm-start cache checks them)
@@ -73,8 +74,8 @@ class OutputGraph:
 
     def add_input(self, example: torch.Tensor, source: Source) -> tuple[torch.fx.Node, torch.Tensor]:
         """A graph placeholder for the real tensor `example` read through `source`."""
-        dims = self.policy.dims(source, example) if self.shape_env is not None else []
-        if dims:
+        context = self.policy.context(source, example) if self.shape_env is not None else None
+        if context is not None:
             self.guard(Guard(source, "tensor_dynamic", TensorSignature.of(example)))
         else:
             self.guard(Guard(source, "tensor", TensorSignature.of(example)))
@@ -83,9 +84,10 @@ class OutputGraph:
             node, fake, first_source = existing
             self.guard(Guard(source, "same", other=first_source))
             return node, fake
-        if dims:
-            from .dynamic import ExpressionSource, symbolic_context
-            fake = self.fake_mode.from_tensor(example, symbolic_context=symbolic_context(example, dims),
+        if context is not None:
+            from .dynamic import ExpressionSource, name_sizes_for_messages
+            name_sizes_for_messages(self.shape_env, source, example.dim())
+            fake = self.fake_mode.from_tensor(example, symbolic_context=context,
                                               source=ExpressionSource(source.expression()))
             self._add_size_inputs(fake, source, example)
         else:
@@ -93,6 +95,7 @@ class OutputGraph:
         node = self._placeholder(str(source).replace(".", "_").replace("[", "_").replace("]", ""))
         node.meta["example_value"] = fake
         node.meta["source"] = str(source)
+        node.meta["symbolic_context"] = context
         self.inputs.append(GraphInput(source, example, node))
         self.inputs_by_id[id(example)] = (node, fake, source)
         self.keep_alive.append(example)
@@ -129,11 +132,11 @@ class OutputGraph:
         self.inputs.append(GraphInput(source, value, node))
         return node
 
-    def symbolic_inputs(self) -> tuple[list, list]:
-        """Fake tensors, symbolic ints and their sources, for the shape guards."""
-        pairs = [(gi.node.meta["example_value"], gi.source) for gi in self.inputs
-                 if isinstance(gi.node.meta["example_value"], (torch.Tensor, torch.SymInt))]
-        return [f for f, _ in pairs], [s for _, s in pairs]
+    def symbolic_inputs(self) -> tuple[list, list, list]:
+        """Fake tensors, symbolic ints, their sources and symbolic contexts, for the shape guards."""
+        inputs = [gi for gi in self.inputs if isinstance(gi.node.meta["example_value"], (torch.Tensor, torch.SymInt))]
+        return ([gi.node.meta["example_value"] for gi in inputs], [gi.source for gi in inputs],
+                [gi.node.meta.get("symbolic_context") for gi in inputs])
 
     def _first_non_placeholder(self) -> torch.fx.Node | None:
         for node in self.graph.nodes:
@@ -182,19 +185,32 @@ class OutputGraph:
         self.keep_alive.append(tensor)
         return TensorValue(node, fake)
 
+    def add_submodule(self, module: torch.nn.Module, hint: str) -> torch.fx.Node:
+        """A get_attr node for `module`, kept on the graph module (torch.fx prints no function objects)."""
+        name = self.unique_name(hint)
+        self.submodules[name] = module
+        node = self.graph.get_attr(name)
+        node.meta["example_value"] = module
+        return node
+
     # -- finishing ---------------------------------------------------------------
     def build_module(self, outputs: list[torch.fx.Node]) -> torch.fx.GraphModule:
         self.graph.output(tuple(outputs))
         root = torch.nn.Module()
         for name, tensor in self.constants.items():
             root.register_buffer(name, tensor)
+        for name, module in self.submodules.items():
+            root.add_module(name, module)
         gm = torch.fx.GraphModule(root, self.graph, class_name="GraphModule")
         gm.graph.eliminate_dead_code(is_impure_node=_is_impure)
         gm.recompile()
         return gm
 
     def op_count(self) -> int:
-        return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+        """Operations in the graph; grad-mode switches alone make no graph worth running (the restore
+        code sets the grad mode the graph would have left, as Dynamo keeps it as global state)."""
+        return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module")
+                   and n.target is not torch._C._set_grad_enabled)
 
 
 _IMPURE_FUNCTIONS = {torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,
@@ -221,10 +237,20 @@ def _is_impure(node: torch.fx.Node) -> bool:
     if node.op == "call_function":
         if name.endswith("_") and not name.endswith("__"):
             return True
-        schema_mutates = getattr(node.target, "_schema", None)
-        if schema_mutates is not None and schema_mutates.is_mutable:
+        if any(schema.is_mutable for schema in _schemas(node.target)):
             return True
         if node.target in (operator.setitem,):
             return True
     return False
 
+
+
+def _schemas(target) -> list:
+    """The schemas an op call may run: an overload's, or every overload of a packet
+    (`torch.ops.mylib.fill(x)` resolves its overload when called)."""
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return [schema]
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return [getattr(target, name)._schema for name in target.overloads()]
+    return []

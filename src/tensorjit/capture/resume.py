@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from bytecode import Bytecode, CellVar, ControlFlowGraph, FreeVar, Instr, Label
 
 from . import cpython
+from .breaks import GraphBreak
 
 from .sources import STACK_PREFIX
 CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
@@ -208,8 +209,14 @@ def _assemble(bc: Bytecode, code: types.CodeType) -> types.CodeType:
     sys.exc_info() after the caller had handled it. The prologue rebuilds exactly the stack
     the original had at the target, so the original depths (kept on each TryBegin by
     from_code(conserve_exception_block_stackdepth=True)) are the right ones; the original stack size covers the handlers, and the
-    reachable walk covers the prologue and exit blocks."""
-    reachable = ControlFlowGraph.from_bytecode(bc).compute_stacksize(compute_exception_stack_depths=False)
+    reachable walk covers the prologue and exit blocks.
+
+    Entering a `with` block inside a `try` from the middle is beyond that walk ("negative
+    size"): such a break point has no resume code, and the call runs eagerly instead."""
+    try:
+        reachable = ControlFlowGraph.from_bytecode(bc).compute_stacksize(compute_exception_stack_depths=False)
+    except RuntimeError as error:
+        raise GraphBreak("resume", f"no resume code for this break point ({error})") from None
     return bc.to_code(stacksize=max(reachable, code.co_stacksize), compute_exception_stack_depths=False)
 
 

@@ -3,6 +3,9 @@
 Inlining reaches any Python function by default. Some cannot be traced
 meaningfully (they do I/O, manage threads or inspect frames); calling one ends
 the graph and runs it eagerly.
+
+unittest is traced (its assertions are plain Python that compiled test bodies call), except
+unittest.mock, whose patching rewrites modules and classes.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from .breaks import GraphBreak
 
 _SKIPPED_MODULE_PREFIXES = (
     "logging", "warnings", "threading", "inspect", "traceback", "abc", "typing", "contextlib",
-    "importlib", "os", "io", "pdb", "unittest", "numpy", "scipy", "tensorjit", "torch._dynamo",
+    "importlib", "os", "io", "pdb", "unittest.mock", "numpy", "scipy", "tensorjit", "torch._dynamo",
     "torch.autograd", "torch.utils.hooks", "torch.utils.checkpoint", "torch.distributed", "copy",
 )
 
@@ -24,7 +27,9 @@ def mark_disabled(code, reason: str | None = None) -> None:
     _disabled[code] = reason
 
 
-def check_inlinable(fn) -> None:
+def check_inlinable(fn):
+    """`fn` (a function value) when capture may inline it, or the function to inline in its place;
+    raises GraphBreak when it must run eagerly."""
     code = fn.code
     if code in _disabled:
         reason = _disabled[code]
@@ -32,14 +37,30 @@ def check_inlinable(fn) -> None:
                          + (f" ({reason})" if reason else ""), "it runs eagerly")
     real = getattr(fn, "fn", None)
     if getattr(real, "_torchdynamo_disable", False) is True:  # torch.compiler.disable / torch._dynamo.disable
+        original = _traced_by_dynamo_itself(real)
+        if original is not None:
+            from .values.functions import FunctionValue
+            return FunctionValue(original)
         reason = getattr(real, "_torchdynamo_disable_msg", None)
         name = getattr(getattr(real, "_torchdynamo_orig_callable", real), "__qualname__", code.co_name)
         raise GraphBreak("disabled", f"{name} is marked torch.compiler.disable"
                          + (f" ({reason})" if reason else ""), "it runs eagerly")
     module = (getattr(fn, "globals", None) or {}).get("__name__", "") or ""
     if module.startswith(_POLYFILLS):
-        return  # Python stand-ins for C functions, written to be traced
+        return fn  # Python stand-ins for C functions, written to be traced
     for prefix in _SKIPPED_MODULE_PREFIXES:
         if module == prefix or module.startswith(prefix + "."):
             raise GraphBreak("skipped-function", f"{code.co_name} in module {module} is not traced",
                              "it runs eagerly")
+    return fn
+
+
+def _traced_by_dynamo_itself(marked):
+    """The original of a function torch disables for Dynamo's frame hook only: importing
+    torch._dynamo marks every optimizer's `_init_group` disabled, and Dynamo then runs it at
+    trace time while tracing `step` (a break per step otherwise). tensorjit inlines it."""
+    original = getattr(marked, "_torchdynamo_orig_callable", None)
+    if getattr(original, "__name__", None) == "_init_group" and \
+            (getattr(original, "__module__", "") or "").startswith("torch.optim."):
+        return original
+    return None

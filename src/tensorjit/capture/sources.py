@@ -197,3 +197,55 @@ class ReduceSource(Source):
 
     def base(self) -> Source:
         return self.of
+
+
+@dataclass(frozen=True, slots=True)
+class ReferentSource(Source):
+    """`of()` where `of` is a weakref.ref: the object it refers to (None once that died)."""
+
+    of: Source
+
+    def expression(self) -> str:
+        return f"{self.of.expression()}()"
+
+    def base(self) -> Source:
+        return self.of
+
+
+@dataclass(frozen=True, slots=True)
+class TensorKeySource(Source):
+    """`of[key]` for a dict keyed by tensors (an optimizer's `state[param]`); `key` is the tensor's
+    source. Read with .get so that checking a guard never runs a defaultdict's factory."""
+
+    of: Source
+    key: Source
+
+    def expression(self) -> str:
+        return f"{self.of.expression()}.get({self.key.expression()})"
+
+    def base(self) -> Source:
+        return self.of
+
+    def __str__(self) -> str:
+        return f"{self.of}[{self.key}]"
+
+
+def is_literal_key(key) -> bool:
+    """A key whose repr reads back as an equal key (a dict may be keyed by classes, torch.Size, objects)."""
+    if type(key) is tuple:
+        return all(is_literal_key(k) for k in key)
+    if type(key) is float:
+        return key == key and key not in (float("inf"), float("-inf"))
+    return key is None or type(key) in (bool, int, str, bytes)
+
+
+def render(source: Source, name_constant) -> str:
+    """Python text reading `source`, where an item key without a literal form is the name
+    `name_constant(key)` gives it (the generated function holds the key itself)."""
+    if isinstance(source, ItemSource):
+        key = repr(source.key) if is_literal_key(source.key) else name_constant(source.key)
+        return f"{render(source.of, name_constant)}[{key}]"
+    if isinstance(source, AttrSource):
+        of = render(source.of, name_constant)
+        return f"{of}.{source.name}" if source.name.isidentifier() else f"getattr({of}, {source.name!r})"
+    return source.expression()

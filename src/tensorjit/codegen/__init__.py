@@ -3,8 +3,9 @@
 `compile_aten_graph(gm, example_inputs, *, config=None) -> callable`: takes an
 ATen-level functional FX graph (make_fx with `decomp.decompositions()`) and
 returns a callable with the same positional inputs and outputs. CPU graphs go
-to the C++/OpenMP generator, CUDA graphs to `tensorjit.codegen.triton` when it
-is present (through the shared loop IR when `config.codegen_triton_ir`); anything else, or any failure, runs the graph through ATen.
+to the C++/OpenMP generator, CUDA graphs to the Triton emitter (`tensorjit.codegen.triton`,
+when Triton is installed), both through the one pipeline (`pipeline.py`); anything else, or
+any failure, runs the graph through ATen.
 """
 
 from __future__ import annotations
@@ -30,15 +31,12 @@ def compile_aten_graph(gm, example_inputs, *, config=None):
         if devices <= {"cpu"}:
             from .cpp.compile import compile_cpu_graph
             return compile_cpu_graph(gm, list(example_inputs), config)
-        if devices == {"cuda"} and config.codegen_triton_ir:
-            from .triton.ir_compile import compile_graph as compile_shared_ir
-            return compile_shared_ir(gm, list(example_inputs), config)
         if devices == {"cuda"}:
             try:
-                from .triton.direct import compile_graph
-            except ImportError:
+                from .triton.compile import compile_graph
+            except ImportError:  # no Triton
                 return gm.forward
-            return compile_graph(gm, list(example_inputs), config=config)
+            return compile_graph(gm, list(example_inputs), config)
     except UntrustedCache:  # the cache warned once, naming the directory; ATen execution instead
         return gm.forward
     except Exception as error:  # never a wrong answer: ATen execution instead

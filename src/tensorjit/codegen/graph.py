@@ -14,12 +14,15 @@ import operator
 import torch
 import torch.fx
 
-from . import ir, lowering_reductions, lowering_views  # noqa: F401  (registrations)
+from . import ir, lowering_indexing, lowering_reductions, lowering_views  # noqa: F401  (registrations)
 from .lowering import LOWERINGS, to_dtype
+from .lowering_indexing import ScatterValue
 from .lowering_reductions import ReductionValue
+from .memory import expression_loads
+from .verify import index_variables
 from .report import record_fallback
 from .schedule import linear_form
-from .simplify import simplify_expr
+from .simplify import simplify, simplify_expr
 from . import values
 from .externs import strided_view
 from .values import LazyValue, NotLowerable, TORCH_TO_IR, buffer_value, contiguous_strides, kernel_dtype
@@ -44,6 +47,13 @@ TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction}
 
 
 MAX_SHARED_OPS = 24
+MAX_SHARED_READS = 2
+"""A value read by several nodes stays inlined only if it reads at most this many buffers
+element by element (loads indexed by every loop variable; a broadcast bias or row statistic
+does not count): each reading kernel loads them all again, and a chain of such values (a
+transformer's residual stream x + attention + MLP + ...) would grow by a load per layer,
+every layer recomputing the whole stream from the embedding on (GPT-2: 14 loads in the 12th
+layer's norm, and no two layers' kernels alike)."""
 
 
 def count_ops(expr, seen=None) -> int:
@@ -157,6 +167,8 @@ class GraphLowering:
             value = self.realize_reduction(value)
         if not isinstance(value, LazyValue) or value.buffer is not None:
             return value
+        if node is not None and self.gapped_view(node, value):
+            return self.realize(self.view_of_realized_source(node), node)
         if value.alias_of is not None:
             node = value.alias_of
             view = self.strided_view(value, node)
@@ -193,6 +205,21 @@ class GraphLowering:
                                     (ir.BufferRef(base.name), tuple(meta.shape), tuple(meta.stride()), form[1]),
                                     (), buffer.name))
         return buffer_value(buffer)
+
+    def realize_scatter(self, value: ScatterValue, node) -> LazyValue:
+        """Two kernels: one writes the initial values into a fresh buffer, the other writes
+        the updates through their indices into that memory (an `ir.Scatter` store)."""
+        # a fresh temporary (a LazyValue without a buffer is always computed into a new one),
+        # so updating it in place changes nothing another step reads
+        base = self.realize(LazyValue(value.shape, value.dtype, value.base.loader), node)
+        output = self.add_buffer(value.shape, value.dtype, strides=base.buffer.strides)
+        variables = tuple(ir.IndexVar(f"i{d}") for d in range(len(value.ranges)))
+        ranges = {v.name: size for v, size in zip(variables, value.ranges)}
+        body = simplify_expr(value.update(variables), ranges)
+        index = simplify(ir.strided_index(value.target(variables), output.strides), ranges)
+        self.steps.append(ir.Pointwise(f"kernel{len(self.steps)}", output.name, value.ranges, body, variables,
+                                       ir.Scatter(base.buffer.name, index, value.accumulate)))
+        return buffer_value(output)
 
     def realize_reduction(self, value: ReductionValue) -> LazyValue:
         source = value.source
@@ -244,6 +271,11 @@ class GraphLowering:
                 inputs.append(buffer.name)
             elif node.op == "get_attr":
                 tensor = getattr(self.gm, node.target)
+                if not isinstance(tensor, torch.Tensor):  # a subgraph of a higher-order op (torch.cond)
+                    buffer = self.add_buffer((), "object", (), "constant")
+                    self.constants[buffer.name] = tensor
+                    self.env[node] = ExternObject(buffer.name)
+                    continue
                 buffer = self.add_buffer(tensor.shape, dtype_name(tensor.dtype), tensor.stride(), "constant")
                 self.constants[buffer.name] = tensor
                 self.env[node] = buffer_value(buffer)
@@ -258,7 +290,8 @@ class GraphLowering:
     def cheap_to_share(self, node) -> bool:
         """A small pointwise value read only by pointwise lowerings stays inlined: users that
         land in one kernel compute it once (the emitter shares equal subexpressions); users
-        in different kernels recompute at most MAX_SHARED_OPS ops instead of a memory round trip."""
+        in different kernels recompute at most MAX_SHARED_OPS ops over MAX_SHARED_READS buffers
+        instead of a memory round trip."""
         value = self.env[node]
         if not isinstance(value, LazyValue) or value.buffer is not None:
             return False
@@ -269,7 +302,9 @@ class GraphLowering:
             if user.target in VIEW_TARGETS and self.feeds_extern(user):
                 return False  # each view would be realized on its own: the value computed per extern
         body = value.load(tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape))))
-        return count_ops(body) <= MAX_SHARED_OPS
+        every = {f"i{d}" for d, size in enumerate(value.shape) if size != 1}
+        reads = {load.buffer for load in expression_loads(body) if index_variables(load.index) >= every}
+        return count_ops(body) <= MAX_SHARED_OPS and len(reads) <= MAX_SHARED_READS
 
     def feeds_extern(self, node) -> bool:
         """Does `node` (a view) reach, through views only, a node that will not be lowered
@@ -305,6 +340,22 @@ class GraphLowering:
             return value
         return torch.fx.node.map_aggregate(result, convert)
 
+    def gapped_view(self, node, value) -> bool:
+        """Is `node` a view (of a value not in memory) that eager lays out with gaps or overlaps
+        between its elements (a slice kept for the backward)? A dense copy would not be the
+        same value to a caller that rebuilds views of it with as_strided."""
+        meta = self.meta.get(node)
+        return value.alias_of is None and node.op == "call_function" and node.target in VIEW_TARGETS \
+            and isinstance(node.args[0], torch.fx.Node) and isinstance(meta, torch.Tensor) \
+            and not dense(tuple(meta.shape), tuple(meta.stride()))
+
+    def view_of_realized_source(self, node):
+        """The view `node` taken of its source computed into memory: an aliasing view then
+        gives eager's strides (strided_view, or the ATen view op)."""
+        source = node.args[0]
+        self.env[source] = self.realize(self.env[source], source)
+        return self.lower_node(node)
+
     def lower_node(self, node: torch.fx.Node):
         meta = self.meta.get(node)
         target = node.target
@@ -322,6 +373,8 @@ class GraphLowering:
                 result = LOWERINGS[target](meta, *args, **kwargs)
                 if isinstance(result, ReductionValue) and target is operator.getitem:
                     result = self.realize(result)
+                if isinstance(result, ScatterValue):
+                    result = self.realize_scatter(result, node)
                 return result
             except NotLowerable as error:
                 return self.lower_extern(node, meta, str(error))

@@ -43,7 +43,28 @@ class IndexOp:
         return f"({self.left} {symbol} {self.right})"
 
 
-Index = Union[IndexVar, IndexConst, IndexOp]
+@dataclass(frozen=True, slots=True)
+class IndirectIndex:
+    """An index read from memory: the integer `value` (a scalar expression, usually the load
+    of an index tensor: gather, embedding, x[idx]) used as a position along a dimension of
+    `size` elements. With `wrap`, a negative value counts from the end (value + size), as
+    x[idx] does; embedding, index_select and gather take none.
+
+    A value outside the range is an error in eager, so every emitter checks it and never
+    reads out of bounds: the C++ kernel reads element 0 instead and reports it (the wrapper
+    then runs the graph through ATen, which raises eager's own error), Triton asserts on the
+    device (`tl.device_assert`, as eager's CUDA kernels do) and reads element 0. After the
+    check the index lies in [0, size), which is what index arithmetic may assume of it."""
+
+    value: "Expr"
+    size: int
+    wrap: bool = False
+
+    def __str__(self) -> str:
+        return f"indirect({self.value}, {self.size}{', wrap' if self.wrap else ''})"
+
+
+Index = Union[IndexVar, IndexConst, IndexOp, IndirectIndex]
 
 
 def index_add(left: Index, right: Index) -> Index:
@@ -86,6 +107,15 @@ def strided_index(indices: tuple[Index, ...], strides: tuple[int, ...], offset: 
     for index, stride in zip(indices, strides):
         total = index_add(total, index_mul(index, IndexConst(stride)))
     return total
+
+
+def indirect_indices(index: Index) -> list[IndirectIndex]:
+    """The IndirectIndex atoms of `index` (not those nested inside their values)."""
+    if isinstance(index, IndirectIndex):
+        return [index]
+    if isinstance(index, IndexOp):
+        return indirect_indices(index.left) + indirect_indices(index.right)
+    return []
 
 
 # -- scalar expressions ----------------------------------------------------------
@@ -138,6 +168,39 @@ class Op:
 
 Expr = Union[Load, Constant, IndexValue, Op]
 
+def variables_of(node) -> set[str]:
+    """The loop variables an index or scalar expression depends on (through loaded indices too)."""
+    if isinstance(node, IndexVar):
+        return {node.name}
+    if isinstance(node, IndexOp):
+        return variables_of(node.left) | variables_of(node.right)
+    if isinstance(node, IndirectIndex):
+        return variables_of(node.value)
+    if isinstance(node, (Load, IndexValue)):
+        return variables_of(node.index)
+    if isinstance(node, Op):
+        return set().union(*(variables_of(a) for a in node.args))
+    return set()
+
+
+def checks_indices(step) -> bool:
+    """Does the kernel (or group) `step` read through an IndirectIndex, so that it checks
+    index ranges at run time?"""
+    members = step.members if isinstance(step, LoopGroup) else (step,)
+    stack = [m.body for m in members if hasattr(m, "body")]
+    if any(indirect_indices(m.scatter.index) for m in members if getattr(m, "scatter", None) is not None):
+        return True
+    while stack:
+        expr = stack.pop()
+        if isinstance(expr, (Load, IndexValue)):
+            found = indirect_indices(expr.index)
+            if found:
+                return True
+        elif isinstance(expr, Op):
+            stack.extend(expr.args)
+    return False
+
+
 DTYPES = ("float32", "float64", "int64", "int32", "bool")
 HALF_DTYPES = ("float16", "bfloat16")
 """Half floats: only emitters that compute them (Triton) receive them (values.HALF_FLOATS)."""
@@ -160,24 +223,47 @@ class Buffer:
 
 
 @dataclass(frozen=True, slots=True)
+class Scatter:
+    """Where a scattering Pointwise writes (scatter, scatter_add, index_put): element
+    `index` (flat, usually holding an IndirectIndex) of its output, assigned or, with
+    `accumulate`, added to. The output is `base`'s memory updated in place: `base` is a
+    temporary written by an earlier kernel (the values not written over) and read by no
+    later step; the wrapper names the same tensor `output` from then on. Indices may repeat,
+    so kernels run it in order (C++: one thread) or with atomic adds (Triton)."""
+
+    base: str
+    index: Index
+    accumulate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Pointwise:
-    """for index in ranges: store(output, contiguous(index), body)."""
+    """for index in ranges: store(output, contiguous(index), body); with `scatter`, the
+    store goes to `scatter.index` of the output instead (see Scatter)."""
 
     name: str
     output: str
     ranges: tuple[int, ...]
     body: Expr
     variables: tuple[IndexVar, ...]
+    scatter: Scatter | None = None
 
     def __str__(self) -> str:
         loops = ", ".join(f"{v} < {r}" for v, r in zip(self.variables, self.ranges))
+        if self.scatter is not None:
+            operator = "+=" if self.scatter.accumulate else "="
+            return (f"{self.name}: for {loops}: {self.output}[{self.scatter.index}] {operator} {self.body}"
+                    f"  (in place of {self.scatter.base})")
         return f"{self.name}: for {loops}: {self.output}[...] = {self.body}"
 
 
 def store_index(kernel: "Pointwise", output: Buffer) -> Index:
     """Where a Pointwise kernel writes element `kernel.variables` of `output`. A kernel may
     loop over fewer dims than the buffer has: then it skips the buffer's size-1 dims
-    (`codegen.squeeze`), whose index is always 0."""
+    (`codegen.squeeze`), whose index is always 0. A scattering kernel writes at its
+    scatter index."""
+    if kernel.scatter is not None:
+        return kernel.scatter.index
     strides = output.strides
     if len(kernel.variables) != len(output.shape):
         strides = tuple(stride for stride, size in zip(output.strides, output.shape) if size != 1)

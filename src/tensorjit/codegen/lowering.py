@@ -115,9 +115,11 @@ def make_pointwise(name: str, float_only: bool = False, compare: bool = False):
     return lower
 
 
+FLOAT_UNARY = ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "exp2", "log2",
+               "log10", "erfinv", "lgamma")
 _ARITY = {n: "x" for n in ("neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh",
                           "sigmoid", "erf", "sin", "cos", "reciprocal", "floor", "ceil", "trunc",
-                          "logical_not", "isnan", "sign", "relu")}
+                          "logical_not", "isnan", "sign", "relu", "bitwise_not") + FLOAT_UNARY}
 
 for _name, _target, _float in [
     ("neg", aten.neg, False), ("abs", aten.abs, False), ("exp", aten.exp, True),
@@ -129,7 +131,7 @@ for _name, _target, _float in [
     ("add", aten.add, False), ("sub", aten.sub, False), ("mul", aten.mul, False),
     ("truediv", aten.div, True), ("pow", aten.pow, True), ("maximum", aten.maximum, False),
     ("minimum", aten.minimum, False), ("atan2", aten.atan2, True),
-]:
+] + [(_name, getattr(aten, _name), True) for _name in FLOAT_UNARY]:
     lowering(_target)(make_pointwise(_name, _float))
 
 for _name, _target in [("eq", aten.eq), ("ne", aten.ne), ("lt", aten.lt), ("le", aten.le),
@@ -137,6 +139,127 @@ for _name, _target in [("eq", aten.eq), ("ne", aten.ne), ("lt", aten.lt), ("le",
                        ("logical_or", aten.logical_or), ("logical_not", aten.logical_not),
                        ("isnan", aten.isnan)]:
     lowering(_target)(make_pointwise(_name, compare=True))
+
+
+def integer_or_bool(name: str):
+    """A lowering of an op torch defines on integers and bools only (bitwise_and...)."""
+    general = make_pointwise(name)
+
+    def lower(meta, *args):
+        if is_float(result_info(meta)[1]):
+            raise NotLowerable(f"{name} of floats")
+        return general(meta, *args)
+    return lower
+
+
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"):
+    lowering(getattr(aten, _name))(integer_or_bool(_name))
+
+
+@lowering(aten.sign.default)
+def lower_sign(meta, x):
+    if result_info(meta)[1] == "bool":
+        raise NotLowerable("sign of bools")
+    return pointwise("sign", (x,), meta)
+
+
+@lowering(aten.round.default)
+def lower_round(meta, x):
+    """Half to even (nearbyint), as eager; integers are already round."""
+    shape, dtype = result_info(meta)
+    if not is_float(dtype):
+        return LazyValue(shape, dtype, lambda index: broadcast_load(x, shape, index, dtype))
+    return pointwise("round", (x,), meta)
+
+
+@lowering(aten.round.decimals)
+def lower_round_decimals(meta, x, *, decimals=0):
+    """round(x * 10^d) / 10^d, or for d < 0 round(x / 10^-d) * 10^-d, in the value's dtype (as
+    eager: 10^d is a constant of that dtype, so the same roundings happen)."""
+    shape, dtype = result_info(meta)
+    if not is_float(dtype) or abs(decimals) > 300:  # 10^d must be a finite double here
+        raise NotLowerable("round with decimals of integers, or of hundreds of decimals")
+    scale = ir.Constant(float(10 ** abs(decimals)), dtype)
+    first, then = ("mul", "truediv") if decimals >= 0 else ("truediv", "mul")
+
+    def loader(index):
+        value = broadcast_load(x, shape, index, dtype)
+        return ir.Op(then, (ir.Op("round", (ir.Op(first, (value, scale), dtype),), dtype), scale), dtype)
+    return LazyValue(shape, dtype, loader)
+
+
+def nonzero_divisor(divisor, dtype: str) -> None:
+    """Integer fmod/remainder: eager raises ZeroDivisionError for a zero divisor, and C's % on
+    zero is undefined, so only a divisor known to be nonzero is lowered."""
+    if not is_float(dtype) and (isinstance(divisor, LazyValue) or divisor == 0):
+        raise NotLowerable("integer division by a tensor (eager checks for zero)")
+
+
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar)
+def lower_fmod(meta, x, divisor):
+    nonzero_divisor(divisor, result_info(meta)[1])
+    return pointwise("fmod", (x, divisor), meta)
+
+
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+def lower_remainder(meta, x, divisor):
+    """Python's modulo (the result takes the divisor's sign): fmod, plus the divisor where
+    the remainder is nonzero and its sign differs from the divisor's (eager's own formula)."""
+    shape, dtype = result_info(meta)
+    nonzero_divisor(divisor, dtype)
+
+    def loader(index):
+        a, b = broadcast_load(x, shape, index, dtype), broadcast_load(divisor, shape, index, dtype)
+        zero = ir.Constant(cast_python(0, dtype), dtype)
+        modulo = ir.Op("fmod", (a, b), dtype)
+        signs_differ = ir.Op("ne", (ir.Op("lt", (b, zero), "bool"), ir.Op("lt", (modulo, zero), "bool")), "bool")
+        adjust = ir.Op("logical_and", (ir.Op("ne", (modulo, zero), "bool"), signs_differ), "bool")
+        return ir.Op("where", (adjust, ir.Op("add", (modulo, b), dtype), modulo), dtype)
+    return LazyValue(shape, dtype, loader)
+
+
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def lower_div_mode(meta, x, divisor, *, rounding_mode=None):
+    """Division rounded toward zero ("trunc") or down ("floor", floor_divide's decomposition)."""
+    shape, dtype = result_info(meta)
+    if rounding_mode is None:
+        return pointwise("truediv", (x, divisor), meta)
+    nonzero_divisor(divisor, dtype)
+    floor = rounding_mode == "floor"
+
+    def loader(index):
+        a, b = broadcast_load(x, shape, index, dtype), broadcast_load(divisor, shape, index, dtype)
+        if is_float(dtype):
+            return floor_divide_float(a, b, dtype) if floor else ir.Op("trunc", (ir.Op("truediv", (a, b), dtype),), dtype)
+        quotient = ir.Op("truncdiv", (a, b), dtype)
+        if not floor:
+            return quotient
+        zero = ir.Constant(0, dtype)
+        inexact = ir.Op("ne", (ir.Op("fmod", (a, b), dtype), zero), "bool")
+        signs_differ = ir.Op("ne", (ir.Op("lt", (a, zero), "bool"), ir.Op("lt", (b, zero), "bool")), "bool")
+        down = ir.Op("logical_and", (inexact, signs_differ), "bool")
+        return ir.Op("sub", (quotient, to_dtype(down, dtype)), dtype)
+    return LazyValue(shape, dtype, loader)
+
+
+def floor_divide_float(a: ir.Expr, b: ir.Expr, dtype: str) -> ir.Expr:
+    """Python's float //, as eager computes it: (a - fmod(a, b)) / b, one less when the
+    remainder's sign differs from b's, then rounded to the nearest integer (the quotient of
+    exact values is one); a zero quotient keeps the sign of a / b; b == 0 gives a / b."""
+    def op(name, *args, result=dtype):
+        return ir.Op(name, args, result)
+    zero, one, half = (ir.Constant(v, dtype) for v in (0.0, 1.0, 0.5))
+    remainder = op("fmod", a, b)
+    quotient = op("truediv", op("sub", a, remainder), b)
+    adjust = op("logical_and", op("ne", remainder, zero, result="bool"),
+                op("ne", op("lt", b, zero, result="bool"), op("lt", remainder, zero, result="bool"), result="bool"),
+                result="bool")
+    quotient = op("where", adjust, op("sub", quotient, one), quotient)
+    floored = op("floor", quotient)
+    floored = op("where", op("gt", op("sub", quotient, floored), half, result="bool"), op("add", floored, one), floored)
+    signed_zero = op("mul", zero, op("truediv", a, b))
+    result = op("where", op("ne", quotient, zero, result="bool"), floored, signed_zero)
+    return op("where", op("eq", b, zero, result="bool"), op("truediv", a, b), result)
 
 
 _lower_pow = make_pointwise("pow", True)
@@ -182,7 +305,36 @@ def lower_clamp(meta, x, low=None, high=None):
     return LazyValue(shape, dtype, loader)
 
 
-@lowering(aten._to_copy.default, aten.clone.default, aten.alias.default)
+@lowering(aten.clamp.Tensor)
+def lower_clamp_tensor(meta, x, low=None, high=None):
+    """clamp with tensor bounds: maximum with low, then minimum with high (NaN propagates)."""
+    shape, dtype = result_info(meta)
+
+    def loader(index):
+        value = broadcast_load(x, shape, index, dtype)
+        for name, bound in (("maximum", low), ("minimum", high)):
+            if bound is not None:
+                value = ir.Op(name, (value, broadcast_load(bound, shape, index, dtype)), dtype)
+        return value
+    return LazyValue(shape, dtype, loader)
+
+
+@lowering(aten.isinf.default)
+def lower_isinf(meta, x):
+    """|x| == inf (integers never are)."""
+    shape, _ = result_info(meta)
+    if not isinstance(x, LazyValue):
+        raise NotLowerable("isinf of a non-tensor")
+    if not is_float(x.dtype):
+        return LazyValue(shape, "bool", lambda index: ir.Constant(False, "bool"))
+
+    def loader(index):
+        magnitude = ir.Op("abs", (broadcast_load(x, shape, index, x.dtype),), x.dtype)
+        return ir.Op("eq", (magnitude, ir.Constant(float("inf"), x.dtype)), "bool")
+    return LazyValue(shape, "bool", loader)
+
+
+@lowering(aten._to_copy.default, aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
 def lower_copy(meta, x, **kwargs):
     if kwargs.get("device") not in (None, torch.device("cpu")) and str(kwargs.get("device")) != "cpu":
         raise NotLowerable("device copy")
@@ -190,10 +342,24 @@ def lower_copy(meta, x, **kwargs):
     return LazyValue(shape, dtype, lambda index: broadcast_load(x, shape, index, dtype))
 
 
+@lowering(aten.copy.default)
+def lower_copy_into(meta, x, source, non_blocking=False):
+    """The functional form of x.copy_(source): source broadcast to x's shape, in x's dtype."""
+    shape, dtype = result_info(meta)
+    if not isinstance(x, LazyValue) or x.shape != shape:
+        raise NotLowerable("copy into a tensor of another shape")
+    return LazyValue(shape, dtype, lambda index: broadcast_load(source, shape, index, dtype))
+
+
 @lowering(aten.full.default)
 def lower_full(meta, size, value, **kwargs):
     shape, dtype = result_info(meta)
     return LazyValue(shape, dtype, lambda index: ir.Constant(cast_python(value, dtype), dtype))
+
+
+@lowering(aten.full_like.default)
+def lower_full_like(meta, x, value, **kwargs):
+    return lower_full(meta, None, value)
 
 
 @lowering(aten.scalar_tensor.default)

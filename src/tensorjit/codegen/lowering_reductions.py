@@ -42,6 +42,8 @@ def normalize_dims(x: LazyValue, dims) -> tuple[int, ...]:
 
 def make_reduction(reduction_type: str, mean: bool = False):
     def lower(meta, x, dims=None, keepdim=False, *, dtype=None):
+        if isinstance(x, LazyValue) and len(x.shape) == 0 and reduction_type in ("sum", "max", "min", "prod", "any"):
+            return _scalar_reduction(meta, x)
         if not isinstance(x, LazyValue) or len(x.shape) == 0:
             raise NotLowerable("reduction of a scalar or non-tensor")
         shape, out_dtype = result_info(meta)
@@ -60,6 +62,14 @@ def make_reduction(reduction_type: str, mean: bool = False):
     return lower
 
 
+def _scalar_reduction(meta, x: LazyValue) -> LazyValue:
+    """Reducing a 0-d tensor leaves its one element (in the result's dtype)."""
+    shape, dtype = result_info(meta)
+    if shape != ():
+        raise NotLowerable("reduction of a 0-d tensor to another shape")
+    return LazyValue((), dtype, lambda index: to_dtype(x.load(()), dtype))
+
+
 lowering(aten.sum.dim_IntList)(make_reduction("sum"))
 lowering(aten.mean.dim)(make_reduction("sum", mean=True))
 lowering(aten.amax.default)(make_reduction("max"))
@@ -71,6 +81,11 @@ lowering(aten.any.dim, aten.any.dims)(make_reduction("any"))
 @lowering(aten.sum.default)
 def lower_sum_all(meta, x, *, dtype=None):
     return make_reduction("sum")(meta, x, None, False)
+
+
+@lowering(aten.any.default)
+def lower_any_all(meta, x):
+    return make_reduction("any")(meta, x, None, False)
 
 
 @lowering(aten.mean.default)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from . import ir
-from .lowering import lowering, result_info, to_dtype
+from .lowering import cast_python, lowering, result_info, to_dtype
 from .values import LazyValue, NotLowerable, contiguous_strides
 
 aten = torch.ops.aten
@@ -73,6 +73,34 @@ def lower_expand(meta, x, size, **kwargs):
 
     def loader(index):
         return x.load(tuple(ir.IndexConst(0) if s == 1 else index[offset + i] for i, s in enumerate(x.shape)))
+    return LazyValue(shape, x.dtype, loader)
+
+
+@lowering(aten.flip.default)
+def lower_flip(meta, x, dims):
+    """Element i of a flipped dim reads size - 1 - i."""
+    x = _require(x)
+    flipped = {d % len(x.shape) for d in dims} if x.shape else set()
+
+    def loader(index):
+        return x.load(tuple(ir.index_add(ir.IndexConst(size - 1), ir.index_mul(i, ir.IndexConst(-1)))
+                            if d in flipped and size > 1 else i
+                            for d, (i, size) in enumerate(zip(index, x.shape))))
+    return LazyValue(x.shape, x.dtype, loader)
+
+
+@lowering(aten.repeat.default)
+def lower_repeat(meta, x, repeats):
+    """Tiles: element i of a repeated dim reads i modulo the source's size (the leading new
+    dims read nothing)."""
+    x = _require(x)
+    shape, _ = result_info(meta)
+    offset = len(shape) - len(x.shape)
+    if offset < 0:
+        raise NotLowerable("repeat with fewer repeats than dims")
+
+    def loader(index):
+        return x.load(tuple(ir.index_mod(index[offset + d], size) for d, size in enumerate(x.shape)))
     return LazyValue(shape, x.dtype, loader)
 
 
@@ -145,7 +173,7 @@ def lower_cat(meta, tensors, dim=0):
     def local(index, piece, start):
         size = piece.shape[dim]
         shifted = ir.index_add(index[dim], ir.IndexConst((size - start % size) % size))
-        return index[:dim] + (ir.index_mod(shifted, size) if start else index[dim],) + index[dim + 1:]
+        return index[:dim] + (ir.index_mod(shifted, size),) + index[dim + 1:]
 
     def loader(index):
         position = ir.IndexValue(index[dim], "int64")
@@ -155,4 +183,103 @@ def lower_cat(meta, tensors, dim=0):
             value = to_dtype(pieces[k].load(local(index, pieces[k], starts[k])), dtype)
             result = ir.Op("where", (inside, value, result), dtype)
         return result
+    return LazyValue(shape, dtype, loader)
+
+
+@lowering(aten.constant_pad_nd.default)
+def lower_constant_pad_nd(meta, x, pad, value=0):
+    """F.pad(mode="constant"): pad = (left, right) pairs from the last dim backwards; a
+    negative amount crops. Element i of a padded dim reads x at i - left where that lies in
+    [0, size) and is `value` elsewhere. As in `lower_cat`, the read happens everywhere (the
+    select has no branch), so its index is taken modulo the size: i - left inside, a valid
+    position outside."""
+    x = _require(x)
+    shape, dtype = result_info(meta)
+    if len(pad) % 2 or len(pad) // 2 > len(x.shape):
+        raise NotLowerable("padding of more dims than the tensor has")
+    rank = len(x.shape)
+    amounts = {rank - 1 - k: (pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)}
+    if any(x.shape[d] == 0 for d, (left, right) in amounts.items() if left > 0 or right > 0):
+        raise NotLowerable("padding an empty dimension")
+    fill = ir.Constant(cast_python(value, dtype), dtype)
+
+    def loader(index):
+        source, inside = list(index), []
+        for d, (left, right) in amounts.items():
+            size = x.shape[d]
+            if left > 0 or right > 0:
+                position = ir.IndexValue(index[d], "int64")
+                if left > 0:
+                    inside.append(ir.Op("ge", (position, ir.Constant(left, "int64")), "bool"))
+                if right > 0:
+                    inside.append(ir.Op("lt", (position, ir.Constant(left + size, "int64")), "bool"))
+            shift = -left % size if left > 0 else -left  # i - left, kept non-negative
+            source[d] = ir.index_add(index[d], ir.IndexConst(shift))
+            if left > 0 or right > 0:
+                source[d] = ir.index_mod(source[d], size)
+        value_at = to_dtype(x.load(tuple(source)), dtype)
+        if not inside:
+            return value_at
+        condition = inside[0]
+        for term in inside[1:]:
+            condition = ir.Op("logical_and", (condition, term), "bool")
+        return ir.Op("where", (condition, value_at, fill), dtype)
+    return LazyValue(shape, dtype, loader)
+
+
+def _where_inside(inside: list, value: ir.Expr, other: ir.Expr, dtype: str) -> ir.Expr:
+    condition = inside[0]
+    for term in inside[1:]:
+        condition = ir.Op("logical_and", (condition, term), "bool")
+    return ir.Op("where", (condition, value, other), dtype)
+
+
+@lowering(aten.slice_scatter.default)
+def lower_slice_scatter(meta, x, src, dim=0, start=None, end=None, step=1):
+    """x with x[..., start:end:step, ...] replaced by src (the backward of a slice, and what
+    functionalisation makes of `x[:, a:b] = y`): element i along `dim` reads src where i is
+    one of the slice's positions, x elsewhere. src's index is kept valid everywhere (the
+    select has no branch): (i + shift) // step modulo its size, shift making i - start
+    non-negative, equals (i - start) / step on the slice's positions."""
+    x, src = _require(x), _require(src)
+    shape, dtype = result_info(meta)
+    dim %= len(shape)
+    count = src.shape[dim] if len(src.shape) == len(shape) else -1
+    if x.shape != shape or count < 0 or step < 1:
+        raise NotLowerable("slice_scatter of these shapes")
+    start = 0 if start is None else (start + shape[dim] if start < 0 else start)
+    start = min(max(start, 0), shape[dim])
+    if count == 0:
+        return LazyValue(shape, dtype, lambda index: to_dtype(x.load(index), dtype))
+    period = step * count
+    shift = -start % period
+
+    def loader(index):
+        moved = ir.index_add(index[dim], ir.IndexConst(shift))
+        local = ir.index_mod(ir.index_floordiv(moved, step), count)
+        position = ir.IndexValue(index[dim], "int64")
+        inside = [ir.Op("ge", (position, ir.Constant(start, "int64")), "bool"),
+                  ir.Op("lt", (position, ir.Constant(start + period - step + 1, "int64")), "bool")]
+        if step > 1:
+            on_step = ir.IndexValue(ir.index_mod(moved, step), "int64")
+            inside.append(ir.Op("eq", (on_step, ir.Constant(0, "int64")), "bool"))
+        value = to_dtype(src.load(index[:dim] + (local,) + index[dim + 1:]), dtype)
+        return _where_inside(inside, value, to_dtype(x.load(index), dtype), dtype)
+    return LazyValue(shape, dtype, loader)
+
+
+@lowering(aten.select_scatter.default)
+def lower_select_scatter(meta, x, src, dim, position):
+    """x with x.select(dim, position) replaced by src (the backward of select)."""
+    x, src = _require(x), _require(src)
+    shape, dtype = result_info(meta)
+    dim %= len(shape)
+    if x.shape != shape or len(src.shape) != len(shape) - 1:
+        raise NotLowerable("select_scatter of these shapes")
+    position %= shape[dim]
+
+    def loader(index):
+        chosen = ir.Op("eq", (ir.IndexValue(index[dim], "int64"), ir.Constant(position, "int64")), "bool")
+        value = to_dtype(src.load(index[:dim] + index[dim + 1:]), dtype)
+        return _where_inside([chosen], value, to_dtype(x.load(index), dtype), dtype)
     return LazyValue(shape, dtype, loader)

@@ -2,11 +2,11 @@
 
 `compile_graph(gm, example_inputs, config, emitter)` takes an ATen graph traced with
 `decomp.decompositions()` and an emitter (`cpp.compile.CppEmitter`,
-`triton.ir_compile.TritonEmitter`), and returns the runner: generated Python with
+`triton.compile.TritonEmitter`), and returns the runner: generated Python with
 the graph's signature, or `gm.forward` when the emitter cannot build (no C++
 compiler). The steps, in order:
 
-    emitter.prepare_graph(gm)      device graph passes (Triton: pad misaligned matmuls)
+    emitter.prepare_graph(gm, ...) device graph passes (Triton: pad misaligned matmuls, NHWC convolutions)
     GraphLowering(...).run()       one @lowering registry (lowering*.py) -> ir.Program
     squeeze.squeeze_unit_loops     kernels loop only over dims of size > 1 (rows line up)
     schedule.fuse_loops            one scheduler: row groups, refusals logged (TENSORJIT_LOGS=fusion)
@@ -25,15 +25,18 @@ from .graph import GraphLowering
 from .report import timed
 from .schedule import fuse_loops
 from .squeeze import squeeze_unit_loops
+from .verify import verify
 from .wrapper import build_runner
 
 
 def compile_graph(gm, example_inputs, config, emitter):
     name = type(gm).__name__
-    emitter.prepare_graph(gm)
+    emitter.prepare_graph(gm, example_inputs)
     with timed(name, "lowering"):
         lowered = GraphLowering(gm, example_inputs, half_floats=emitter.half_floats)
         program = emitter.prepare(fuse_loops(squeeze_unit_loops(lowered.run())))
+    if getattr(config, "verify_ir", False):
+        verify(program)
     hook = emitter.build(name, program, config)
     if hook is None:
         return gm.forward

@@ -52,7 +52,7 @@ def linear_form(index: ir.Index) -> LinearForm | None:
         return {index.name: 1}, 0
     if isinstance(index, ir.IndexConst):
         return {}, index.value
-    if index.op not in ("add", "mul"):
+    if isinstance(index, ir.IndirectIndex) or index.op not in ("add", "mul"):
         return None
     left, right = linear_form(index.left), linear_form(index.right)
     if left is None or right is None:
@@ -106,6 +106,8 @@ def fit_refusal(kernel, ranges: tuple[int, ...]) -> str | None:
         if kernel.ranges == ranges:
             return None
         return f"it keeps ranges {list(kernel.ranges)}, the rows are {list(ranges)}"
+    if getattr(kernel, "scatter", None) is not None:
+        return "it writes through an index tensor (scatter), not row by row"
     if not isinstance(kernel, ir.Pointwise):
         return "it is an ATen call (Extern), not a loop kernel"
     if len(kernel.ranges) > len(ranges) and kernel.ranges[:len(ranges)] == ranges:
@@ -156,8 +158,8 @@ def row_index(index: ir.Index, outer_variables: set[str]) -> ir.Index:
     """`index` with the outer variables set to 0: the offset inside the current row."""
     if isinstance(index, ir.IndexVar):
         return ir.IndexConst(0) if index.name in outer_variables else index
-    if isinstance(index, ir.IndexConst):
-        return index
+    if isinstance(index, (ir.IndexConst, ir.IndirectIndex)):
+        return index  # an indirect index is never a row-local read (not linear: fuse_loops refuses it)
     left, right = row_index(index.left, outer_variables), row_index(index.right, outer_variables)
     return ir.index_add(left, right) if index.op == "add" else ir.index_mul(left, right)
 

@@ -74,6 +74,10 @@ def simplify(index: ir.Index, ranges: dict[str, int]) -> ir.Index:
 def normal_form(index: ir.Index, ranges: dict[str, int]) -> Sum:
     if isinstance(index, ir.IndexConst):
         return Sum(constant=index.value)
+    if isinstance(index, ir.IndirectIndex):
+        # an atom in [0, size): emitters check the loaded value before using it
+        node = ir.IndirectIndex(simplify_expr(index.value, ranges), index.size, index.wrap)
+        return Sum({node: (1, Atom(node, 0, index.size - 1))})
     if isinstance(index, ir.IndexVar):
         size = ranges.get(index.name)
         if size == 1:

@@ -33,7 +33,10 @@ def _squeezed(kernel):
     if isinstance(kernel, ir.Pointwise):
         if not kept:
             return kernel  # a scalar kernel: nothing to line up
-        return ir.Pointwise(kernel.name, kernel.output, kept, substitute(kernel.body, mapping), variables)
+        scatter = kernel.scatter
+        if scatter is not None:
+            scatter = ir.Scatter(scatter.base, substitute(scatter.index, mapping), scatter.accumulate)
+        return ir.Pointwise(kernel.name, kernel.output, kept, substitute(kernel.body, mapping), variables, scatter)
     reduction_variables = _renamed(kernel.reduction_variables, reductions, "r", mapping)
     kept_reductions = tuple(size for size in reductions if size != 1)
     if not kept_reductions:
@@ -68,6 +71,8 @@ def substitute(expr, mapping: dict[str, ir.Index], memo: dict | None = None):
     elif isinstance(expr, ir.IndexOp):
         left, right = substitute(expr.left, mapping, memo), substitute(expr.right, mapping, memo)
         result = {"add": ir.index_add, "mul": ir.index_mul}.get(expr.op, lambda a, b: ir.IndexOp(expr.op, a, b))(left, right)
+    elif isinstance(expr, ir.IndirectIndex):
+        result = ir.IndirectIndex(substitute(expr.value, mapping, memo), expr.size, expr.wrap)
     elif isinstance(expr, ir.Load):
         result = ir.Load(expr.buffer, substitute(expr.index, mapping, memo), expr.dtype)
     elif isinstance(expr, ir.IndexValue):

@@ -1,7 +1,7 @@
 """The run-time wrapper: executes an `ir.Program` with compiled kernels and ATen externs.
 
 Takes a Program, a device hook that launches its kernels (`CppLaunch`: a loaded
-ctypes library and each kernel's pointer order; Triton's in `triton/ir_compile.py`),
+ctypes library and each kernel's pointer order; Triton's in `triton/compile.py`),
 and the graph's constants; returns a callable taking the graph's
 positional inputs. The callable is generated Python, one line per step:
 
@@ -29,7 +29,7 @@ import torch
 
 from . import ir
 from .graph import EXACT_LAYOUT_EXTERNS
-from .memory import last_uses, names_written
+from .memory import last_uses, reuses, names_written
 from .values import IR_TO_TORCH, contiguous_strides, torch_dtype
 from ..runtime.persist import CompiledText, rebuild_runner, remember_kernel, set_reduce
 
@@ -63,10 +63,13 @@ class CppLaunch:
 
     A device hook says how the wrapper checks an input's device (`device_test`: text after
     `input.`, true on the right device), where it allocates (`device`, None for the CPU) and the statement that
-    launches one kernel (`statement(source, step, names) -> str`, names: the buffers written)."""
+    launches one kernel (`statement(source, step, names) -> str`, names: the buffers written).
+    With `reports_index_errors`, the statement of a kernel that checks indirect indices
+    (`ir.checks_indices`) is an expression, true when an index was out of range."""
 
     device_test = "is_cpu"
     device = None
+    reports_index_errors = True
 
     def __init__(self, library, orders: dict):
         self.library = library
@@ -75,7 +78,7 @@ class CppLaunch:
     def statement(self, source: "_Source", step, written: list[str]) -> str:
         function = getattr(self.library, step.name)
         function.argtypes = [ctypes.c_void_p]
-        function.restype = None
+        function.restype = ctypes.c_int64 if ir.checks_indices(step) else None
         remember_kernel(function, self.library._name, step.name)  # saved by its library's path (warm start)
         names = self.orders[step.name]
         pointers = source.constant(ctypes.c_void_p * len(names), "pointers")
@@ -83,16 +86,30 @@ class CppLaunch:
         return f"{kernel}({pointers}({', '.join(f'{n}.data_ptr()' for n in names)}))"
 
 
-def _kernel_lines(source: _Source, step, hook, outputs: list[ir.Buffer]) -> None:
+def _kernel_lines(source: _Source, step, hook, outputs: list[ir.Buffer], parameters: str,
+                  reused: dict[str, str]) -> None:
     device = f", device={source.constant(hook.device, 'device')}" if hook.device is not None else ""
+    scatter = getattr(step, "scatter", None)
+    if scatter is not None:  # the kernel updates its base in place: the same tensor, renamed
+        source.lines.append(f"{step.output} = {scatter.base}")
+        outputs = []
     for output in outputs:
+        if output.name in reused:  # a dead temporary of this layout (memory.reuses)
+            source.lines.append(f"{output.name} = {reused[output.name]}; del {reused[output.name]}")
+            continue
         dtype = source.constant(IR_TO_TORCH[output.dtype], "dtype")
         if tuple(output.strides) == contiguous_strides(output.shape):
             source.lines.append(f"{output.name} = empty({tuple(output.shape)!r}, dtype={dtype}{device})")
         else:
             source.lines.append(f"{output.name} = empty_strided({tuple(output.shape)!r}, "
                                 f"{tuple(output.strides)!r}, dtype={dtype}{device})")
-    source.lines.append(hook.statement(source, step, [o.name for o in outputs]))
+    statement = hook.statement(source, step, [o.name for o in outputs])
+    if getattr(hook, "reports_index_errors", False) and ir.checks_indices(step):
+        # An index out of range (the kernel read element 0 instead): ATen raises eager's error.
+        source.lines.append(f"if {statement}:")
+        source.lines.append(f"    return fallback({parameters})")
+    else:
+        source.lines.append(statement)
 
 
 def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, parameters: str) -> None:
@@ -136,24 +153,27 @@ def _output_text(source: _Source, outputs: Any) -> str:
 
 
 def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profile: bool = False):
-    """hook: the device hook launching kernels (`CppLaunch`, `triton.ir_compile.TritonLaunch`).
+    """hook: the device hook launching kernels (`CppLaunch`, `triton.compile.TritonLaunch`).
     profile=True names each step in torch.profiler (`record_function`)."""
     buffers = {b.name: b for b in program.buffers}
     source = _Source()
     for name, tensor in constants.items():
         source.lines.append(f"{name} = {source.constant(tensor, 'tensor')}")
     parameters = ", ".join(program.inputs)
+    reused = reuses(program)
+    donors = set(reused.values())  # dropped where their receiver takes them over
     for step, dead in zip(program.steps, last_uses(program)):
         start = len(source.lines)
         if isinstance(step, ir.Extern):
             _extern_lines(source, step, buffers[step.output], parameters)
             label = f"tensorjit extern {getattr(step.target, '__name__', step.target)} -> {step.output}"
         else:
-            _kernel_lines(source, step, hook, [buffers[n] for n in names_written(step)])
+            _kernel_lines(source, step, hook, [buffers[n] for n in names_written(step)], parameters, reused)
             label = f"tensorjit {step.name}"
         if profile:
             record = source.constant(torch.profiler.record_function, "record")
             source.lines[start:] = [f"with {record}({label!r}):"] + [f"    {line}" for line in source.lines[start:]]
+        dead = [name for name in dead if name not in donors]
         if dead:
             source.lines.append(f"del {', '.join(dead)}")
     source.globals["fallback"] = fallback

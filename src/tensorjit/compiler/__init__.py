@@ -5,12 +5,13 @@ Changing `torch.compile` to `tensorjit.compile` and `torch.compiler` to
 how far it goes. The modules: `stance` (set_stance), `markers` (disable,
 allow_in_graph, graph_break, ...), `guard_filters` (guard_filter_fn helpers),
 `artifacts` (save/load_cache_artifacts), `options` (list_options),
-`runtime_hooks` (cudagraph_mark_step_begin, ...).
+`runtime_hooks` (cudagraph_mark_step_begin, ...), `dynamic_marks` (mark_dynamic, ...).
 """
 
 from .. import config
 from ..api import compile, reset
 from ..backends.registry import get_default_backend, list_backends, set_default_backend
+from .dynamic_marks import mark_dynamic, mark_static, mark_unbacked, maybe_mark_dynamic
 from .artifacts import CacheInfo, load_cache_artifacts, save_cache_artifacts
 from .guard_filters import (keep_portable_guards_unsafe, keep_tensor_guards_unsafe, skip_all_guards_unsafe,
                             skip_guard_on_all_nn_modules_unsafe, skip_guard_on_globals_unsafe,
@@ -33,4 +34,5 @@ __all__ = [
     "skip_all_guards_unsafe", "nested_compile_region",
     # torch._dynamo / torch._inductor names a torch.compile user reaches for
     "graph_break", "error_on_graph_break", "nonstrict_trace", "list_options", "list_mode_options", "CacheInfo",
+    "mark_dynamic", "maybe_mark_dynamic", "mark_static", "mark_unbacked",
 ]

@@ -58,14 +58,15 @@ cache_directory: list[str | None] = [None]
 kernels are named relative to it (`warm_start` sets it around each save and load)."""
 
 
-def load_kernel(relative: str, symbol: str):
-    """A kernel (`extern "C" void symbol(void**)`) of a library in the disk cache, verified."""
+def load_kernel(relative: str, symbol: str, returns_int: bool = False):
+    """A kernel (`extern "C" void|int64_t symbol(void**)`) of a library in the disk cache, verified;
+    returns_int: it returns a count (an index check's), as `CppLaunch.statement` declared it."""
     path = disk_cache.cache_root(cache_directory[0]) / relative
     if not disk_cache.is_valid(path):
         raise FileNotFoundError(f"kernel library {relative} is missing or fails its checksum")
     function = getattr(_library(str(path)), symbol)
     function.argtypes = [ctypes.c_void_p]
-    function.restype = None
+    function.restype = ctypes.c_int64 if returns_int else None
     remember_kernel(function, str(path), symbol)
     return function
 
@@ -339,7 +340,7 @@ class Pickler(pickle.Pickler):
             return code_object, (marshal.dumps(obj),)
         if id(obj) in _kernels and _kernels[id(obj)][0] is obj:
             _, path, symbol = _kernels[id(obj)]
-            return load_kernel, (_relative_to_cache(path), symbol)
+            return load_kernel, (_relative_to_cache(path), symbol, obj.restype is ctypes.c_int64)
         if isinstance(obj, type) and issubclass(obj, ctypes.Array) and obj._type_ is ctypes.c_void_p:
             return c_pointer_array, (obj._length_,)
         if isinstance(obj, torch.fx.GraphModule):

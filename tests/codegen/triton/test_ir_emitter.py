@@ -1,4 +1,4 @@
-"""The shared loop IR with the Triton emitter (codegen/triton/ir_compile.py), against eager.
+"""The shared loop IR with the Triton emitter (codegen/triton/compile.py), against eager.
 
 Without CUDA the kernels run in Triton's interpreter on CPU tensors (conftest.py).
 Every compiled program also passes the IR verifier.
@@ -12,8 +12,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from tensorjit.codegen import ir, ops
 from tensorjit.codegen.cpp.emitter import CppOps
 from tensorjit.codegen.decomp import decompositions
-from tensorjit.codegen.triton import ir_compile, ir_kernels
-from tensorjit.codegen.triton.ir_ops import TritonOps
+from tensorjit.codegen.triton import compile as triton_compile, kernels
+from tensorjit.codegen.triton.emitter import TritonOps
 from tensorjit.codegen.verify import verify
 from tensorjit.config import Config
 
@@ -21,7 +21,7 @@ from tensorjit.config import Config
 def compile_fn(fn, *inputs, config=None):
     with torch.no_grad():
         gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
-    compiled = ir_compile.compile_graph(gm, list(inputs), config)
+    compiled = triton_compile.compile_graph(gm, list(inputs), config)
     verify(compiled.program)
     return compiled
 
@@ -109,7 +109,7 @@ def test_layer_norm_is_one_kernel(device):
 def test_long_rows_loop_over_the_row(device):
     x = torch.randn(3, 20000, device=device)
     compiled = check(lambda x: (x.softmax(-1), x.var(-1, keepdim=True), x.argmax(-1)), x, tolerance=1e-5)
-    assert not ir_kernels.is_persistent(next(s for s in compiled.program.steps if isinstance(s, ir.LoopGroup)))
+    assert not kernels.is_persistent(next(s for s in compiled.program.steps if isinstance(s, ir.LoopGroup)))
 
 
 def test_rows_reading_other_lanes_go_through_memory(device):
@@ -154,11 +154,12 @@ def test_every_op_of_the_protocol_has_both_emitters():
             assert callable(getattr(handler, method))
 
 
-def test_inductor_backend_routes_cuda_graphs_through_the_ir_when_asked():
+def test_inductor_backend_routes_cuda_graphs_through_the_shared_pipeline():
     from tensorjit.backends import inductor
+    from tensorjit.codegen import triton
 
-    generator, table = inductor._code_generator("cuda", Config(codegen_triton_ir=True))
-    assert generator is ir_compile.compile_aten_graph
+    generator, table = inductor._code_generator("cuda", Config())
+    assert generator is triton.compile_aten_graph
     assert table == decompositions()
 
 
@@ -189,7 +190,7 @@ def test_gpt2_training_step_matches_eager(device):
     graphs = []
 
     def compiler(gm, inputs):
-        graphs.append(ir_compile.compile_graph(gm, inputs))
+        graphs.append(triton_compile.compile_graph(gm, inputs))
         verify(graphs[-1].program)
         return graphs[-1]
 
@@ -215,7 +216,16 @@ def test_column_reductions_are_tiled_across_outputs(device):
     compiled = check(lambda x: (x.sum(0), x.amax(0), (x * 2).mean(0, keepdim=True)), x, tolerance=1e-5)
     groups = [step if isinstance(step, ir.LoopGroup) else ir.LoopGroup(step.name, step.ranges, step.variables, (step,))
               for step in compiled.program.steps]
-    assert all(ir_kernels.is_column_reduction(group) for group in groups)
+    assert all(kernels.is_column_reduction(group) for group in groups)
     assert all(source.count("for roffset in range(0, 300, RBLOCK)") == 3 for source in compiled.kernel_sources)
-    row = ir_compile.lower(make_fx(lambda x: x.sum(1))(x), [x])[0].steps[0]
-    assert not ir_kernels.is_column_reduction(ir.LoopGroup(row.name, row.ranges, row.variables, (row,)))
+    row = triton_compile.lower(make_fx(lambda x: x.sum(1))(x), [x])[0].steps[0]
+    assert not kernels.is_column_reduction(ir.LoopGroup(row.name, row.ranges, row.variables, (row,)))
+
+
+def test_channels_last_outputs_are_stored_in_memory_order(device):
+    # eager keeps x's channels-last layout for x * 2 + 1: consecutive lanes must store to
+    # consecutive addresses (iterate N, H, W, C), not C-strided ones
+    x = torch.randn(2, 5, 3, 4, device=device).contiguous(memory_format=torch.channels_last)
+    compiled = check(lambda x: (x * 2 + 1).relu(), x)
+    assert compiled(x).stride() == (x * 2).stride()
+    assert "+ (xindex)" in compiled.kernel_sources[0], compiled.kernel_sources[0]

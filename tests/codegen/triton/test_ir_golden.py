@@ -11,12 +11,12 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tensorjit.codegen.decomp import decompositions
-from tensorjit.codegen.triton import ir_compile
+from tensorjit.codegen.triton import compile as triton_compile
 
 
 def lower(fn, *inputs):
     gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
-    return gm, ir_compile.lower(gm, list(inputs))[0]
+    return gm, triton_compile.lower(gm, list(inputs))[0]
 
 
 def kernel_function(source: str) -> str:
@@ -39,39 +39,39 @@ group0_kernel0: for i0 < 4: (row-local: buf1, buf2, buf3)
   kernel2: for i0 < 4: buf3[...] = sum(for r0 < 10: load(buf2, ((i0 * 10) + r0)))
   kernel3: for i0 < 4, i1 < 10: buf4[...] = truediv(load(buf2, ((i0 * 10) + i1)), load(buf3, i0))
 return buf4""")
-        compiled = ir_compile.compile_graph(gm, [torch.randn(4, 10)])
+        compiled = triton_compile.compile_graph(gm, [torch.randn(4, 10)])
         self.assertExpectedInline(kernel_function(compiled.kernel_sources[0]), """\
 @triton.jit
-def group0_kernel0(in0_ptr, buf4_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def tj_f88025ff0ab73b9a4fe7(buf0_ptr, buf1_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0).to(tl.int32) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < 4
     i0 = xindex
     rbase = tl.arange(0, RBLOCK)[None, :]
-    # kernel0: buf1
+    # step1: buf2
     rindex = rbase
     rmask = rindex < 10
     r0 = rindex
-    tmp0 = tl.load(in0_ptr + ((xindex * 10 + rindex)), xmask & rmask)
+    tmp0 = tl.load(buf0_ptr + ((xindex * 10 + rindex)), xmask & rmask)
     tmp1 = tl.where(xmask & rmask, tmp0, -float('inf'))
     tmp2 = tl.reduce(tmp1, 1, _maximum_propagating_nan)[:, None]
-    # kernel1: buf2
+    # step2: buf3
     rindex = rbase
     rmask = rindex < 10
     i1 = rindex
     tmp3 = (tmp0) - (tmp2)
     tmp4 = tl.exp(tmp3)
-    # kernel2: buf3
+    # step3: buf4
     rindex = rbase
     rmask = rindex < 10
     r0 = rindex
     tmp5 = tl.where(xmask & rmask, tmp4, 0)
     tmp6 = tl.sum(tmp5, 1)[:, None]
-    # kernel3: buf4
+    # step4: buf1
     rindex = rbase
     rmask = rindex < 10
     i1 = rindex
     tmp7 = (tmp4) / (tmp6)
-    tl.store(buf4_ptr + ((xindex * 10 + rindex)), tmp7, xmask & rmask)
+    tl.store(buf1_ptr + ((xindex * 10 + rindex)), tmp7, xmask & rmask)
 """)
 
     def test_pointwise_with_broadcast_kernel(self):
@@ -83,16 +83,16 @@ in1: input float32[5] strides=[1]
 buf2: temp float32[6, 5] strides=[5, 1]
 kernel0: for i0 < 6, i1 < 5: buf2[...] = where(gt(load(in0, ((i0 * 5) + i1)), load(in1, i1)), mul(load(in0, ((i0 * 5) + i1)), load(in1, i1)), sub(load(in0, ((i0 * 5) + i1)), constant(1.5, float32)))
 return buf2""")
-        compiled = ir_compile.compile_graph(gm, [x, y])
+        compiled = triton_compile.compile_graph(gm, [x, y])
         self.assertExpectedInline(kernel_function(compiled.kernel_sources[0]), """\
 @triton.jit
-def kernel0(in0_ptr, in1_ptr, buf2_ptr, XBLOCK: tl.constexpr):
+def tj_b01b3d6f979b17a6fc51(buf0_ptr, buf1_ptr, buf2_ptr, XBLOCK: tl.constexpr):
     xindex = tl.program_id(0).to(tl.int32) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < 30
     i0 = (xindex // 5)
     i1 = xindex % 5
-    tmp0 = tl.load(in0_ptr + (xindex), xmask)
-    tmp1 = tl.load(in1_ptr + (i1), xmask)
+    tmp0 = tl.load(buf0_ptr + (xindex), xmask)
+    tmp1 = tl.load(buf1_ptr + (i1), xmask)
     tmp2 = (tmp0) > (tmp1)
     tmp3 = (tmp0) * (tmp1)
     tmp4 = (tmp0) - (tl.full([1], 1.5, tl.float32))

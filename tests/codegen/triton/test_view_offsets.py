@@ -2,7 +2,7 @@
 
 make_fx in its default ("real") tracing mode records every value as a fresh
 `empty_strided`, so `meta["val"].storage_offset()` is 0 even for `x[1:]`; the
-Triton lowering used to take view offsets from there and read `x[1:]` from
+old Triton lowering took view offsets from there and read `x[1:]` from
 x[0] (glu, gradient, trapezoid, linalg.cond's `s[..., -1]`). Every case runs
 in both tracing modes.
 """
@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tensorjit.codegen.triton import compile_aten_graph, decompositions
-from tensorjit.codegen.triton.partition import resolve_view
 
 MODES = ["real", "fake"]
 
@@ -53,10 +52,7 @@ def test_view_offsets_sum_along_a_chain(mode, device):
     def function(x):
         return (x[2:][:, 1:].select(0, 1) + 1,)
 
-    graph = compile_and_compare(function, [torch.randn(5, 6, device=device)], mode)
-    last_view = [n for n in graph.graph.nodes if n.target is torch.ops.aten.select.int][0]
-    base, offset = resolve_view(last_view)
-    assert base.op == "placeholder" and offset == 3 * 6 + 1
+    compile_and_compare(function, [torch.randn(5, 6, device=device)], mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -64,6 +60,4 @@ def test_as_strided_with_a_storage_offset_is_not_folded(mode, device):
     def function(x):
         return (torch.as_strided(x, (2, 3), (4, 1), 5) * 2,)
 
-    graph = compile_and_compare(function, [torch.randn(4, 4, device=device)], mode)
-    view = [n for n in graph.graph.nodes if n.target is torch.ops.aten.as_strided.default][0]
-    assert resolve_view(view) == (view, 0)
+    compile_and_compare(function, [torch.randn(4, 4, device=device)], mode)

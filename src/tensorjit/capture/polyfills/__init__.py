@@ -8,4 +8,4 @@ package loads them all.
 
 from . import registry
 from .registry import call, capture_rule, entries, find, polyfill
-from . import iterators, itertools, builtins, functools, operator, collections, sets  # noqa: F401  (they register)
+from . import iterators, itertools, builtins, functools, operator, collections, sets, tracebacks  # noqa: F401

@@ -75,8 +75,8 @@ class ConstantValue(Value):
     def unpack(self, tx) -> list[Value]:
         try:
             return [ConstantValue(v) for v in self.value]
-        except TypeError:
-            raise GraphBreak("iterate", f"{type(self.value).__name__} is not iterable") from None
+        except TypeError as e:
+            raise GraphBreak("iterate", f"{type(self.value).__name__} is not iterable", exception=e) from None
 
     def getattr(self, tx, name: str) -> Value:
         from .builtins import wrap_attribute_of_constant

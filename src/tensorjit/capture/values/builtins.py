@@ -22,8 +22,9 @@ import torch
 
 from ..breaks import GraphBreak
 from .base import CallableConstant, ConstantValue, NULL, Value
-from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, SliceValue, TupleValue
-from .tensors import SymbolicIntValue, TensorValue, record_call
+from .containers import (ContainerMethodValue, DictValue, DictViewValue, IteratorValue, ListValue, SetValue, SliceValue,
+                         TupleValue)
+from .tensors import SymbolicIntValue, TensorValue, lazy_text, record_call
 
 _HANDLERS: dict[Any, Callable] = {}
 
@@ -45,6 +46,11 @@ _PURE |= {getattr(operator, n) for n in dir(operator) if not n.startswith("_")} 
     operator.ilshift, operator.imod, operator.imul, operator.imatmul, operator.ior, operator.ipow,
     operator.irshift, operator.isub, operator.itruediv, operator.ixor, operator.attrgetter,
     operator.itemgetter, operator.methodcaller}
+
+
+# Builtins with handlers that python_error may call again on constants: they have no effects.
+_CHECKABLE = {py.len, py.isinstance, py.range, py.zip, py.enumerate, py.list, py.dict, py.set, py.reversed,
+              py.iter, py.slice}
 
 
 def has_handler(fn: Any) -> bool:
@@ -71,16 +77,30 @@ class BuiltinValue(CallableConstant):
         handler = _HANDLERS.get(self.fn)
         if handler is not None:
             tx.current_builtin = self.fn
-            return handler(tx, *args, **kwargs)
+            try:
+                return handler(tx, *args, **kwargs)
+            except GraphBreak:
+                raise
+            except Exception as error:
+                raise python_error(self.fn, args, kwargs, error) from error
         return fold(tx, self.fn, args, kwargs)
 
     def getattr(self, tx, name):
         return tx.wrap_constant_object(getattr(self.fn, name))
 
 
+_IMMUTABLE = (str, int, float, bytes, tuple, frozenset, complex)
+_CONTAINER_TYPES = (list, tuple, dict, set, frozenset)
+
+
 def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """Evaluate a pure builtin on constant arguments at capture time."""
-    pure = fn in _PURE or (isinstance(fn, types.BuiltinMethodType) and isinstance(fn.__self__, (str, int, float))) \
+    if _is_unbound_container_method(fn, args):
+        # list.append(xs, v), set.__contains__(s, v), frozenset.__and__(p, q): the base's own method
+        # (a subclass's override of the name is not what was called)
+        return tx.call(ContainerMethodValue(args[0], fn.__name__), args[1:], kwargs)
+    pure = fn in _PURE or isinstance(fn, (types.BuiltinMethodType, types.MethodWrapperType)) \
+        and isinstance(fn.__self__, _IMMUTABLE) \
         or isinstance(fn, type) and fn in (int, float, str, bool, tuple, frozenset, slice, range, complex)
     if not pure:
         name = getattr(fn, "__qualname__", repr(fn))
@@ -92,12 +112,49 @@ def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
         if not all(a.is_constant() or isinstance(a, SymbolicIntValue) for a in [*args, *kwargs.values()]):
             raise GraphBreak("unsupported-call", f"{getattr(fn, '__qualname__', fn)} on symbolic values")
         # symbolic ints read by a pure builtin: their values are used (and guarded), as in torch
+        if fn in _TEXT_MAKERS or getattr(fn, "__name__", "") in ("format", "__mod__") and isinstance(
+                getattr(fn, "__self__", None), str):
+            lazy = lazy_text(lambda *a: fn(*a[:len(args)], **dict(zip(kwargs, a[len(args):]))),
+                             [*args, *kwargs.values()])
+            if lazy is not None:  # text from sizes: guarded only if it is read
+                return lazy
     try:
         result = fn(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
     except Exception as e:
-        raise GraphBreak("op-error", f"{getattr(fn, '__qualname__', fn)} raised {type(e).__name__}: {e}")
+        raise GraphBreak("op-error", f"{getattr(fn, '__qualname__', fn)} raised {type(e).__name__}: {e}",
+                         exception=e)
     return tx.wrap_constant_object(result)
 
+
+def _is_unbound_container_method(fn, args: list[Value]) -> bool:
+    if not isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) or not args:
+        return False
+    owner = getattr(fn, "__objclass__", None)
+    return owner in _CONTAINER_TYPES and fn.__name__ != "__new__" and issubclass(args[0].python_type(), owner)
+
+
+def python_error(fn, args: list[Value], kwargs: dict[str, Value], error: Exception) -> Exception:
+    """`error`, raised by a handler of `fn`, as the exception the program sees if Python raises it too.
+
+    A handler evaluates the builtin on values known at capture time, so `int("x")` raises
+    ValueError inside it. Whether that is the program's exception or a compiler bug is
+    decided by calling `fn` itself on the same constants: the same exception type means
+    the program raises it, and a `try` around the call catches it in the graph."""
+    values = [*args, *kwargs.values()]
+    if not (fn in _PURE or fn in _CHECKABLE) or not all(v.is_constant() for v in values):
+        return error  # calling it again could have an effect the program would not
+    try:
+        fn(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
+    except type(error) as real:
+        name = getattr(fn, "__qualname__", fn)
+        return GraphBreak("op-error", f"{name} raised {type(real).__name__}: {real}", exception=real)
+    except Exception:
+        return error
+    return error
+
+
+_TEXT_MAKERS = {str.format, py.format, str.__mod__}
+"""Pure builtins that turn symbolic sizes into text (str() and repr() specialize at once, as in torch)."""
 
 _TENSOR_BUILTINS = {py.abs: torch.abs, py.pow: operator.pow, py.max: None, py.min: None}
 
@@ -229,7 +286,7 @@ def _next(tx, it: Value, default: Value | None = None) -> Value:
         value = it.next()
         if value is None:
             if default is None:
-                raise GraphBreak("stop-iteration", "next() on an exhausted iterator")
+                raise GraphBreak("stop-iteration", "next() on an exhausted iterator", exception=StopIteration())
             return default
         return value
     raise GraphBreak("unsupported-call", f"next() on {it!r}")
@@ -283,7 +340,7 @@ def _tuple(tx, iterable: Value | None = None) -> Value:
 
 @builtin(py.set, py.frozenset)
 def _set(tx, iterable: Value | None = None) -> Value:
-    return SetValue([] if iterable is None else tx.iterate(iterable).unpack(tx))
+    return SetValue([] if iterable is None else tx.iterate(iterable).unpack(tx), tx.current_builtin)
 
 
 @builtin(py.dict)
@@ -362,6 +419,9 @@ def _super(tx, *args: Value) -> Value:
 def _id(tx, obj: Value) -> Value:
     from .objects import ObjectValue
     if isinstance(obj, ObjectValue):
+        if obj.source is not None:  # objects are guarded by type: the answer holds for this object only
+            from ..guards import Guard
+            tx.output.guard(Guard(obj.source, "id", obj.obj))
         return ConstantValue(id(obj.obj))
     raise GraphBreak("unsupported-call", "id() of a value made during capture")
 

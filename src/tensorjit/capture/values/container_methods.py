@@ -8,11 +8,12 @@ written back after the graph runs.
 
 from __future__ import annotations
 
+import operator
 from typing import Callable
 
 from ..breaks import GraphBreak
 from .base import ConstantValue, Value
-from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, TupleValue
+from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, TupleValue, hash_key
 
 _METHODS: dict[tuple[type, str], Callable] = {}
 
@@ -32,8 +33,69 @@ def call_container_method(tx, owner: Value, name: str, args: list[Value], kwargs
     for cls in type(owner).__mro__:
         fn = _METHODS.get((cls, name))
         if fn is not None:
-            return fn(tx, owner, *args, **kwargs)
+            tx.current_method = name
+            try:
+                return fn(tx, owner, *args, **kwargs)
+            except GraphBreak:
+                raise
+            except Exception as error:
+                raise _python_error(owner, name, args, kwargs, error) from error
+    if name in _OPERATOR_DUNDERS:
+        return _call_operator_dunder(tx, owner, name, args, kwargs)
     raise GraphBreak("container-method", f"{owner.python_type().__name__}.{name} is not supported")
+
+
+def _python_error(owner: Value, name: str, args: list[Value], kwargs: dict[str, Value], error: Exception):
+    """`error` of a method handler as the program's exception, when the real method on a copy of the
+    same constants raises it too (`p.append()`: a TypeError; `p.pop(7)`: an IndexError)."""
+    values = [owner, *args, *kwargs.values()]
+    if not all(v.is_constant() for v in values):
+        return error
+    try:
+        getattr(owner.constant(), name)(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
+    except type(error) as real:
+        return GraphBreak("op-error", f"{type(real).__name__}: {real}", exception=real)
+    except Exception:
+        return error
+    return error
+
+
+def has_operator_dunder(owner: Value, name: str) -> bool:
+    """`p.__eq__`, `lst.__iadd__`: a dunder the container's real type has, read as an attribute."""
+    return name in _OPERATOR_DUNDERS and hasattr(owner.python_type(), name)
+
+
+# The operator each dunder implements; called as a method it takes exactly these arguments.
+_OPERATOR_DUNDERS: dict[str, tuple[Callable, int]] = {
+    **{f"__{name}__": (getattr(operator, f"{name}_" if name in ("and", "or") else name), 1) for name in (
+        "add", "iadd", "mul", "imul", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "sub",
+        "iand", "ior", "ixor", "isub", "getitem", "contains")},
+    "__rmul__": (lambda a, b: operator.mul(b, a), 1),
+    "__len__": (len, 0),
+    "__iter__": (iter, 0),
+}
+_COMPARISONS = {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"}
+_KINDS = (list, tuple, dict, (set, frozenset))
+
+
+def _call_operator_dunder(tx, owner: Value, name: str, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    op, arity = _OPERATOR_DUNDERS[name]
+    if kwargs or len(args) != arity:
+        error = TypeError(f"{name}() takes exactly {arity} argument{'s' if arity != 1 else ''} ({len(args)} given)")
+        raise GraphBreak("op-error", str(error), exception=error)
+    if name in _COMPARISONS and not _same_kind(owner.python_type(), args[0].python_type()):
+        return ConstantValue(NotImplemented)  # the reflected operation decides, as in CPython
+    if name == "__rmul__":
+        return tx.binary_op(operator.mul, args[0], owner)
+    if name == "__getitem__":
+        return owner.getitem(tx, args[0])
+    if arity == 0:
+        return tx.call(tx.wrap_constant_object(op), [owner], {})
+    return tx.binary_op(op, owner, args[0])
+
+
+def _same_kind(a: type, b: type) -> bool:
+    return any(issubclass(a, kind) and issubclass(b, kind) for kind in _KINDS)
 
 
 NONE = ConstantValue(None)
@@ -95,7 +157,10 @@ def _remove(tx, lst: ListValue, value: Value) -> Value:
             lst.mutate(tx)
             del lst.items[i]
             return NONE
-    raise GraphBreak("op-error", "list.remove(x): x not in list")
+    if all(item.is_constant() for item in lst.items):  # no item could compare equal in another way
+        error = ValueError("list.remove(x): x not in list")
+        raise GraphBreak("op-error", str(error), exception=error)
+    raise GraphBreak("op-error", "list.remove(x): x not found among the items capture can compare")
 
 
 @method(ListValue, "sort")
@@ -200,7 +265,7 @@ def _dict_pop(tx, d: DictValue, key: Value, default: Value | None = None) -> Val
         d.mutate(tx)
         return d.items.pop(k)
     if default is None:
-        raise GraphBreak("op-error", f"KeyError: {k!r}")
+        raise GraphBreak("op-error", f"KeyError: {k!r}", exception=KeyError(k))
     return default
 
 
@@ -225,7 +290,28 @@ def _dict_clear(tx, d: DictValue) -> Value:
     return NONE
 
 
+@method(DictValue, "__init__")
+def _dict_init(tx, d: DictValue, *args: Value, **kwargs: Value) -> Value:
+    """dict.__init__(d, ...) of a subclass instance: the items dict(...) would hold, added."""
+    made = tx.call(tx.wrap_constant_object(dict), list(args), kwargs)
+    d.mutate(tx)
+    d.items.update(made.items)
+    return NONE
+
+
 # -- sets -------------------------------------------------------------------------------
+@method(SetValue, "__init__")
+def _set_init(tx, s: SetValue, *args: Value) -> Value:
+    if issubclass(s.cls, frozenset):
+        return NONE  # object.__init__: a frozenset's items come from __new__
+    items = tx.iterate(args[0]).unpack(tx) if args else []
+    s.mutate(tx)
+    s.items.clear()
+    for v in items:
+        s.items[v.constant()] = v
+    return NONE
+
+
 @method(SetValue, "add")
 def _set_add(tx, s: SetValue, value: Value) -> Value:
     s.mutate(tx)
@@ -235,14 +321,62 @@ def _set_add(tx, s: SetValue, value: Value) -> Value:
 
 @method(SetValue, "__contains__")
 def _set_contains(tx, s: SetValue, value: Value) -> Value:
-    return ConstantValue(value.constant() in s.items)
+    return ConstantValue(hash_key(value, True) in s.items)
 
 
-@method(SetValue, "discard", "remove")
+@method(SetValue, "discard")
 def _set_discard(tx, s: SetValue, value: Value) -> Value:
+    key = hash_key(value, True)
     s.mutate(tx)
-    s.items.pop(value.constant(), None)
+    s.items.pop(key, None)
     return NONE
+
+
+@method(SetValue, "remove")
+def _set_remove(tx, s: SetValue, value: Value) -> Value:
+    key = hash_key(value, True)
+    if key not in s.items:
+        raise GraphBreak("op-error", f"KeyError: {key!r}", exception=KeyError(key))
+    s.mutate(tx)
+    del s.items[key]
+    return NONE
+
+
+@method(SetValue, "pop")
+def _set_pop(tx, s: SetValue) -> Value:
+    if not s.items:
+        raise GraphBreak("op-error", "pop from an empty set", exception=KeyError("pop from an empty set"))
+    s.mutate(tx)
+    return s.items.pop(next(iter(s.constant())))  # the element CPython's set would give first
+
+
+@method(SetValue, "clear")
+def _set_clear(tx, s: SetValue) -> Value:
+    s.mutate(tx)
+    s.items.clear()
+    return NONE
+
+
+@method(SetValue, "copy")
+def _set_copy(tx, s: SetValue) -> Value:
+    return SetValue(list(s.items.values()), frozenset if issubclass(s.cls, frozenset) else set)  # the base type
+
+
+@method(SetValue, "intersection_update", "difference_update", "symmetric_difference_update")
+def _set_in_place(tx, s: SetValue, *others: Value) -> Value:
+    """The real set operation on the keys; the values kept are those of `s`, then of the others."""
+    others_items = [other.unpack(tx) for other in others]
+    values = {v.constant(): v for items in reversed(others_items) for v in items}
+    values.update(s.items)
+    keys = s.constant()
+    getattr(keys, tx.current_method)(*[{v.constant() for v in items} for items in others_items])
+    s.mutate(tx)
+    s.items = {k: values[k] for k in _ordered(s.items, keys)}
+    return NONE
+
+
+def _ordered(old: dict, keys: set) -> list:
+    return [k for k in old if k in keys] + [k for k in keys if k not in old]
 
 
 @method(SetValue, "update")
@@ -254,15 +388,22 @@ def _set_update(tx, s: SetValue, *others: Value) -> Value:
     return NONE
 
 
-@method(SetValue, "union", "intersection", "difference", "issubset", "issuperset", "copy")
-def _set_pure(tx, s: SetValue, *others: Value) -> Value:
-    raise GraphBreak("container-method", "set algebra on symbolic sets")
+@method(SetValue, "union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
+        "isdisjoint")
+def _set_algebra(tx, s: SetValue, *others: Value) -> Value:
+    """The real method on the keys (a set's items are constants): the result has the base type, as in CPython."""
+    keys = [[v.constant() for v in tx.iterate(other).unpack(tx)] for other in others]
+    base = frozenset if issubclass(s.cls, frozenset) else set
+    return tx.wrap_constant_object(getattr(base, tx.current_method)(base(s.items), *keys))
 
 
 # -- iterators --------------------------------------------------------------------------
+@method(IteratorValue, "__iter__")
+def _iterator_iter(tx, it: IteratorValue) -> Value:
+    return it
 @method(IteratorValue, "__next__")
 def _next(tx, it: IteratorValue) -> Value:
     value = it.next()
     if value is None:
-        raise GraphBreak("stop-iteration", "next() on an exhausted iterator")
+        raise GraphBreak("stop-iteration", "next() on an exhausted iterator", exception=StopIteration())
     return value

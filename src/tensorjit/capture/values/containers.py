@@ -80,12 +80,17 @@ class TupleValue(SequenceValue):
             return tuple(values)
         if self.cls is torch.Size:
             return torch.Size(values)
+        if _subclass(self.cls):
+            return _new_container(self.cls, values)
         return self.cls(*values)
 
     def rebuild(self, items):
         return TupleValue(items, tuple if _is_namedtuple(self.cls) else self.cls)
 
     def getattr(self, tx, name: str) -> Value:
+        found = _subclass_attribute(tx, self, name)
+        if found is not None:
+            return found
         fields = _field_names(self.cls)
         if name in fields:
             return self.items[fields.index(name)]
@@ -104,6 +109,9 @@ class TupleValue(SequenceValue):
         cls = cg.constant(self.cls)
         if _is_namedtuple(self.cls):
             return f"{cls}({parts})"
+        if _subclass(self.cls):
+            return f"{cg.helper('new_container')}({cls}, ({parts},))" if self.items else \
+                f"{cg.helper('new_container')}({cls}, ())"
         return f"{cls}(({parts},))" if self.items else f"{cls}()"
 
     def __repr__(self) -> str:
@@ -123,7 +131,41 @@ def _class_attribute(tx, value: TupleValue, name: str) -> Value:
             return tx.call(FunctionValue(attr.fget), [value], {})
         if isinstance(attr, (int, float, str, bool, tuple, type(None))):
             return tx.wrap_constant_object(attr)
-    raise GraphBreak("getattr", f"tuple attribute {name!r}")
+    if _has_operator_dunder(value, name):
+        return ContainerMethodValue(value, name)
+    raise _attribute_break(value, name)
+
+
+def _subclass(cls: type) -> bool:
+    from .container_subclasses import container_base
+    return container_base(cls) is not None
+
+
+def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
+    """An attribute a user subclass defines in Python, found before the base's own."""
+    if not _subclass(value.python_type()):
+        return None
+    from .container_subclasses import subclass_attribute
+    return subclass_attribute(tx, value, name)
+
+
+def _new_container(cls: type, items) -> Any:
+    from .container_subclasses import new_container
+    return new_container(cls, items)
+
+
+def _attribute_break(value: Value, name: str) -> GraphBreak:
+    """An attribute the container's real type lacks raises AttributeError, as in Python (hasattr sees False)."""
+    cls = value.python_type()
+    if not hasattr(cls, name):
+        error = AttributeError(f"{cls.__name__!r} object has no attribute {name!r}")
+        return GraphBreak("attribute-error", str(error), exception=error)
+    return GraphBreak("getattr", f"{cls.__name__} attribute {name!r}")
+
+
+def _has_operator_dunder(value: Value, name: str) -> bool:
+    from .container_methods import has_operator_dunder
+    return has_operator_dunder(value, name)
 
 
 def _field_names(cls: type) -> tuple:
@@ -156,7 +198,9 @@ class ListValue(SequenceValue):
     def getattr(self, tx, name: str) -> Value:
         if name in _LIST_METHODS:
             return ContainerMethodValue(self, name)
-        raise GraphBreak("getattr", f"list attribute {name!r}")
+        if _has_operator_dunder(self, name):
+            return ContainerMethodValue(self, name)
+        raise _attribute_break(self, name)
 
     def mutate(self, tx) -> None:
         _record_mutation(self, tx)
@@ -191,7 +235,8 @@ class DictValue(Value):
         return all(v.is_constant() for v in self.items.values())
 
     def constant(self) -> Any:
-        return self.cls((k, v.constant()) for k, v in self.items.items())
+        pairs = [(k, v.constant()) for k, v in self.items.items()]
+        return _new_container(self.cls, pairs) if _subclass(self.cls) else self.cls(pairs)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
@@ -206,9 +251,14 @@ class DictValue(Value):
         return self.items[k]
 
     def getattr(self, tx, name: str) -> Value:
+        found = _subclass_attribute(tx, self, name)
+        if found is not None:
+            return found
         if name in _DICT_METHODS:
             return ContainerMethodValue(self, name)
-        raise GraphBreak("getattr", f"dict attribute {name!r}")
+        if _has_operator_dunder(self, name):
+            return ContainerMethodValue(self, name)
+        raise _attribute_break(self, name)
 
     def mutate(self, tx) -> None:
         _record_mutation(self, tx)
@@ -219,19 +269,24 @@ class DictValue(Value):
         body = ", ".join(f"{cg.constant(k)}: {cg.value(v)}" for k, v in self.items.items())
         if self.cls is dict:
             return "{" + body + "}"
+        if _subclass(self.cls):
+            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, {{{body}}})"
         return f"{cg.constant(self.cls)}({{{body}}})"
 
     def __repr__(self) -> str:
         return f"DictValue({self.items!r})"
 
 
-_DICT_METHODS = {"get", "items", "keys", "values", "update", "pop", "setdefault", "copy", "clear",
+_DICT_METHODS = {"__init__", "get", "items", "keys", "values", "update", "pop", "setdefault", "copy", "clear",
                  "__contains__", "__getitem__", "__len__"}
 
 
 class SetValue(Value):
-    def __init__(self, items: list[Value]) -> None:
+    """A set or frozenset (`cls`) of constants, keyed by their values."""
+
+    def __init__(self, items: list[Value], cls: type = set) -> None:
         self.birth = next(BIRTHS)
+        self.cls = cls
         self.items: dict[Any, Value] = {}
         for v in items:
             self.items[v.constant()] = v
@@ -240,13 +295,13 @@ class SetValue(Value):
         _record_mutation(self, tx)
 
     def python_type(self) -> type:
-        return set
+        return self.cls
 
     def is_constant(self) -> bool:
         return True
 
     def constant(self) -> Any:
-        return set(self.items)
+        return _new_container(self.cls, self.items) if _subclass(self.cls) else self.cls(self.items)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
@@ -255,14 +310,43 @@ class SetValue(Value):
         return list(self.items.values())
 
     def getattr(self, tx, name: str) -> Value:
-        if name in ("add", "update", "discard", "remove", "pop", "clear", "copy", "union",
-                    "intersection", "difference", "issubset", "issuperset", "__contains__",
-                    "symmetric_difference", "isdisjoint"):
+        found = _subclass_attribute(tx, self, name)
+        if found is not None:
+            return found
+        if name in _SET_METHODS and hasattr(self.cls, name):  # a frozenset has no mutating methods
             return ContainerMethodValue(self, name)
-        raise GraphBreak("getattr", f"set attribute {name!r}")
+        if _has_operator_dunder(self, name):
+            return ContainerMethodValue(self, name)
+        raise _attribute_break(self, name)
 
     def reconstruct(self, cg) -> str:
-        return cg.constant(self.constant())
+        if self.source is not None:  # the program's own set
+            return cg.source(self.source)
+        # made anew on each call: a constant would hand every call the same (mutable) set
+        items = ", ".join(cg.value(v) for v in self.items.values())
+        if _subclass(self.cls):
+            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, [{items}])"
+        if self.cls is frozenset:
+            return f"frozenset({{{items}}})" if items else "frozenset()"
+        return f"{{{items}}}" if items else "set()"
+
+
+def hash_key(value: Value, coerce_sets: bool) -> Any:
+    """The key `value` looks up in a dict or set. A set looks up a set as the equal frozenset, as
+    CPython's set does; anything else unhashable raises the TypeError Python raises."""
+    key = value.constant()
+    try:
+        hash(key)
+    except TypeError as error:
+        if coerce_sets and isinstance(key, set):
+            return frozenset(key)
+        raise GraphBreak("op-error", str(error), exception=error) from None
+    return key
+
+
+_SET_METHODS = {"__init__", "add", "update", "discard", "remove", "pop", "clear", "copy", "union", "intersection", "difference",
+                "issubset", "issuperset", "__contains__", "symmetric_difference", "isdisjoint",
+                "intersection_update", "difference_update", "symmetric_difference_update"}
 
 
 class SliceValue(Value):
@@ -371,7 +455,7 @@ class IteratorValue(Value):
         return rest
 
     def getattr(self, tx, name):
-        if name == "__next__":
+        if name in ("__next__", "__iter__"):
             return ContainerMethodValue(self, name)
         return super().getattr(tx, name)
 
@@ -405,6 +489,15 @@ class ContainerMethodValue(Value):
 
     def reconstruct(self, cg) -> str:
         return f"{cg.value(self.owner)}.{self.name}"
+
+    def getattr(self, tx, name: str) -> Value:
+        if name == "__name__":
+            return ConstantValue(self.name)
+        if name == "__qualname__":
+            return ConstantValue(f"{self.owner.python_type().__name__}.{self.name}")
+        if name == "__self__":
+            return self.owner
+        return super().getattr(tx, name)
 
     def call(self, tx, args, kwargs) -> Value:
         from .container_methods import call_container_method

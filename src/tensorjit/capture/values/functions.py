@@ -66,7 +66,8 @@ def is_torch_operation(fn: Any) -> bool:
         if module.startswith("torch"):
             return True
         owner = getattr(fn, "__self__", None)
-        return owner is not None and getattr(owner, "__name__", "").startswith("torch")
+        name = getattr(owner, "__name__", "") if owner is not None else ""
+        return isinstance(name, str) and name.startswith("torch")  # an object's __getattr__ may answer anything
     if isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType,
                        types.GetSetDescriptorType)):
         return getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor)
@@ -123,10 +124,33 @@ class FunctionValue(Value):
             return tx.wrap(getattr(self.fn, name), AttrSource(self.source, name) if self.source else None)
         if name in self.fn.__dict__:
             return tx.wrap(self.fn.__dict__[name], AttrSource(self.source, name) if self.source else None)
+        if name == "__get__":
+            return BindingValue(self)
         raise GraphBreak("getattr", f"function attribute {name!r}")
+
+    def reconstruct(self, cg) -> str:
+        if self.source is None:  # a function object capture found (a classmethod's __func__): itself
+            return cg.constant(self.fn)
+        return super().reconstruct(cg)
 
     def __repr__(self) -> str:
         return f"FunctionValue({self.fn.__qualname__})"
+
+
+class BindingValue(Value):
+    """`function.__get__`: called with an instance, the method bound to it (lr_scheduler binds
+    optimizer.step this way); with None, the function itself."""
+
+    def __init__(self, function: Value) -> None:
+        self.function = function
+
+    def call(self, tx, args, kwargs) -> Value:
+        if kwargs or not 1 <= len(args) <= 2:
+            raise GraphBreak("call", "function.__get__ takes an instance and an optional owner")
+        instance = args[0]
+        if instance.is_constant() and instance.constant() is None:
+            return self.function
+        return MethodValue(instance, self.function)
 
 
 class NestedFunctionValue(Value):

@@ -18,6 +18,7 @@ import torch
 from ..breaks import GraphBreak
 from ..sources import AttrSource, CellSource, ClosureSource, ItemSource
 from .base import ConstantValue, NULL, Value
+from .containers import ContainerMethodValue, DictValue, SetValue, TupleValue
 from .functions import FunctionValue, MethodValue
 
 
@@ -61,6 +62,8 @@ class ObjectValue(Value):
         obj = self.obj
         if isinstance(obj, type):
             return self._class_attribute(tx, obj, name)
+        if name == "with_traceback" and isinstance(obj, BaseException) and self.source is None:
+            return WithTracebackValue(self)
         static, owner = lookup_static(type(obj), name)
         if isinstance(static, property) and static.fget is not None:
             return tx.call(FunctionValue(static.fget, _class_member_source(self, owner, name, ".fget")), [self], {})
@@ -265,6 +268,8 @@ class SuperValue(Value):
                 if klass is dict and name in _DICT_READS and isinstance(self.obj, ObjectValue) \
                         and self.obj.source is not None:
                     return DictReadValue(self.obj, name)
+                if klass in (dict, set, frozenset, tuple) and isinstance(self.obj, (DictValue, SetValue, TupleValue)):
+                    return ContainerMethodValue(self.obj, name)  # the base's own method, not the subclass's
                 if hasattr(attr, "__get__") and not isinstance(attr, type):
                     if isinstance(self.obj, ObjectValue):  # a C method of a builtin base, bound to the object
                         return tx.wrap_constant_object(attr.__get__(self.obj.obj, type(self.obj.obj)))
@@ -355,6 +360,20 @@ class BuiltinMethodOfObject(Value):
         if self.name == "__setattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
             return tx.store_attribute(self.obj, args[0].constant(), args[1], custom=False)
         raise GraphBreak("call", f"object.{self.name} through super()")
+
+
+class WithTracebackValue(Value):
+    """`e.with_traceback(None)` of an exception raised during capture (unittest's assertRaises calls it):
+    the exception itself. Its traceback could only hold capture's frames, never the program's."""
+
+    def __init__(self, exception: ObjectValue) -> None:
+        self.exception = exception
+
+    def call(self, tx, args, kwargs) -> Value:
+        if len(args) != 1 or kwargs or not (args[0].is_constant() and args[0].constant() is None):
+            raise GraphBreak("call", "with_traceback() with a traceback")
+        self.exception.obj.__traceback__ = None
+        return self.exception
 
 
 class GradModeValue(Value):
@@ -481,8 +500,8 @@ class NullContextValue(Value):
         return f"{cg.constant(contextlib.nullcontext)}({cg.value(self.result)})"
 
     def reconstruct_entered_exit(self, cg) -> str:
-        import contextlib
-        return f"{cg.constant(contextlib.nullcontext)}().__exit__"
+        from ..codegen import NULL_EXIT
+        return cg.constant(NULL_EXIT)
 
 
 class PartialValue(Value):

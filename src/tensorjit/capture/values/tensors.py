@@ -10,6 +10,7 @@ anything else is a compile-time constant).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import operator
 import types
@@ -17,6 +18,8 @@ from typing import Any, Callable
 
 import torch
 import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils import _pytree as pytree
 
 from ..breaks import GraphBreak
@@ -144,10 +147,16 @@ class SymbolicIntValue(Value):
         return bool if isinstance(self.example, torch.SymBool) else int
 
     def constant(self):
-        return bool(self.example) if isinstance(self.example, torch.SymBool) else int(self.example)
+        try:
+            return bool(self.example) if isinstance(self.example, torch.SymBool) else int(self.example)
+        except torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode:
+            raise _unbacked_branch(self.example) from None
 
     def truth(self, tx) -> bool:
-        return bool(self.example)
+        try:
+            return bool(self.example)
+        except torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode:
+            raise _unbacked_branch(self.example) from None
 
     def unpack(self, tx):
         raise GraphBreak("iterate", "iterating over an int")
@@ -157,6 +166,93 @@ class SymbolicIntValue(Value):
 
     def __repr__(self) -> str:
         return f"SymbolicIntValue({self.example})"
+
+
+class LazyTextValue(ConstantValue):
+    """Text formatted from symbolic sizes (`f"{x.shape}"`, `"{}".format(n)`), as Dynamo keeps it:
+    the sizes are specialized (guarded to their values) only when the text is read (compared,
+    returned, printed), so a log line that is never shown costs no recompile per size.
+
+    `text` was computed from the sizes' hints, so it is what reading them would give. Code that
+    runs after a graph break gets the text rebuilt from the run-time sizes (`render(*values)`),
+    so carrying it across a break specializes nothing either."""
+
+    __slots__ = ("text", "sizes", "read", "render", "values")
+
+    def __init__(self, text: str, sizes: list[Value], render: Callable, values: list[Value]) -> None:
+        self.text = text
+        self.sizes = sizes
+        self.read = False
+        self.source = None
+        self.render = render
+        self.values = values
+
+    @property
+    def value(self) -> str:  # shadows ConstantValue's slot: every reader of the constant goes through here
+        if not self.read:
+            self.read = True
+            for size in self.sizes:
+                size.constant()  # installs the guard that makes `text` valid
+        return self.text
+
+    def python_type(self) -> type:
+        return str
+
+    def reconstruct(self, cg) -> str:
+        if self.read:  # already specialized: the text is a constant of this entry
+            return cg.constant(self.text)
+        arguments = ", ".join(cg.value(v) for v in self.values)
+        return f"{cg.constant(self.render)}({arguments})"
+
+    def __repr__(self) -> str:
+        return f"LazyTextValue({self.text!r})"
+
+
+def lazy_text(render: Callable, values: list[Value]) -> Value | None:
+    """`render(*python values)` deferred, when `values` hold symbolic sizes with hints; else None."""
+    sizes: list[Value] = []
+    hints = [_hint(v, sizes) for v in values]
+    if not sizes or any(h is _NO_HINT for h in hints):
+        return None
+    try:
+        text = render(*hints)
+    except Exception:
+        return None  # the eager path raises it where it happens
+    return LazyTextValue(text, sizes, render, values) if isinstance(text, str) else None
+
+
+_NO_HINT = object()
+
+
+def _hint(value: Value, sizes: list) -> Any:
+    """The Python value of `value` with symbolic sizes read from their hints (collected in `sizes`)."""
+    if isinstance(value, SymbolicIntValue):
+        hint = value.example.node.hint if isinstance(value.example, torch.SymInt) else None
+        if hint is None:
+            return _NO_HINT
+        sizes.append(value)
+        return int(hint)
+    if isinstance(value, LazyTextValue):
+        sizes.extend(value.sizes)
+        return value.text
+    from .containers import ListValue, TupleValue
+    if isinstance(value, (TupleValue, ListValue)):
+        inner = [_hint(item, sizes) for item in value.items]
+        if any(h is _NO_HINT for h in inner):
+            return _NO_HINT
+        cls = value.python_type()
+        return cls(inner) if cls in (list, tuple, torch.Size) else _NO_HINT
+    if value.is_constant():
+        return value.constant()
+    return _NO_HINT
+
+
+def _unbacked_branch(example) -> GraphBreak:
+    """A size with no hint (mark_unbacked, or computed from data) read as a Python value."""
+    return GraphBreak("data-dependent-branch",
+                      f"Detected data-dependent branching: {example} depends on a size with no hint "
+                      "(mark_unbacked or data-dependent), whose value is known only at run time",
+                      "use torch.cond, or mark the dimension with mark_dynamic instead of mark_unbacked")
 
 
 def size_value(tx, tensor: "TensorValue", dim: int, method: str = "size") -> Value:
@@ -214,10 +310,25 @@ class TensorMethodValue(Value):
             return ConstantValue(result)
         if name == "type" and not args and not kwargs:
             return ConstantValue(self.tensor.example.type())
+        if name in _SCALED_UPDATES and isinstance(kwargs.get("value"), TensorValue) and len(args) == 2:
+            return _scaled_update(tx, self.tensor, name, args, kwargs["value"])
         return record_call(tx, name, [self.tensor, *args], kwargs, method=True)
 
     def __repr__(self) -> str:
         return f"TensorMethodValue({self.tensor!r}.{self.name})"
+
+
+_SCALED_UPDATES = {"addcdiv": "div", "addcdiv_": "div", "addcmul": "mul", "addcmul_": "mul"}
+
+
+def _scaled_update(tx, tensor: TensorValue, name: str, args: list[Value], value: TensorValue) -> Value:
+    """`x.addcdiv_(a, b, value=t)` with a tensor `t` (the optimizers' step size while compiling):
+    ATen reads a Scalar `value` with .item(), a data-dependent break; as Dynamo does, it is
+    `x.add_(t * (a / b))`, all graph ops."""
+    combined = record_call(tx, _SCALED_UPDATES[name], args, {}, method=True)
+    scaled = record_call(tx, "mul", [combined, value], {}, method=True)
+    update = "add_" if name.endswith("_") else "add"
+    return record_call(tx, update, [tensor, scaled], {}, method=True)
 
 
 # -- recording operations --------------------------------------------------------------
@@ -261,7 +372,10 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
     else:
         op, fn = "call_function", target
     try:
-        with tx.output.fake_mode, tx.output.writes:
+        # Higher-order operators (torch.cond) run their functions under torch's own rules, which
+        # forbid writes to inputs; the write watch is a dispatch mode they do not pass through.
+        watch = contextlib.nullcontext() if isinstance(fn, torch._ops.HigherOrderOperator) else tx.output.writes
+        with tx.output.fake_mode, watch, _symbolic_dispatch(tx.output):
             if method:
                 result = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
             else:
@@ -270,17 +384,27 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
         raise
     except (torch._subclasses.fake_tensor.DataDependentOutputException,
             torch._subclasses.fake_tensor.DynamicOutputShapeException,
-            _symbolic_shapes().GuardOnDataDependentSymNode) as e:
+            torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode) as e:
         raise GraphBreak("data-dependent-op", f"{_describe(target)} has a data-dependent result ({type(e).__name__})")
     except NotImplementedError as e:
         raise GraphBreak("unsupported-op", f"{_describe(target)} cannot run on fake tensors: {e}")
     except Exception as e:
         raise GraphBreak("op-error", f"{_describe(target)} raised {type(e).__name__}: {e}",
                          "the same call fails eagerly; it runs in Python so the error is raised there")
-    if tx.output.shape_env is not None and _symbolic_shapes().free_unbacked_symbols(result):
+    if tx.output.shape_env is not None and free_unbacked_symbols(result) - tx.output.symbols.keys():
+        # a new unbacked size (nonzero, item); those of mark_unbacked inputs are graph inputs
         raise GraphBreak("data-dependent-op", f"{_describe(target)} has an output shape that depends on data")
     node = tx.output.create_node(op, fn if op == "call_function" else target, node_args, node_kwargs, result)
     return wrap_result(tx, node, result, args)
+
+
+def _symbolic_dispatch(output):
+    """With symbolic sizes, ops run through the Python dispatcher as in Dynamo: the Python meta
+    functions and decompositions keep sizes symbolic where some C++ meta functions (constant_pad_nd)
+    specialize them, one recompile per size."""
+    if output.shape_env is None:
+        return contextlib.nullcontext()
+    return enable_python_dispatcher()
 
 
 def _describe(target) -> str:
@@ -313,10 +437,3 @@ def wrap_result(tx, node: torch.fx.Node, result: Any, args: list[Value]) -> Valu
         return ConstantValue(type(result)(result)) if isinstance(result, tuple) else ListValue(
             [ConstantValue(r) for r in result])
     raise GraphBreak("unsupported-result", f"graph operation returned {type(result).__name__}")
-
-
-def _symbolic_shapes():
-    """torch.fx.experimental.symbolic_shapes, imported at first use: it imports sympy (half a second),
-    which a process running warm-started entries never needs."""
-    import torch.fx.experimental.symbolic_shapes as symbolic_shapes
-    return symbolic_shapes

@@ -28,7 +28,7 @@ class CppEmitter:
 
     half_floats = False  # no half types in the C++ kernels: those ops stay ATen calls
 
-    def prepare_graph(self, gm) -> None:
+    def prepare_graph(self, gm, example_inputs) -> None:
         pass
 
     def prepare(self, program):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from .. import ir
-from ..ops import evaluate
+from ..ops import bind_indirect, evaluate
 from ..schedule import row_index
 from ..values import contiguous_strides
 from .emitter import CTYPES, PARALLEL_THRESHOLD, ScalarEmitter, format_constant, format_index
@@ -17,19 +17,38 @@ from .emitter import CTYPES, PARALLEL_THRESHOLD, ScalarEmitter, format_constant,
 REDUCTION_INIT = {"sum": "0", "prod": "1", "any": "false"}
 
 
-def loop_nest(variables, ranges, work: int, depth: int, leave_inner: bool) -> tuple[list[str], str]:
+CHECK_CLAUSE = " reduction(|:tj_bad)"
+"""Kernels that read through an indirect index (`ir.checks_indices`) collect out-of-range
+indices in `tj_bad` across threads and SIMD lanes, and return it."""
+
+
+def loop_nest(variables, ranges, work: int, depth: int, leave_inner: bool,
+              checks: bool = False) -> tuple[list[str], str]:
     lines, indent = [], "  "
     outer = len(ranges) - (1 if leave_inner and len(ranges) > 1 else 0)
     if work >= PARALLEL_THRESHOLD and outer > 0:
-        lines.append(f"{indent}#pragma omp parallel for" + (f" collapse({outer})" if outer > 1 else ""))
+        lines.append(f"{indent}#pragma omp parallel for" + (f" collapse({outer})" if outer > 1 else "")
+                     + (CHECK_CLAUSE if checks else ""))
     for variable, size in zip(variables, ranges):
         lines.append(f"{indent}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
         indent += "  "
     return lines, indent
 
 
-def signature(name: str, kernel_buffers: list[str], buffers: dict[str, ir.Buffer], output: str) -> list[str]:
-    lines = [f'extern "C" void {name}(void** pointers) {{']
+def head(name: str, checks: bool) -> list[str]:
+    """The function's first lines: a checking kernel returns how its index checks went."""
+    if checks:
+        return [f'extern "C" int64_t {name}(void** pointers) {{', "  int64_t tj_bad = 0;"]
+    return [f'extern "C" void {name}(void** pointers) {{']
+
+
+def tail(checks: bool) -> list[str]:
+    return ["  return tj_bad;", "}"] if checks else ["}"]
+
+
+def signature(name: str, kernel_buffers: list[str], buffers: dict[str, ir.Buffer], output: str,
+              checks: bool = False) -> list[str]:
+    lines = head(name, checks)
     for position, buffer_name in enumerate(kernel_buffers):
         ctype = CTYPES[buffers[buffer_name].dtype]
         qualifier = "" if buffer_name == output else "const "
@@ -38,16 +57,24 @@ def signature(name: str, kernel_buffers: list[str], buffers: dict[str, ir.Buffer
 
 
 def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
-    work = math.prod(kernel.ranges)
-    loops, indent = loop_nest(kernel.variables, kernel.ranges, work, 0, leave_inner=True)
+    # A scatter runs on one thread, in order: its indices may repeat (eager's CPU kernels
+    # add repeated entries in this order too, so float sums round the same way).
+    work = math.prod(kernel.ranges) if kernel.scatter is None else 0
+    checks = ir.checks_indices(kernel)
+    loops, indent = loop_nest(kernel.variables, kernel.ranges, work, 0, leave_inner=True, checks=checks)
     scalar = ScalarEmitter(indent)
-    value = evaluate(kernel.body, scalar)
+    memo: dict = {}
+    value = evaluate(kernel.body, scalar, memo)
     store_index = ir.store_index(kernel, buffers[kernel.output])
+    bind_indirect(store_index, scalar, memo)
     out_type = CTYPES[buffers[kernel.output].dtype]
-    body = scalar.lines + [f"{indent}{kernel.output}[{format_index(store_index)}] = ({out_type})({value});"]
+    operator = "+=" if kernel.scatter is not None and kernel.scatter.accumulate else "="
+    target = f"{kernel.output}[{format_index(store_index, scalar.indirect_names)}]"
+    body = scalar.lines + [f"{indent}{target} {operator} ({out_type})({value});"]
     names = sorted(scalar.buffers - {kernel.output}) + [kernel.output]
     closing = ["  " + "  " * (len(kernel.ranges) - 1 - k) + "}" for k in range(len(kernel.ranges))]
-    text = "\n".join(signature(kernel.name, names, buffers, kernel.output) + loops + body + closing + ["}"])
+    text = "\n".join(signature(kernel.name, names, buffers, kernel.output, checks) + loops + body + closing
+                     + tail(checks))
     return text, names
 
 
@@ -72,10 +99,12 @@ SIMD_CLAUSES = {"sum": "reduction(+:acc)", "prod": "reduction(*:acc)",
                 "max": "reduction(max:acc) reduction(|:acc_nan)", "min": "reduction(min:acc) reduction(|:acc_nan)"}
 
 
-def reduction_lines(kernel: ir.Reduction, indent: str, emitter_for, store) -> tuple[list[str], set[str]]:
+def reduction_lines(kernel: ir.Reduction, indent: str, emitter_for, store,
+                    checks: bool = False) -> tuple[list[str], set[str]]:
     """The accumulation loops of one reduction for the current outer index, and the buffers read.
 
-    emitter_for(indent) makes the scalar emitter; store(value) returns the store statement."""
+    emitter_for(indent) makes the scalar emitter; store(value) returns the store statement;
+    checks: the function collects index checks in `tj_bad` (a SIMD reduction too)."""
     value_dtype = kernel.body.dtype
     acc_dtype = kernel.dtype if kernel.reduction_type not in ("argmax", "argmin") else value_dtype
     acc_type = "double" if acc_dtype == "float32" and kernel.reduction_type in ("sum", "prod") else CTYPES[acc_dtype]
@@ -92,7 +121,7 @@ def reduction_lines(kernel: ir.Reduction, indent: str, emitter_for, store) -> tu
         if clause and depth == len(kernel.reduction_ranges) - 1:
             # Lets the compiler vectorise the innermost loop by reassociating (as eager's
             # vectorised reductions do); the outer reduction loops keep accumulating into acc.
-            lines.append(f"{inner}#pragma omp simd {clause}")
+            lines.append(f"{inner}#pragma omp simd {clause}" + (CHECK_CLAUSE if checks else ""))
         lines.append(f"{inner}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
         inner += "  "
     scalar = emitter_for(inner)
@@ -112,14 +141,15 @@ def reduction_lines(kernel: ir.Reduction, indent: str, emitter_for, store) -> tu
 def emit_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
     work = math.prod(kernel.ranges) * math.prod(kernel.reduction_ranges)
     parallel_work = work if math.prod(kernel.ranges) > 1 else 0
-    loops, indent = loop_nest(kernel.variables, kernel.ranges, parallel_work, 0, leave_inner=False)
+    checks = ir.checks_indices(kernel)
+    loops, indent = loop_nest(kernel.variables, kernel.ranges, parallel_work, 0, leave_inner=False, checks=checks)
     store_index = format_index(ir.strided_index(kernel.variables, contiguous_strides(kernel.ranges)))
     out_type = CTYPES[kernel.dtype]
     store = lambda result: f"{kernel.output}[{store_index}] = ({out_type})({result});"  # noqa: E731
-    body, read = reduction_lines(kernel, indent, ScalarEmitter, store)
+    body, read = reduction_lines(kernel, indent, ScalarEmitter, store, checks)
     body = loops + body + ["  " + "  " * (len(kernel.ranges) - 1 - k) + "}" for k in range(len(kernel.ranges))]
     names = sorted(read - {kernel.output}) + [kernel.output]
-    text = "\n".join(signature(kernel.name, names, buffers, kernel.output) + body + ["}"])
+    text = "\n".join(signature(kernel.name, names, buffers, kernel.output, checks) + body + tail(checks))
     return text, names
 
 
@@ -137,7 +167,8 @@ class RowEmitter(ScalarEmitter):
         return super().load(buffer, index)
 
 
-def member_lines(member, group: ir.LoopGroup, buffers: dict[str, ir.Buffer], indent: str) -> tuple[list[str], set[str]]:
+def member_lines(member, group: ir.LoopGroup, buffers: dict[str, ir.Buffer], indent: str,
+                 checks: bool = False) -> tuple[list[str], set[str]]:
     """One member's loops for the current row of `group`."""
     outer = len(group.ranges)
     local, outer_names = set(group.local), {v.name for v in group.variables}
@@ -149,7 +180,8 @@ def member_lines(member, group: ir.LoopGroup, buffers: dict[str, ir.Buffer], ind
         index = row_index(index, outer_names)
     target = f"{member.output}[{format_index(index)}]"
     if isinstance(member, ir.Reduction):
-        return reduction_lines(member, indent, emitter_for, lambda result: f"{target} = ({out_type})({result});")
+        return reduction_lines(member, indent, emitter_for, lambda result: f"{target} = ({out_type})({result});",
+                               checks)
     lines, level = [], indent
     for variable, size in zip(member.variables[outer:], member.ranges[outer:]):
         lines.append(f"{level}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
@@ -164,8 +196,9 @@ def member_lines(member, group: ir.LoopGroup, buffers: dict[str, ir.Buffer], ind
 def emit_group(group: ir.LoopGroup, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
     work = sum(math.prod(m.ranges) * (math.prod(m.reduction_ranges) if isinstance(m, ir.Reduction) else 1)
                for m in group.members)
+    checks = ir.checks_indices(group)
     loops, indent = loop_nest(group.variables, group.ranges, work if math.prod(group.ranges) > 1 else 0, 0,
-                              leave_inner=False)
+                              leave_inner=False, checks=checks)
     body, read = [], set()
     for buffer_name in group.local:
         buffer = buffers[buffer_name]
@@ -173,18 +206,18 @@ def emit_group(group: ir.LoopGroup, buffers: dict[str, ir.Buffer]) -> tuple[str,
         size = 1 if isinstance(member, ir.Reduction) else math.prod(member.ranges[len(group.ranges):])
         body.append(f"{indent}alignas(64) {CTYPES[buffer.dtype]} {buffer_name}[{size}];")
     for member in group.members:
-        lines, member_reads = member_lines(member, group, buffers, indent + "  ")
+        lines, member_reads = member_lines(member, group, buffers, indent + "  ", checks)
         body += [f"{indent}{{  // {member.name}"] + lines + [f"{indent}}}"]
         read |= member_reads
     written = set(group.outputs)
     names = sorted(read - written - set(group.local)) + list(group.outputs)
     closing = ["  " + "  " * (len(group.ranges) - 1 - k) + "}" for k in range(len(group.ranges))]
-    lines = [f'extern "C" void {group.name}(void** pointers) {{']
+    lines = head(group.name, checks)
     for position, buffer_name in enumerate(names):
         ctype = CTYPES[buffers[buffer_name].dtype]
         qualifier = "" if buffer_name in written else "const "
         lines.append(f"  {qualifier}{ctype}* __restrict__ {buffer_name} = ({qualifier}{ctype}*)pointers[{position}];")
-    return "\n".join(lines + loops + body + closing + ["}"]), names
+    return "\n".join(lines + loops + body + closing + tail(checks)), names
 
 
 def emit_program(program: ir.Program) -> tuple[str, dict[str, list[str]]]:

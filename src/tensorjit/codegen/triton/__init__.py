@@ -1,24 +1,23 @@
-"""tensorjit's GPU code generator: ATen graphs to Triton kernels and a thin wrapper.
+"""The Triton emitter of the shared code generator: CUDA ATen graphs to Triton kernels.
 
     compile_aten_graph(gm, example_inputs, *, config=None) -> callable
+    decompositions() -> dict      the shared table (codegen/decomp.py)
 
-takes an ATen-level FX graph whose tensors live on a CUDA device (what make_fx
-produces with `decompositions()`), and returns a callable with the graph's
-signature: fused Triton kernels for pointwise work and last-dimension
-reductions, ATen kernels for the rest (matrix products, convolutions,
-attention), launched by generated straight-line Python. With
-`config.triton_cudagraphs` the whole call is replayed through a CUDA graph, as
-an inference graph (the inductor backend instead wraps forward and backward
-graphs itself, by kind, and turns this off). If lowering fails, the graph runs eagerly, with the
-reason logged: never a wrong answer.
+The graph goes through the one pipeline (codegen/pipeline.py) with
+`compile.TritonEmitter`: fused Triton kernels for pointwise work and reductions,
+ATen kernels for the rest (matrix products, convolutions, attention), launched by
+the shared generated wrapper. With `config.triton_cudagraphs` the whole call is
+replayed through a CUDA graph, as an inference graph (the inductor backend
+instead wraps forward and backward graphs itself, by kind, and turns this off).
+If compiling fails, the graph runs eagerly, with the reason logged: never a wrong
+answer.
 
-Modules: expressions (scalar op -> Triton text), emitter (the scalar-op
-protocol), kernel (one kernel's text), heuristics (block sizes), launcher
-(loading and fast launches), parallel (compiling in worker processes),
-pointwise_ops (ATen pointwise ops on the emitter), decomposition_table (the table
-the lowering expects), partition (which nodes share a kernel), group_emitter
-(one group -> one kernel), layout (channels-last convolutions), direct (the
-whole graph: kernels + wrapper), wrapper (the per-call function), indexing.
+Modules, all Triton's own: compile (the emitter's part of the pipeline), kernels
+(one IR kernel or row group -> kernel text, launch shapes), emitter (TritonOps:
+the ops protocol as Triton text), expressions (op -> text), heuristics (block
+sizes, warps), launcher (loading and fast launches), parallel (compiling in worker
+processes), interpreter_math (stand-ins under TRITON_INTERPRET), pad_matmul
+(products cuBLAS handles slowly), layout (channels-last convolutions).
 """
 
 from __future__ import annotations
@@ -33,27 +32,28 @@ log = logging.getLogger(__name__)
 
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config=None) -> Callable[..., Any]:
     """ATen graph -> compiled callable; see the module docstring."""
-    from tensorjit.codegen.triton.direct import compile_graph
+    from tensorjit.codegen.triton.compile import compile_graph
+    from tensorjit.codegen.verify import IRError
     from tensorjit.runtime.disk_cache import UntrustedCache
 
     try:
-        compiled: Callable[..., Any] = compile_graph(gm, example_inputs, config)
+        compiled: Callable[..., Any] = compile_graph(gm, list(example_inputs), config)
+    except IRError:  # raised only under Config.verify_ir (the tests): a code generator bug, shown
+        raise
     except UntrustedCache:  # the cache warned once, naming the directory
         compiled = gm.forward
     except Exception as error:  # noqa: BLE001 - a lowering gap must not become a wrong answer
         log.warning("tensorjit triton: running the graph eagerly: %s: %s", type(error).__name__, error)
         compiled = gm.forward
     if config is not None and getattr(config, "triton_cudagraphs", False):
-        from tensorjit.runtime.cudagraphs import CudaGraphRunner
-
-        from tensorjit.runtime.cudagraphs import Settings
+        from tensorjit.runtime.cudagraphs import CudaGraphRunner, Settings
 
         compiled = CudaGraphRunner(compiled, settings=Settings.from_config(config))
     return compiled
 
 
 def decompositions() -> dict:
-    """The decomposition table this code generator's lowering expects."""
-    from tensorjit.codegen.triton.direct import decompositions as table
+    """The decomposition table this code generator's lowering expects (the shared one)."""
+    from tensorjit.codegen.decomp import decompositions as table
 
     return table()

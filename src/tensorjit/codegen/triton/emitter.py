@@ -1,144 +1,125 @@
-"""The Triton implementation of the scalar-op protocol.
+"""The ops protocol (codegen/ops.py) for Triton: IR scalar expressions -> Triton statements.
 
-`TritonOps(kernel)` takes a `TritonKernel` being built and answers each
-scalar operation (load, store, constant, add, exp, where, to_dtype,
-reduction, ...) by appending Triton source to the kernel and returning the
-name of the variable holding the result. Values are those names (strings);
-the dtype of each is tracked beside it, because Triton's text does not say
-it and some operations (integer division, casts, constants) depend on it.
+Takes `ir.Expr` trees through `ops.evaluate`; each method appends one line
+`tmpN = <expression>` to `lines` and returns `tmpN`. Loads are delegated to the
+kernel writer (`load`: it knows masks, pointer arguments and values kept in
+registers). The text of each operation comes from `expressions.py`, shared with
+the Triton path's own lowering, so both agree on NaN propagation, integer
+rounding and the interpreter's stand-ins for libdevice.
 
-Index expressions arrive already printed as Triton text over `xindex` and
-`rindex` (see `indexing.py`).
+Half floats (float16, bfloat16) live in registers as float32: the kernel
+writer upcasts them on load, `to_dtype` into a half type rounds (float32 ->
+half -> float32), and the store rounds once more into the buffer's type.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from typing import Callable
 
-import torch
+from .. import ir
+from ..values import IR_TO_TORCH
+from . import expressions
 
-from tensorjit.codegen.triton import expressions
-from tensorjit.codegen.triton.expressions import compute_dtype, triton_dtype
-from tensorjit.codegen.triton.kernel import TritonKernel
+REGISTER_DTYPES = {"float16": "float32", "bfloat16": "float32"}
+"""IR dtypes held in registers as another."""
 
-UNARY = (
-    "neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
-    "tanh", "sigmoid", "erf", "erfinv", "floor", "ceil", "trunc", "round", "asin", "acos", "atan", "sinh", "cosh",
-    "asinh", "acosh", "atanh", "lgamma", "reciprocal", "relu", "sign", "square", "bitwise_not",
-)
-FLOAT_ONLY = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
-              "sigmoid", "erf", "erfinv", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "lgamma",
-              "reciprocal"}
-COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
-ARITHMETIC = ("add", "sub", "mul", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor",
-              "bitwise_left_shift", "bitwise_right_shift", "pow", "atan2", "fmod")
+
+def register_dtype(dtype: str) -> str:
+    return REGISTER_DTYPES.get(dtype, dtype)
+
+
+def triton_type(dtype: str) -> str:
+    """The Triton type of a value of IR dtype `dtype` in registers."""
+    return expressions.triton_dtype(IR_TO_TORCH[register_dtype(dtype)])
+
+
+def format_index(index: ir.Index, indirect: dict | None = None) -> str:
+    """Triton text of `index`; `indirect` names the variable holding each checked IndirectIndex."""
+    if isinstance(index, ir.IndexVar):
+        return index.name
+    if isinstance(index, ir.IndexConst):
+        return str(index.value)
+    if isinstance(index, ir.IndirectIndex):
+        return indirect[index]
+    symbol = {"add": "+", "mul": "*", "floordiv": "//", "mod": "%"}[index.op]
+    return f"({format_index(index.left, indirect)} {symbol} {format_index(index.right, indirect)})"
+
+
+def round_to(value: str, dtype: str) -> str:
+    """`value` (registers) rounded to `dtype` as stored in memory."""
+    return expressions.cast(value, IR_TO_TORCH[dtype])
 
 
 class TritonOps:
-    """Scalar operations as Triton source; see the module docstring."""
+    """One kernel body's statements; see the module docstring."""
 
-    def __init__(self, kernel: TritonKernel):
-        self.kernel = kernel
-        self.dtypes: dict[str, torch.dtype] = {}
+    def __init__(self, load: Callable[[str, ir.Index], str], counter: itertools.count, constant_shape: str = "[1]",
+                 mask_of: Callable[[ir.IndirectIndex], str | None] = lambda index: None):
+        """mask_of(index): the mask of the lanes whose value of `index` is real (the kernel writer knows)."""
+        self.lines: list[str] = []
+        self._load = load
+        self._counter = counter
+        self._mask_of = mask_of
+        self.constant_shape = constant_shape
+        self.indirect_names: dict[ir.IndirectIndex, str] = {}
 
-    def _bind(self, expression: str, dtype: torch.dtype, hoist: bool = False) -> str:
-        name = self.kernel.compute(expression, hoist=hoist)
-        self.dtypes[name] = dtype
+    def assign(self, text: str) -> str:
+        name = f"tmp{next(self._counter)}"
+        self.lines.append(f"{name} = {text}")
         return name
 
-    def dtype_of(self, value: str) -> torch.dtype:
-        return self.dtypes.get(value, torch.float32)
+    def load(self, buffer: str, index: ir.Index) -> str:
+        return self._load(buffer, index)
 
-    # -- memory -------------------------------------------------------------
-
-    def load(self, buffer: str, index: str, dtype: torch.dtype, uses_row: bool = True) -> str:
-        name = self.kernel.load(buffer, index, dtype, uses_row)
-        self.dtypes[name] = compute_dtype(dtype)
+    def indirect(self, index: ir.IndirectIndex, value: str) -> str:
+        """The position `value` names, asserted on the device to lie in [0, size) (eager's CUDA
+        kernels assert too; the kernel is compiled with debug=True, see kernels.py), and read
+        as 0 outside it, so that nothing is read out of bounds even where asserts are off (the
+        interpreter)."""
+        position = self.assign(f"({value}).to(tl.int64)")
+        if index.wrap:
+            position = self.assign(f"tl.where({position} < 0, {position} + {index.size}, {position})")
+        inside = self.assign(f"({position} >= 0) & ({position} < {index.size})")
+        mask = self._mask_of(index)
+        self.lines.append(f'tl.device_assert({inside}, "index out of bounds: 0 <= index < {index.size}"'
+                          + (f", {mask})" if mask else ")"))
+        name = self.assign(f"tl.where({inside}, {position}, 0)")
+        self.indirect_names[index] = name
         return name
 
-    def store(self, buffer: str, index: str, value: str, dtype: torch.dtype, uses_row: bool = True) -> None:
-        self.kernel.store(buffer, index, value, dtype, uses_row)
+    def constant(self, value, dtype: str) -> str:
+        if dtype == "bool":  # a block, not a Python bool: the interpreter cannot `&` those with blocks
+            return f"tl.full({self.constant_shape}, {int(bool(value))}, tl.int1)"
+        return expressions.constant(value, IR_TO_TORCH[dtype], self.constant_shape)
 
-    # -- values -------------------------------------------------------------
+    def index_expr(self, index: ir.Index, dtype: str) -> str:
+        if isinstance(index, ir.IndexConst):
+            return self.constant(index.value, dtype)
+        return self.assign(f"({format_index(index, self.indirect_names)}).to({triton_type(dtype)})")
 
-    def constant(self, value: Any, dtype: torch.dtype) -> str:
-        shape = "[1, 1]" if self.kernel.is_reduction else "[1]"  # the rank of every other value in the kernel
-        return self._bind(expressions.constant(value, dtype, shape), compute_dtype(dtype))
+    def to_dtype(self, value: str, dtype: str, source_dtype: str) -> str:
+        if dtype == "bool":
+            return self.assign(f"({value}) != 0")
+        if dtype in REGISTER_DTYPES:
+            if source_dtype == dtype:
+                return value
+            return self.assign(f"({round_to(value, dtype)}).to({triton_type(dtype)})")
+        if register_dtype(source_dtype) == dtype:
+            return value  # a half float is already float32 in registers
+        return self.assign(f"({value}).to({triton_type(dtype)})")
 
-    def index_expr(self, index: str, dtype: torch.dtype) -> str:
-        return self._bind(f"({index}).to({triton_dtype(dtype)})", dtype)
-
-    def to_dtype(self, value: str, dtype: torch.dtype) -> str:
-        target = compute_dtype(dtype)
-        if dtype != target:  # rounding through the narrow type is part of the cast's meaning
-            narrow = self._bind(expressions.cast(value, dtype), dtype)
-            return self._bind(expressions.cast(narrow, target), target)
-        if self.dtype_of(value) == target:
-            return value
-        return self._bind(expressions.cast(value, target), target)
-
-    def where(self, condition: str, true_value: str, false_value: str) -> str:
-        dtype = _promote(self.dtype_of(true_value), self.dtype_of(false_value))
-        return self._bind(expressions.where(condition, true_value, false_value), dtype)
-
-    # -- arithmetic ---------------------------------------------------------
-
-    def unary(self, name: str, value: str) -> str:
-        dtype = self.dtype_of(value)
-        if name in FLOAT_ONLY and not dtype.is_floating_point:
-            value, dtype = self.to_dtype(value, torch.float32), torch.float32
-        return self._bind(expressions.unary(name, value), dtype)
-
-    def binary(self, name: str, left: str, right: str) -> str:
-        dtype = _promote(self.dtype_of(left), self.dtype_of(right))
-        if name in COMPARISONS:
-            return self._bind(expressions.binary(name, left, right), torch.bool)
+    def op(self, name: str, args: tuple, dtype: str, arg_dtypes: tuple) -> str:
+        if name == "where":
+            return self.assign(expressions.where(*args))
         if name in ("logical_and", "logical_or"):
-            return self._bind(expressions.binary(name, f"{left} != 0", f"{right} != 0"), torch.bool)
-        if name == "truediv":
-            if not dtype.is_floating_point:
-                left, right, dtype = self.to_dtype(left, torch.float32), self.to_dtype(right, torch.float32), torch.float32
-            return self._bind(expressions.binary("truediv", left, right), dtype)
-        if name == "floordiv":
-            text = (expressions.float_floor_division if dtype.is_floating_point else expressions.integer_floor_division)
-            return self._bind(text(left, right), dtype)
-        if name == "atan2" and not dtype.is_floating_point:
-            left, right, dtype = self.to_dtype(left, torch.float32), self.to_dtype(right, torch.float32), torch.float32
-        if name == "fmod" and not dtype.is_floating_point:
-            return self._bind(f"({left}) % ({right})", dtype)  # Triton's integer % truncates, as fmod does
-        if name == "mod":
-            if dtype.is_floating_point:
-                return self._bind(f"({left}) - tl.floor(({left}) / ({right})) * ({right})", dtype)
-            return self._bind(expressions.integer_remainder(left, right), dtype)
-        return self._bind(expressions.binary(name, left, right), dtype)
-
-    def logical_not(self, value: str) -> str:
-        return self._bind(f"({value}) == 0", torch.bool)
-
-    def isnan(self, value: str) -> str:
-        return self._bind(expressions.unary("isnan", value), torch.bool)
-
-    def isinf(self, value: str) -> str:
-        return self._bind(expressions.unary("isinf", value), torch.bool)
-
-    # -- reductions ---------------------------------------------------------
-
-    def reduction(self, kind: str, value: str, dtype: torch.dtype) -> str:
-        result = self.kernel.reduction(kind, value, dtype)
-        self.dtypes[result] = torch.int64 if kind in ("argmax", "argmin") else compute_dtype(dtype)
-        return result
-
-    def __getattr__(self, name: str):
-        # ops.exp(x), ops.add(a, b): the protocol's one-method-per-op spelling.
-        if name in UNARY:
-            return lambda value: self.unary(name, value)
-        if name in ARITHMETIC or name in COMPARISONS or name in ("truediv", "floordiv", "mod", "logical_and",
-                                                                   "logical_or"):
-            return lambda left, right: self.binary(name, left, right)
-        raise AttributeError(f"triton emitter: no scalar op {name!r}")
-
-
-def _promote(left: torch.dtype, right: torch.dtype) -> torch.dtype:
-    if left == right:
-        return left
-    return torch.promote_types(left, right)
+            args = tuple(a if d == "bool" else f"(({a}) != 0)" for a, d in zip(args, arg_dtypes))
+        if arg_dtypes and arg_dtypes[0] == "bool" and name == "bitwise_not":
+            return self.assign(f"({args[0]}) == 0")
+        if arg_dtypes and arg_dtypes[0].startswith("int") and name == "fmod":
+            return self.assign(f"({args[0]}) % ({args[1]})")  # integer % truncates in Triton, as fmod
+        if name == "truncdiv":
+            return self.assign(f"({args[0]}) // ({args[1]})")  # integer // truncates in Triton, as C
+        if len(args) == 1:
+            return self.assign(expressions.unary(name, *args))
+        return self.assign(expressions.binary(name, *args))

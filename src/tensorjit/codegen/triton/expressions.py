@@ -74,11 +74,6 @@ INTERPRETER_FORMULAS = interpreter_math.FORMULAS
 """Stand-ins for libdevice under Triton's interpreter (see interpreter_math.py)."""
 
 
-def interpreter_lacks(name: str) -> bool:
-    """Whether the interpreter cannot run `name` (libdevice only, no stand-in)."""
-    return CALLS.get(name, "").startswith("libdevice.") and name not in INTERPRETER_FORMULAS
-
-
 def interpreted() -> bool:
     try:
         from triton import knobs
@@ -126,24 +121,6 @@ def unary(name: str, operand: str) -> str:
     if name in CALLS:
         return call(name, operand)
     raise NotImplementedError(f"triton emitter: no unary op {name!r}")
-
-
-def integer_floor_division(left: str, right: str) -> str:
-    # C-style quotient, then step down when the signs differ and it was inexact.
-    quotient = f"(({left}) // ({right}))"
-    inexact = f"(({left}) % ({right}) != 0)"
-    signs_differ = f"((({left}) < 0) != (({right}) < 0))"
-    return f"{quotient} - ({inexact} & {signs_differ}).to({quotient}.dtype)"
-
-
-def integer_remainder(left: str, right: str) -> str:
-    remainder = f"(({left}) % ({right}))"
-    adjust = f"(({remainder} != 0) & (({remainder} < 0) != (({right}) < 0)))"
-    return f"tl.where({adjust}, {remainder} + ({right}), {remainder})"
-
-
-def float_floor_division(left: str, right: str) -> str:
-    return f"tl.floor(({left}) / ({right}))"
 
 
 def where(condition: str, true_value: str, false_value: str) -> str:

@@ -14,6 +14,9 @@ The rules, and why:
     with the row so that each thread holds at most ~16 elements.
   * Longer rows loop over the row in RBLOCK chunks; `looped_reduction_configs`
     lists the few shapes a small autotune tries.
+  * mode="max-autotune" (Config.max_autotune): pointwise and persistent kernels
+    too are timed on their first call among `pointwise_candidates` /
+    `persistent_candidates` (the rule's choice first, then its neighbours).
 """
 
 from __future__ import annotations
@@ -99,3 +102,31 @@ def looped_reduction_configs(rows: int, row_length: int) -> list[LaunchShape]:
 def index_dtype(*extents: int) -> str:
     """int32 indexing while every offset fits (faster address arithmetic), else int64."""
     return "tl.int32" if max(extents, default=0) < 2**31 else "tl.int64"
+
+
+def _distinct(shapes: list[LaunchShape]) -> list[LaunchShape]:
+    return list(dict.fromkeys(shapes))
+
+
+def pointwise_candidates(numel: int, heavy: bool = False) -> list[LaunchShape]:
+    """max-autotune: the rule's shape, then blocks of 256-4096 elements at 2-16 warps."""
+    shapes = [pointwise_shape(numel, heavy)]
+    for block, warps in ((512, 4), (1024, 4), (1024, 8), (2048, 8), (4096, 16), (256, 2)):
+        block = min(block, next_power_of_2(max(numel, 1)))
+        warps = max(1, min(warps, block // 64))
+        shapes.append(LaunchShape(xblock=block, rblock=None, num_warps=warps, grid=(ceil_div(numel, block), 1, 1)))
+    return _distinct(shapes)
+
+
+def persistent_candidates(rows: int, row_length: int) -> list[LaunchShape]:
+    """max-autotune: the rule's shape, then half and twice its rows per program and warps."""
+    chosen = persistent_reduction_shape(rows, row_length)
+    shapes = [chosen]
+    for xblock in (chosen.xblock // 2, chosen.xblock, chosen.xblock * 2):
+        if xblock < 1 or xblock > next_power_of_2(rows) or xblock * chosen.rblock > 4 * SMALL_ROW_TILE:
+            continue
+        for warps in (chosen.num_warps // 2, chosen.num_warps, chosen.num_warps * 2):
+            if 1 <= warps <= MAX_WARPS:
+                shapes.append(dataclasses.replace(chosen, xblock=xblock, num_warps=warps,
+                                                  grid=(ceil_div(rows, xblock), 1, 1)))
+    return _distinct(shapes)

@@ -28,7 +28,8 @@ FORMULAS: dict[str, str] = {
     "cosh": "((tl.exp({0}) + tl.exp(-({0}))) * 0.5)",
     "tan": "(tl.sin({0}) / tl.cos({0}))",
     "log10": "(tl.log({0}) * 0.4342944819032518)",
-    "asinh": "tl.log(({0}) + tl.sqrt(({0}) * ({0}) + 1.0))",
+    # odd: log(|x| + sqrt(x^2 + 1)) with the sign put back (x + sqrt(...) cancels for x < 0)
+    "asinh": "tl.where(({0}) < 0, -1.0, 1.0) * tl.log(tl.abs({0}) + tl.sqrt(({0}) * ({0}) + 1.0))",
     "acosh": "tl.log(({0}) + tl.sqrt(({0}) * ({0}) - 1.0))",
     "atanh": "(0.5 * tl.log((1.0 + ({0})) / (1.0 - ({0}))))",
     "atan": "_interpreter_atan({0})",

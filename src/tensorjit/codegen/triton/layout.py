@@ -6,13 +6,11 @@ convolution reads its input and weight in channels-last (NHWC) order, copying
 them there where they are not already; returns whether it changed anything.
 Graph outputs keep eager's layout: a few are copied back (`_restore_outputs`); a graph
 where many would change (a training forward) is left as it was (`_undo`).
-Pointwise kernels keep the layout they are given (the Triton code generator
-stores in eager's strides), so after the first conversion the activations stay
-channels-last through batch norm, ReLU and residual additions, and only the
-weights are copied on each call.
-
-Not called by default (direct.CHANNELS_LAST is False): until kernels iterate
-in memory order it made resnet50 2.5x slower, see docs/performance.md.
+Kernels store in the strides eager gives each value and iterate in their
+output's memory order (kernels.memory_order), so after the first conversion
+the activations stay channels-last through batch norm, ReLU and residual
+additions, and only the weights are copied on each call. The Triton emitter
+runs it in `prepare_graph` (compile.TritonEmitter).
 
 Why: cuDNN's tensor-core convolutions run NHWC natively; an NCHW convolution
 pays for transposes inside. Measured on an H100 for resnet50 fp16 batch 64:

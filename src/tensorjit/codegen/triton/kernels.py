@@ -32,18 +32,41 @@ so a pointer and its mask always have one shape.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import math
+import re
 
 from .. import ir
 from ..memory import expression_loads, names_read, names_written
-from ..ops import evaluate
+from ..ops import bind_indirect, evaluate
 from ..schedule import linear_form, row_index
 from ..values import IR_TO_TORCH, contiguous_strides
 from . import expressions, heuristics, interpreter_math
 from .heuristics import LaunchShape
-from .ir_ops import TritonOps, format_index, register_dtype, round_to, triton_type
-from .kernel import PRELUDE
+from .emitter import TritonOps, format_index, register_dtype, round_to, triton_type
+
+# Helpers every kernel module defines: NaN-propagating max/min (eager's semantics) and a
+# product combine function for tl.reduce.
+PRELUDE = '''import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def _maximum_propagating_nan(left, right):
+    return tl.where((left > right) | (left != left), left, right)
+
+
+@triton.jit
+def _minimum_propagating_nan(left, right):
+    return tl.where((left < right) | (left != left), left, right)
+
+
+@triton.jit
+def _multiply(left, right):
+    return left * right
+'''
 
 HEAVY_POINTWISE = 24
 """Statements from which a pointwise kernel counts as arithmetic-heavy (heuristics.pointwise_shape)."""
@@ -61,14 +84,40 @@ class KernelText:
     """One launch shape, or the candidates an autotune chooses between."""
 
 
-def emit_kernel(step, buffers: dict[str, ir.Buffer]) -> KernelText:
+def emit_kernel(step, buffers: dict[str, ir.Buffer], autotune: bool = False) -> KernelText:
+    """The kernel of one step, named by its text (see `shareable`). `autotune`
+    (mode="max-autotune"): launch shapes to time on the first call, for every kernel that
+    may run more than once on the same arguments (not a scatter, which updates in place)."""
     # Only the step's own buffers decide its index width (int32 while every offset fits).
     buffers = {name: buffers[name] for name in names_read(step) | set(names_written(step))}
     if isinstance(step, ir.Pointwise):
-        return PointwiseWriter(step, buffers).emit()
+        writer = PointwiseWriter(step, buffers)
+        writer.autotune = autotune and step.scatter is None
+        return shareable(writer.emit())
     if isinstance(step, ir.Reduction):
         step = ir.LoopGroup(step.name, step.ranges, step.variables, (step,))
-    return RowWriter(step, buffers).emit()
+    writer = RowWriter(step, buffers)
+    writer.autotune = autotune
+    return shareable(writer.emit())
+
+
+BUFFER_NAMES = re.compile(r"\b(?:in|buf)\d+(?=_ptr\b|\b)")
+STEP_NAMES = re.compile(r"\b(?:group\d+_)?kernel\d+\b")
+
+
+def shareable(kernel: KernelText) -> KernelText:
+    """The same text for the same kernel in any graph or layer: the graph's buffer and step
+    names are renumbered in order of appearance (buf0, buf1, ...; step0, ...) and the kernel is
+    named by a digest of the text. GPT-2's twelve layers then load, compile and cache each
+    kernel once (with the graph's names every layer's kernels were distinct: 28 s of Triton
+    compiles for its inference graph instead of 3)."""
+    def renumber(pattern, prefix, text):
+        names: dict[str, str] = {}
+        return pattern.sub(lambda m: names.setdefault(m.group(0), f"{prefix}{len(names)}"), text)
+
+    text = renumber(STEP_NAMES, "step", renumber(BUFFER_NAMES, "buf", kernel.source))
+    name = "tj_" + hashlib.sha256(text.encode()).hexdigest()[:20]
+    return dataclasses.replace(kernel, name=name, source=text.replace("def step0(", f"def {name}(", 1))
 
 
 # -- which values stay in registers ------------------------------------------------
@@ -166,29 +215,30 @@ def flat_form(variables, sizes) -> dict[str, int]:
     return {v.name: stride for v, size, stride in zip(variables, sizes, contiguous_strides(sizes)) if size != 1}
 
 
-def index_text(index: ir.Index, variables, sizes, flat: str) -> str:
+def index_text(index: ir.Index, variables, sizes, flat: str, indirect: dict | None = None) -> str:
     """`flat` when `index` is exactly the row-major position over (variables, sizes), which
-    spares the divisions that recovered the variables; else the index arithmetic."""
+    spares the divisions that recovered the variables; else the index arithmetic
+    (`indirect`: the variables holding checked indirect indices, TritonOps.indirect_names)."""
     form, expected = linear_form(index), flat_form(variables, sizes)
     size_of = {v.name: size for v, size in zip(variables, sizes)}
     if form is None or form[1] != 0 or not expected:
-        return format_index(index)
+        return format_index(index, indirect)
     terms = {name: c for name, c in form[0].items() if size_of.get(name) != 1}
-    return flat if terms == expected else format_index(index)
+    return flat if terms == expected else format_index(index, indirect)
 
 
 def index_names(index: ir.Index) -> set[str]:
-    if isinstance(index, ir.IndexVar):
-        return {index.name}
-    if isinstance(index, ir.IndexConst):
-        return set()
-    return index_names(index.left) | index_names(index.right)
+    """The loop variables `index` depends on (through the values of indirect indices too)."""
+    return ir.variables_of(index)
 
 
 def module_source(name: str, parameters: list[str], body: list[str]) -> str:
     prelude = PRELUDE + interpreter_math.PRELUDE if expressions.interpreted() else PRELUDE
     lines = "\n    ".join(body)
-    return f"{prelude}\n\n@triton.jit\ndef {name}({', '.join(parameters)}):\n    {lines}\n"
+    # Device asserts (indirect index checks, TritonOps.indirect) are compiled only in debug mode.
+    decorator = "@triton.jit(debug=True)" if any(line.lstrip().startswith("tl.device_assert") for line in body) \
+        else "@triton.jit"
+    return f"{prelude}\n\n{decorator}\ndef {name}({', '.join(parameters)}):\n    {lines}\n"
 
 
 def extent(buffer: ir.Buffer) -> int:
@@ -197,6 +247,9 @@ def extent(buffer: ir.Buffer) -> int:
 
 class Writer:
     """What both kernel shapes share: pointer arguments, loads, stores."""
+
+    autotune = False
+    """Offer several launch shapes (mode="max-autotune"); see emit_kernel."""
 
     def __init__(self, buffers: dict[str, ir.Buffer]):
         self.buffers = buffers
@@ -227,13 +280,26 @@ class Writer:
         return [f"{name}_ptr" for name in arguments], arguments
 
 
+def memory_order(kernel: ir.Pointwise, output: ir.Buffer) -> tuple[tuple[ir.IndexVar, ...], tuple[int, ...]]:
+    """The kernel's loop variables and sizes, outermost first, in the order its stores walk
+    memory: a channels-last output (strides N: HWC, C: 1, H: WC, W: C) is iterated N, H, W, C,
+    so consecutive lanes store to consecutive addresses (the row-major order would store
+    with a stride of HW elements between lanes)."""
+    form = None if kernel.scatter is not None else linear_form(ir.store_index(kernel, output))
+    if form is None:
+        return kernel.variables, kernel.ranges
+    pairs = sorted(zip(kernel.variables, kernel.ranges), key=lambda pair: -form[0].get(pair[0].name, 0))
+    return tuple(v for v, _ in pairs), tuple(size for _, size in pairs)
+
+
 class PointwiseWriter(Writer):
     def __init__(self, kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]):
         super().__init__(buffers)
         self.kernel = kernel
+        self.variables, self.sizes = memory_order(kernel, buffers[kernel.output])
 
     def load(self, buffer: str, index: ir.Index) -> str:
-        text = index_text(index, self.kernel.variables, self.kernel.ranges, "xindex")
+        text = index_text(index, self.variables, self.sizes, "xindex", self.ops.indirect_names)
         if not index_names(index):
             text += " + tl.zeros([1], tl.int32)"  # a [1] block like constants (see expressions.constant)
         return self.ops.assign(self.load_text(buffer, text, "xmask" if index_names(index) else None))
@@ -241,20 +307,27 @@ class PointwiseWriter(Writer):
     def emit(self) -> KernelText:
         kernel = self.kernel
         numel = math.prod(kernel.ranges)
-        self.ops = TritonOps(self.load, self.counter)
-        value = evaluate(kernel.body, self.ops)
+        self.ops = TritonOps(self.load, self.counter, mask_of=lambda index: "xmask" if index_names(index) else None)
+        memo: dict = {}
+        value = evaluate(kernel.body, self.ops, memo)
         self.written.append(kernel.output)
         store_index = ir.store_index(kernel, self.buffers[kernel.output])
-        index = index_text(store_index, kernel.variables, kernel.ranges, "xindex") + \
+        bind_indirect(store_index, self.ops, memo)  # a scatter's store index reads index tensors
+        index = index_text(store_index, self.variables, self.sizes, "xindex", self.ops.indirect_names) + \
             ("" if index_names(store_index) else " + 0 * xindex")
         body = [f"xindex = tl.program_id(0).to({self.index_type(numel)}) * XBLOCK + tl.arange(0, XBLOCK)",
                 f"xmask = xindex < {numel}"]
-        body += split_flat("xindex", kernel.variables, kernel.ranges) + self.ops.lines
-        body.append(self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask"))
+        body += split_flat("xindex", self.variables, self.sizes) + self.ops.lines
+        store = self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask")
+        if kernel.scatter is not None and kernel.scatter.accumulate:
+            store = "tl.atomic_add" + store.removeprefix("tl.store")  # indices may repeat
+        body.append(store)
         parameters, arguments = self.parameters()
         source = module_source(kernel.name, parameters + ["XBLOCK: tl.constexpr"], body)
-        shape = heuristics.pointwise_shape(numel, heavy=len(self.ops.lines) >= HEAVY_POINTWISE)
-        return KernelText(kernel.name, source, arguments, [shape])
+        heavy = len(self.ops.lines) >= HEAVY_POINTWISE
+        shapes = heuristics.pointwise_candidates(numel, heavy) if self.autotune else \
+            [heuristics.pointwise_shape(numel, heavy)]
+        return KernelText(kernel.name, source, arguments, shapes)
 
 
 class RowWriter(Writer):
@@ -296,7 +369,8 @@ class RowWriter(Writer):
     def index_text(self, index: ir.Index, member) -> str:
         variables, sizes = lanes(member, self.outer)
         flat = f"(xindex * {math.prod(sizes)} + rindex)" if variables else "xindex"
-        return index_text(index, self.group.variables + tuple(variables), self.group.ranges + tuple(sizes), flat)
+        return index_text(index, self.group.variables + tuple(variables), self.group.ranges + tuple(sizes), flat,
+                          self.ops.indirect_names)
 
     def needs_barrier(self, member) -> bool:
         """Does `member` read from memory what an earlier member of this kernel wrote?"""
@@ -327,7 +401,8 @@ class RowWriter(Writer):
         parameters, arguments = self.parameters()
         source = module_source(group.name, parameters + ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"], body)
         if self.persistent:
-            shapes = [heuristics.persistent_reduction_shape(rows, length)]
+            shapes = heuristics.persistent_candidates(rows, length) if self.autotune else \
+                [heuristics.persistent_reduction_shape(rows, length)]
         elif is_column_reduction(group):
             xblock, rblock, warps = COLUMN_TILE
             xblock = min(xblock, heuristics.next_power_of_2(rows))
@@ -353,7 +428,7 @@ class RowWriter(Writer):
         return lines, indent
 
     def body_value(self, member) -> tuple[list[str], str]:
-        self.ops = TritonOps(self.load, self.counter, "[1, 1]")
+        self.ops = TritonOps(self.load, self.counter, "[1, 1]", lambda index: self.mask_for(index_names(index)))
         value = evaluate(member.body, self.ops)
         return self.ops.lines, value
 

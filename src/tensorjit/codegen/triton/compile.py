@@ -6,16 +6,15 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
 `TritonEmitter`:
 
     prepare_graph: pad_matmuls        misaligned CUDA matrix products padded (pad_matmul.py)
+                   prefer_channels_last  convolutions read NHWC (layout.py); kernels store in memory order
     GraphLowering(half_floats=True)   one @lowering registry (lowering*.py)
     -> schedule.fuse_loops            one scheduler (row groups)
     -> prepare: prepare_groups        row-local scratch Triton can keep in registers
-    -> build: ir_kernels.emit_kernel  TritonOps per kernel, launch shapes from heuristics;
+    -> build: kernels.emit_kernel     TritonOps per kernel, launch shapes from heuristics;
               launcher / parallel     load, precompile in worker processes, fast launches
     -> wrapper.build_runner           the shared per-call wrapper, with `TritonLaunch`
 
-Selected by `Config.codegen_triton_ir` (off by default: the Triton path's own
-lowering in direct.py stays the default until GPU benchmarks match). Under
-TRITON_INTERPRET=1 it runs on CPU tensors, which is how tests cover it.
+Under TRITON_INTERPRET=1 it runs on CPU tensors, which is how tests cover it.
 """
 
 from __future__ import annotations
@@ -31,8 +30,9 @@ from ..report import timed
 from ..schedule import fuse_loops
 from ..values import IR_TO_TORCH
 from .expressions import interpreted
-from .ir_kernels import KernelText, emit_kernel, prepare_groups
+from .kernels import KernelText, emit_kernel, prepare_groups
 from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
+from .layout import prefer_channels_last
 from .pad_matmul import pad_matmuls
 from .parallel import CompileJob, compile_in_parallel
 
@@ -68,8 +68,9 @@ class TritonEmitter:
     def __init__(self, device: torch.device):
         self.device = device
 
-    def prepare_graph(self, gm) -> None:
+    def prepare_graph(self, gm, example_inputs) -> None:
         pad_matmuls(gm)  # CUDA products whose sizes cuBLAS handles slowly (pad_matmul.py); in place
+        prefer_channels_last(gm, example_inputs)  # cuDNN's tensor-core convolutions run NHWC (layout.py)
 
     def prepare(self, program: ir.Program) -> ir.Program:
         return prepare_groups(program)
@@ -77,19 +78,24 @@ class TritonEmitter:
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}
         with timed(name, "emit"):
-            kernels = {step.name: emit_kernel(step, buffers) for step in program.steps
+            autotune = getattr(config, "max_autotune", False)
+            kernels = {step.name: emit_kernel(step, buffers, autotune) for step in program.steps
                        if isinstance(step, (ir.Pointwise, ir.Reduction, ir.LoopGroup))}
         logs.output_code(name, "Triton (loop IR)", "\n\n".join(kernel.source for kernel in kernels.values()))
         cache_dir = getattr(config, "cache_dir", None)
-        launchers, jobs = {}, []
-        for kernel in kernels.values():
-            path = source_path(kernel.source, cache_dir)
-            function = load_kernel_file(path, kernel.name)
-            candidates = [KernelLauncher(function, shape) for shape in kernel.shapes]
-            launchers[kernel.name] = candidates[0] if len(candidates) == 1 else AutotunedLauncher(candidates)
+        launchers, by_name, jobs = {}, {}, []
+        for step_name, kernel in kernels.items():
             dtypes = tuple(IR_TO_TORCH[buffers[b].dtype] for b in kernel.arguments)
-            jobs += [CompileJob(path, kernel.name, dtypes, tuple(shape.constants().items()), shape.num_warps,
-                                shape.num_stages) for shape in kernel.shapes]
+            # Equal kernels with equal argument types (one per layer) share a launcher; a launcher
+            # binds the binary Triton specialised for its first call's types.
+            if (kernel.name, dtypes) not in by_name:
+                path = source_path(kernel.source, cache_dir)
+                function = load_kernel_file(path, kernel.name)
+                candidates = [KernelLauncher(function, shape) for shape in kernel.shapes]
+                by_name[kernel.name, dtypes] = candidates[0] if len(candidates) == 1 else AutotunedLauncher(candidates)
+                jobs += [CompileJob(path, kernel.name, dtypes, tuple(shape.constants().items()), shape.num_warps,
+                                    shape.num_stages) for shape in kernel.shapes]
+            launchers[step_name] = by_name[kernel.name, dtypes]
         if not interpreted():
             with timed(name, "triton_compile"):
                 compile_in_parallel(jobs, getattr(config, "compile_threads", 0))
@@ -106,20 +112,3 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=No
     runner = pipeline.compile_graph(gm, example_inputs, config, TritonEmitter(graph_device(example_inputs)))
     runner.kernel_sources = [kernel.source for kernel in runner.hook.kernels.values()]
     return runner
-
-
-def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config=None):
-    """compile_graph, falling back to the graph's own forward on any failure (never a wrong
-    answer), replayed through CUDA graphs under `config.triton_cudagraphs`."""
-    from . import log
-
-    try:
-        compiled = compile_graph(gm, list(example_inputs), config)
-    except Exception as error:  # noqa: BLE001 - a lowering gap must not become a wrong answer
-        log.warning("tensorjit triton (loop IR): running the graph eagerly: %s: %s", type(error).__name__, error)
-        compiled = gm.forward
-    if config is not None and getattr(config, "triton_cudagraphs", False):
-        from tensorjit.runtime.cudagraphs import CudaGraphRunner
-
-        compiled = CudaGraphRunner(compiled)
-    return compiled

@@ -1,0 +1,127 @@
+"""`@contextlib.contextmanager` functions used in `with` inside the compiled function.
+
+Calling such a function makes a `GeneratorContextValue` instead of contextlib's object. Its
+`__enter__` runs the generator's frame symbolically up to its `yield` and keeps the frame
+suspended there (the one place capture suspends a generator: elsewhere generators run to their
+end when called); `__exit__` resumes it to its end. Setup and teardown therefore land in the
+graph exactly where Python runs them, around the body of the `with`.
+
+Not modelled, each a graph break: an exception leaving the `with` body (it would be thrown into
+the generator), a generator that yields twice, and a graph break inside the body while the
+generator is suspended (the suspended frame cannot be rebuilt, so that call runs eagerly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from .breaks import GraphBreak
+from .values.base import ConstantValue, Value
+
+
+@contextlib.contextmanager
+def _probe():
+    yield
+
+
+HELPER_CODE = _probe.__code__  # contextlib's `helper`, shared by every decorated function
+"""The code of the function `@contextmanager` returns: calling one is recognized by it."""
+
+
+class Suspended(Exception):
+    """Raised by YIELD_VALUE in a frame that suspends at its yield (`Frame.suspend_on_yield`)."""
+
+    def __init__(self, value: Value) -> None:
+        self.value = value
+
+
+def generator_function(helper) -> Value:
+    """The decorated generator function a contextlib helper closes over (`func`)."""
+    from .values.functions import FunctionValue
+    fn = getattr(helper, "fn", None)
+    if fn is None or "func" not in fn.__code__.co_freevars:
+        raise GraphBreak("contextmanager", "a contextmanager function made inside the compiled function")
+    cell = fn.__closure__[fn.__code__.co_freevars.index("func")]
+    return FunctionValue(cell.cell_contents)
+
+
+class ContextManagerFactoryValue(Value):
+    """`contextlib.contextmanager(f)` evaluated inside the compiled function (a decorator on a nested function)."""
+
+    def __init__(self, function: Value) -> None:
+        self.function = function
+
+    def call(self, tx, args, kwargs) -> Value:
+        return GeneratorContextValue(self, list(args), dict(kwargs), self.function)
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.constant(contextlib.contextmanager)}({cg.value(self.function)})"
+
+
+class GeneratorContextValue(Value):
+    def __init__(self, helper, args: list[Value], kwargs: dict[str, Value], function: Value | None = None) -> None:
+        self.helper = helper  # what the program called (contextlib's helper), to rebuild an unentered one
+        self.function = function if function is not None else generator_function(helper)
+        self.args = args
+        self.kwargs = kwargs
+        self.frame = None
+
+    def python_type(self) -> type:
+        return contextlib._GeneratorContextManager
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("__enter__", "__exit__"):
+            return GeneratorContextMethod(self, name)
+        raise GraphBreak("getattr", f"attribute {name!r} of a contextmanager object")
+
+    def enter(self, tx) -> Value:
+        from .calls import bind_arguments
+        from .interpreter import Frame
+        from .values.objects import CellValue
+        if self.frame is not None:
+            raise GraphBreak("contextmanager", "a contextmanager object entered twice")
+        fn = self.function
+        code = fn.code
+        bound = bind_arguments(code, fn.defaults(tx), fn.kwdefaults(tx), self.args, self.kwargs)
+        cells = {name: CellValue(bound.pop(name, None)) for name in code.co_cellvars}
+        for name, cell in zip(code.co_freevars, fn.closure_cells(tx)):
+            cells[name] = cell
+        frame = self.frame = Frame(tx.capture, code, fn.globals, tx, bound, cells)
+        frame.yielded = []
+        frame.suspend_on_yield = True
+        try:
+            frame.run()
+        except Suspended as suspended:
+            return suspended.value
+        error = RuntimeError("generator didn't yield")
+        raise GraphBreak("op-error", str(error), exception=error)
+
+    def exit(self, tx, exception: Value) -> Value:
+        if not (exception.is_constant() and exception.constant() is None):
+            raise GraphBreak("contextmanager", "an exception leaving the body of a contextmanager's with block")
+        try:
+            self.frame.run()
+        except Suspended:
+            error = RuntimeError("generator didn't stop")
+            raise GraphBreak("op-error", str(error), exception=error) from None
+        return ConstantValue(False)
+
+    def reconstruct(self, cg) -> str:
+        if self.frame is not None:
+            raise GraphBreak("reconstruct", "a contextmanager suspended inside its with block")
+        arguments = [cg.value(a) for a in self.args] + [f"{k}={cg.value(v)}" for k, v in self.kwargs.items()]
+        return f"{cg.value(self.helper)}({', '.join(arguments)})"
+
+
+class GeneratorContextMethod(Value):
+    def __init__(self, context: GeneratorContextValue, name: str) -> None:
+        self.context = context
+        self.name = name
+
+    def call(self, tx, args, kwargs) -> Value:
+        if self.name == "__enter__":
+            return self.context.enter(tx)
+        return self.context.exit(tx, args[1] if len(args) > 1 else ConstantValue(None))
+
+    def reconstruct(self, cg) -> str:
+        raise GraphBreak("reconstruct", f"{self.name} of a contextmanager inside its with block")

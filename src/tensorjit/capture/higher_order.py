@@ -1,0 +1,130 @@
+"""torch.cond and torch.utils.checkpoint.checkpoint: functions that take functions.
+
+Takes a real callable met during capture; `higher_order_value` returns the value that gives
+it meaning, or None.
+
+- `torch.cond(pred, true_fn, false_fn, operands)`: with a Python (or size) predicate the
+  branch taken is inlined, as torch does. With a tensor predicate the call is one graph node,
+  torch's `cond` operator with both branches, which the eager backend runs as it is and the
+  autograd stage traces into subgraphs (with their backward). The branches must be functions
+  capture can hand over as objects: module-level functions or closures over constants (a
+  branch reading a tensor of the frame through its closure would not be an operand).
+- `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, ...)`: `fn` is inlined
+  into the graph (one graph, as torch.compile); values and gradients are eager's. Still
+  short: the region is not forced to be recomputed in the backward (the partitioner decides
+  what to save as for any other op), and a custom `context_fn` is a graph break.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from .breaks import GraphBreak
+from .values.base import CallableConstant, ConstantValue, Value
+
+_CHECKPOINT_OPTIONS = ("use_reentrant", "preserve_rng_state", "determinism_check", "debug")
+
+
+class CondValue(CallableConstant):
+    def call(self, tx, args, kwargs) -> Value:
+        from .values.tensors import TensorValue
+        pred, true_fn, false_fn, operands = _cond_arguments(args, kwargs)
+        items = operands.unpack(tx)
+        if not isinstance(pred, TensorValue):
+            branch = true_fn if pred.truth(tx) else false_fn
+            return tx.call(branch, list(items), {})
+        if not all(isinstance(item, TensorValue) for item in items):
+            raise GraphBreak("cond", "torch.cond operands other than tensors", "pass tensors as operands")
+        branches = [Branch(_real_function(tx, fn)) for fn in (true_fn, false_fn)]
+        return _record_cond(tx, pred, branches, items)
+
+
+class Branch(torch.nn.Module):
+    """A torch.cond branch as a submodule of the graph module (its get_attr is what the node takes)."""
+
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+        self.single = False  # the function returns one tensor (found when capture first runs it)
+
+    def forward(self, *operands):
+        # Always a tuple, as torch.cond's own wrapper flattens them: the operator's autograd wants one.
+        out = self.fn(*operands)
+        self.single = isinstance(out, torch.Tensor)
+        return (out,) if self.single else tuple(out)
+
+
+def _record_cond(tx, pred, branches: list, operands: list) -> Value:
+    from .values.tensors import wrap_result
+    output = tx.output
+    arguments = (pred.node, *(output.add_submodule(b, "cond_branch") for b in branches),
+                 tuple(o.node for o in operands))
+    try:
+        with output.fake_mode:
+            result = torch.ops.higher_order.cond(pred.example, *branches, tuple(o.example for o in operands))
+    except Exception as error:
+        raise GraphBreak("cond", f"torch.cond cannot run on fake tensors: {type(error).__name__}: {error}",
+                         "it runs eagerly") from None
+    node = output.create_node("call_function", torch.ops.higher_order.cond, arguments, {}, result)
+    value = wrap_result(tx, node, result, [])
+    return value.items[0] if branches[0].single else value
+
+
+def _cond_arguments(args: list[Value], kwargs: dict[str, Value]) -> tuple:
+    names = ("pred", "true_fn", "false_fn", "operands")
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    if set(bound) != set(names):
+        raise GraphBreak("cond", "torch.cond takes pred, true_fn, false_fn and operands")
+    return tuple(bound[name] for name in names)
+
+
+def _real_function(tx, value: Value) -> Any:
+    """The function object a branch value stands for (a new one for a closure made in the frame)."""
+    from .values.functions import FunctionValue, NestedFunctionValue
+    if isinstance(value, FunctionValue) or isinstance(value, CallableConstant):
+        return value.fn
+    if isinstance(value, NestedFunctionValue):
+        try:
+            cells = tuple(types.CellType(_constant_of(tx, cell)) for cell in value._cells)
+            defaults = tuple(d.constant() for d in value._defaults) or None
+        except GraphBreak:
+            raise GraphBreak("cond", "a torch.cond branch closes over a value that is not a constant",
+                             "pass the tensors a branch reads as operands") from None
+        return types.FunctionType(value.code, value.globals, value.name, defaults, cells or None)
+    raise GraphBreak("cond", f"torch.cond branch {value!r} is not a function capture can pass to the graph")
+
+
+def _constant_of(tx, cell) -> Any:
+    contents = cell.load(tx) if hasattr(cell, "load") else None
+    if contents is None or not contents.is_constant():
+        raise GraphBreak("cond", "closure over a non-constant")
+    return contents.constant()
+
+
+class CheckpointValue(CallableConstant):
+    def call(self, tx, args, kwargs) -> Value:
+        if not args:
+            raise GraphBreak("checkpoint", "checkpoint needs the function to run")
+        passed = {k: v for k, v in kwargs.items() if k not in _CHECKPOINT_OPTIONS}
+        context = passed.pop("context_fn", None)
+        if context is not None and not (context.is_constant() and context.constant() is _default_context()):
+            raise GraphBreak("checkpoint", "checkpoint with a custom context_fn", "it runs eagerly")
+        return tx.call(args[0], list(args[1:]), passed)
+
+
+def _default_context():
+    from torch.utils.checkpoint import noop_context_fn
+    return noop_context_fn
+
+
+def higher_order_value(obj: Any, source) -> Value | None:
+    if obj is torch.cond:
+        return CondValue(obj, source)
+    checkpoint = getattr(torch.utils, "checkpoint", None)
+    if checkpoint is not None and obj is checkpoint.checkpoint:
+        return CheckpointValue(obj, source)
+    return None

@@ -1,0 +1,99 @@
+"""Instances of user subclasses of dict, set, frozenset and tuple made inside the compiled function.
+
+Such an instance is the symbolic container of its builtin base (`DictValue`, `SetValue`,
+`TupleValue`) with `cls` set to the subclass: items, iteration, `len`, `in` and the builtin
+methods behave as the base's, and an attribute the subclass defines in Python (a method, a
+property, a class constant) is found first, as Python's lookup finds it. `super().add(v)` or
+`set.add(self, v)` inside such a method reaches the base's implementation.
+
+Subclasses that change the base's behaviour through dunder methods (`__setitem__`,
+`__iter__`, `__eq__`, a `__getattr__` ...) or a metaclass are not modelled: creating one is
+still a graph break. `__init__` in Python is inlined; the base's own `__init__` fills the items.
+"""
+
+from __future__ import annotations
+
+import abc
+import types
+from typing import Any
+
+from ..breaks import GraphBreak
+from .base import Value
+from .containers import DictValue, SetValue, TupleValue
+
+_BASES = (dict, set, frozenset, tuple)
+
+# Class attributes a plain subclass has without changing how the base behaves.
+_NEUTRAL_DUNDERS = {
+    "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__init__", "__annotations__",
+    "__firstlineno__", "__static_attributes__", "__orig_bases__", "__parameters__", "__slots__", "__classcell__",
+}
+
+
+def container_base(cls: type) -> type | None:
+    """The builtin container `cls` derives from, when it is a plain subclass of one defined in Python."""
+    if not isinstance(cls, type) or cls in _BASES or type(cls) not in (type, abc.ABCMeta):
+        return None
+    base = next((b for b in cls.__mro__ if b in _BASES), None)
+    if base is None or getattr(cls, "_fields", None) is not None:  # namedtuples have their own value
+        return None
+    for klass in cls.__mro__[:cls.__mro__.index(base)]:
+        if klass.__module__ in ("builtins", "collections"):  # OrderedDict, defaultdict, Counter: C behaviour
+            return None
+        if any(n.startswith("__") and n.endswith("__") and n not in _NEUTRAL_DUNDERS for n in vars(klass)):
+            return None
+    return base
+
+
+def new_container(cls: type, items) -> Any:
+    """An instance of the subclass `cls` holding `items`, made without running its Python __init__."""
+    base = next(b for b in cls.__mro__ if b in _BASES)
+    if base in (tuple, frozenset):
+        return base.__new__(cls, items)
+    obj = base.__new__(cls)
+    if base is dict:
+        dict.update(obj, items)
+    else:
+        set.update(obj, items)
+    return obj
+
+
+def instantiate(tx, cls: type, base: type, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`cls(*args, **kwargs)`: the base's __new__ (which fills immutable ones), then __init__."""
+    from .functions import FunctionValue
+    from .objects import lookup_static
+    if base in (tuple, frozenset):
+        if kwargs or len(args) > 1:
+            raise GraphBreak("unsupported-call", f"{cls.__name__}() with arguments besides one iterable")
+        items = tx.iterate(args[0]).unpack(tx) if args else []
+        instance = TupleValue(items, cls) if base is tuple else SetValue(items, cls)
+    else:
+        instance = DictValue({}, cls) if base is dict else SetValue([], cls)
+    init = lookup_static(cls, "__init__")[0]
+    if isinstance(init, types.FunctionType):
+        tx.call(FunctionValue(init), [instance, *args], kwargs)
+    elif base in (dict, set):
+        from .container_methods import call_container_method
+        call_container_method(tx, instance, "__init__", list(args), dict(kwargs))
+    return instance
+
+
+def subclass_attribute(tx, value: Value, name: str) -> Value | None:
+    """The attribute `name` as the subclass defines it in Python, or None where the base answers."""
+    from .functions import FunctionValue, MethodValue
+    from .objects import lookup_static
+    cls = value.python_type()
+    attr, owner = lookup_static(cls, name)
+    if owner is None or owner in _BASES or owner is object:
+        return None
+    if isinstance(attr, types.FunctionType):
+        return MethodValue(value, FunctionValue(attr))
+    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+        return tx.call(FunctionValue(attr.fget), [value], {})
+    if isinstance(attr, classmethod):
+        return MethodValue(tx.wrap_constant_object(cls), FunctionValue(attr.__func__))
+    if isinstance(attr, staticmethod):
+        return FunctionValue(attr.__func__)
+    if not hasattr(attr, "__get__"):
+        return tx.wrap_constant_object(attr)
+    raise GraphBreak("getattr", f"{cls.__name__}.{name} is a {type(attr).__name__}")

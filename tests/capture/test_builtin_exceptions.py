@@ -1,0 +1,104 @@
+"""A builtin that raises on values known at capture time raises the program's exception, not a compiler error."""
+
+import pytest
+import torch
+
+import tensorjit
+
+
+def test_value_error_of_a_builtin_reaches_the_except_clause():
+    def fn(x):
+        try:
+            v = int("x")
+        except ValueError:
+            v = 3
+        return x * v
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_handled_errors_of_several_builtins_stay_in_one_graph():
+    def fn(x):
+        n = 0
+        try:
+            n = len(5)
+        except TypeError:
+            n = 2
+        try:
+            divmod(1, 0)
+        except ZeroDivisionError:
+            n += 1
+        return x * n
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_an_unhandled_builtin_error_is_raised_as_in_eager():
+    def fn(x):
+        return x * int("x")
+
+    with pytest.raises(ValueError, match="invalid literal"):
+        tensorjit.compile(fn, backend="eager")(torch.randn(3))
+
+
+def test_stop_iteration_key_error_and_pep_479_reach_the_except_clauses():
+    def fn(x, d):
+        it = iter([1])
+        next(it)
+        try:
+            next(it)
+        except StopIteration:
+            x = x + 1
+        try:
+            d.pop("b")
+        except KeyError:
+            x = x * 2
+
+        def gen():
+            yield next(iter([]))
+
+        try:
+            list(gen())
+        except RuntimeError:  # StopIteration leaving a generator becomes RuntimeError
+            x = x - 1
+        return x
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x, {"a": 1}), fn(x, {"a": 1}))
+
+
+def test_list_remove_of_a_missing_item_raises_value_error():
+    def fn(x):
+        items = ["a", "b"]
+        try:
+            items.remove("z")
+        except ValueError:
+            x = x + 1
+        return x
+
+    x = torch.randn(3)
+    torch.testing.assert_close(tensorjit.compile(fn, backend="eager", fullgraph=True)(x), x + 1)
+
+
+def test_a_sequence_times_a_float_raises_type_error():
+    def fn(x):
+        items = [1, 2]
+        try:
+            items * 2.5
+        except TypeError:
+            x = x + 1
+        try:
+            items *= 1.5
+        except TypeError:
+            x = x + 1
+        return x, items
+
+    x = torch.randn(3)
+    out = tensorjit.compile(fn, backend="eager", fullgraph=True)(x)
+    torch.testing.assert_close(out[0], x + 2)
+    assert out[1] == [1, 2]

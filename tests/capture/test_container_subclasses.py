@@ -1,0 +1,88 @@
+"""Instances of user subclasses of dict, set, frozenset and tuple made inside the function stay in the graph."""
+
+import torch
+
+import tensorjit
+
+
+class AddsOne(set):
+    def add(self, item):
+        return super().add(item + 1)
+
+    def contains(self, item):
+        return True
+
+
+class Letters(frozenset):
+    pass
+
+
+class Plain(dict):
+    pass
+
+
+class WithMethod(dict):
+    def add_1(self, x):
+        return x + 1
+
+    @property
+    def size(self):
+        return len(self)
+
+
+class Pair(tuple):
+    pass
+
+
+class Scaled(dict):
+    def __init__(self, factor, **items):
+        super().__init__(**items)
+        self["factor"] = factor
+
+
+def compiled_and_eager(fn, *args):
+    out = tensorjit.compile(fn, backend="eager", fullgraph=True)(*args)
+    return out, fn(*args)
+
+
+def test_set_subclass_methods_and_base_methods():
+    def fn(x):
+        s = AddsOne([1, 2])
+        s.add(3)
+        set.add(s, 10)  # the base's add, not the override
+        return x + 1, s, s == {1, 2, 4, 10}, s.contains(9), type(s) is AddsOne, type(s.copy())
+
+    out, expected = compiled_and_eager(fn, torch.randn(2))
+    assert repr(out[1:]) == repr(expected[1:]) and type(out[1]) is AddsOne
+
+
+def test_frozenset_and_tuple_subclasses_keep_their_class():
+    def fn(x):
+        f, t = Letters("abc"), Pair([1, 2])
+        return x + 1, f, type(f | {"d"}), type(f.copy()), t, type(t), len(t), t[1]
+
+    out, expected = compiled_and_eager(fn, torch.randn(2))
+    assert out[1:] == expected[1:] and type(out[1]) is Letters and type(out[4]) is Pair
+
+
+def test_dict_subclasses_with_methods_properties_and_init():
+    def fn(x):
+        d = Plain(x=5)
+        d["y"] = 2
+        m = WithMethod(a=1, b=2)
+        s = Scaled(3, z=1)
+        return m.add_1(x * d["x"]) * s["factor"], d, type(d), m.size, s
+
+    out, expected = compiled_and_eager(fn, torch.randn(2))
+    torch.testing.assert_close(out[0], expected[0])
+    assert out[1:] == expected[1:] and type(out[1]) is Plain and type(out[4]) is Scaled
+
+
+def test_a_set_made_in_the_function_is_a_new_set_on_each_call():
+    def fn(x):
+        return x + 1, {1, 2}
+
+    compiled = tensorjit.compile(fn, backend="eager")
+    first = compiled(torch.randn(2))[1]
+    first.add(3)
+    assert compiled(torch.randn(2))[1] == {1, 2}

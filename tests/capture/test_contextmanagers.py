@@ -1,0 +1,128 @@
+"""@contextlib.contextmanager functions in `with` inside the compiled function: setup and teardown in the graph."""
+
+import contextlib
+
+import pytest
+import torch
+
+import tensorjit
+
+EVENTS = []
+
+
+@contextlib.contextmanager
+def no_grad_scaled(k):
+    EVENTS.append("enter")
+    previous = torch.is_grad_enabled()
+    torch.set_grad_enabled(False)
+    try:
+        yield k * 2
+    finally:
+        torch.set_grad_enabled(previous)
+        EVENTS.append("exit")
+
+
+@contextlib.contextmanager
+def yields_twice():
+    yield 1
+    yield 2
+
+
+class Counting:
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return gm.forward
+
+
+class UsesContext(torch.nn.Module):
+    def forward(self, x):
+        with no_grad_scaled(3) as s:
+            y = x * s
+        return y + 1, y.requires_grad, torch.is_grad_enabled()
+
+
+def test_contextmanager_in_forward_is_one_graph():
+    backend = Counting()
+    x = torch.randn(2, requires_grad=True)
+    EVENTS.clear()
+    out = tensorjit.compile(UsesContext(), backend=backend, fullgraph=True)(x)
+    assert EVENTS == ["enter", "exit"]
+    expected = UsesContext()(x)
+    torch.testing.assert_close(out[0], expected[0])
+    assert out[1:] == expected[1:] and backend.graphs == 1
+
+
+def test_an_exception_through_the_with_body_is_eager_and_correct():
+    def fn(x):
+        try:
+            with no_grad_scaled(1):
+                raise ValueError("inside")
+        except ValueError:
+            x = x + 1
+        return x, torch.is_grad_enabled()
+
+    x = torch.randn(2)
+    out = tensorjit.compile(fn, backend="eager")(x)
+    torch.testing.assert_close(out[0], x + 1)
+    assert out[1] is True
+
+
+def test_a_generator_that_yields_twice_raises_as_in_eager():
+    def fn(x):
+        with yields_twice():
+            x = x + 1
+        return x
+
+    with pytest.raises(RuntimeError, match="didn't stop"):
+        tensorjit.compile(fn, backend="eager")(torch.randn(2))
+
+
+def test_a_graph_break_inside_the_body_gives_eager_results():
+    def fn(x):
+        with no_grad_scaled(2) as s:
+            print("a graph break")
+            y = x * s
+        return y, torch.is_grad_enabled()
+
+    x = torch.randn(2, requires_grad=True)
+    out = tensorjit.compile(fn, backend="eager")(x)
+    torch.testing.assert_close(out[0], x.detach() * 4)
+    assert out[1] is True and not out[0].requires_grad
+
+
+def test_a_break_at_a_context_manager_inside_try_runs_eagerly_without_an_internal_error():
+    import warnings
+
+    def fn(x):
+        try:
+            with warnings.catch_warnings():  # a skipped module: the call breaks the graph
+                x = x * 2
+                raise ValueError("inside")
+        except ValueError:
+            x = x + 1
+        return x
+
+    x = torch.randn(2)
+    torch.testing.assert_close(tensorjit.compile(fn, backend="eager")(x), x * 2 + 1)
+
+
+def test_contextmanager_decorated_inside_the_function():
+    def fn(x):
+        @contextlib.contextmanager
+        def scaled(k):
+            try:
+                yield k + 1
+            finally:
+                EVENTS.append("closed")
+
+        with scaled(2) as v:
+            x = x * v
+        return x
+
+    EVENTS.clear()
+    x = torch.randn(2)
+    torch.testing.assert_close(tensorjit.compile(fn, backend="eager", fullgraph=True)(x), x * 3)
+    assert EVENTS == ["closed"]
