@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 from .. import logs
 from . import cpython
@@ -135,7 +134,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
         raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason,
                        _break_is_error(e, fn.__code__)) from None
     except (GraphBreakError, CaptureError, CompilerUsageError, BackendCompilerFailed, _BreakAt,
-            ConstraintViolationError):  # a broken mark_dynamic promise is the user's error, as in torch
+            _constraint_violation()):  # a broken mark_dynamic promise is the user's error, as in torch
         raise
     except Exception as e:
         location = _deepest_location(e, frame)
@@ -143,6 +142,13 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
     finally:
         torch._C._set_grad_enabled(grad_before)
         markers.error_on_graph_break = strict_before
+
+
+def _constraint_violation() -> type:
+    """torch's ConstraintViolationError, imported when first needed (its module imports sympy, which a
+    process running warm-started entries never needs)."""
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+    return ConstraintViolationError
 
 
 def _break_is_error(e: GraphBreak, code) -> bool:

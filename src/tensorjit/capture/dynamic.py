@@ -26,12 +26,15 @@ import dataclasses
 
 import torch
 from torch._guards import GuardSource, Source as TorchSource
-from torch.fx.experimental.symbolic_shapes import (DimDynamic, RelaxedUnspecConstraint, ShapeEnv,
-                                                   StatelessSymbolicContext, StrictMinMaxConstraint)
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.value_ranges import ValueRanges
 
 from .sources import Source
+
+def _shapes():
+    """torch.fx.experimental.symbolic_shapes, imported at first use: it imports sympy (half a second),
+    which a process running entries from the warm-start cache (runtime/warm_start.py) never needs."""
+    import torch.fx.experimental.symbolic_shapes as symbolic_shapes
+    return symbolic_shapes
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,9 +111,9 @@ class DynamicPolicy:
         automatic = set(self.dims(source, tensor))
         marks = TensorMarks.of(tensor)
         kinds = [marks.kind(d, d in automatic) for d in range(tensor.dim())]
-        if all(kind is DimDynamic.STATIC for kind in kinds):
+        if all(kind is _shapes().DimDynamic.STATIC for kind in kinds):
             return None
-        return StatelessSymbolicContext(dynamic_sizes=kinds,
+        return _shapes().StatelessSymbolicContext(dynamic_sizes=kinds,
                                         constraint_sizes=[marks.constraint(d) for d in range(tensor.dim())])
 
     def any_possible(self, arguments: tuple = ()) -> bool:
@@ -150,12 +153,12 @@ class TensorMarks:
     def kind(self, dim: int, automatic: bool) -> DimDynamic:
         """Dynamo's precedence: unbacked, then mark_dynamic / maybe_mark_dynamic, then mark_static."""
         if dim in self.unbacked:
-            return DimDynamic.UNBACKED
+            return _shapes().DimDynamic.UNBACKED
         if dim in self.dynamic or dim in self.weak:
-            return DimDynamic.DYNAMIC
+            return _shapes().DimDynamic.DYNAMIC
         if dim in self.static or not automatic:
-            return DimDynamic.STATIC
-        return DimDynamic.DYNAMIC
+            return _shapes().DimDynamic.STATIC
+        return _shapes().DimDynamic.DYNAMIC
 
     def constraint(self, dim: int):
         """mark_dynamic is a promise: produce_guards raises if capture specialized the size."""
@@ -163,8 +166,10 @@ class TensorMarks:
             return None
         low, high = self.ranges.get(dim, (None, None))
         if low is None and high is None:
-            return RelaxedUnspecConstraint(warn_only=False)
-        return StrictMinMaxConstraint(vr=ValueRanges(lower=low if low is not None else 0,
+            return _shapes().RelaxedUnspecConstraint(warn_only=False)
+        from torch.utils._sympy.numbers import int_oo
+        from torch.utils._sympy.value_ranges import ValueRanges
+        return _shapes().StrictMinMaxConstraint(vr=ValueRanges(lower=low if low is not None else 0,
                                                      upper=high if high is not None else int_oo),
                                       warn_only=False)
 
@@ -186,7 +191,7 @@ def any_marked(value, depth: int = 3) -> bool:
 
 
 def new_shape_env() -> ShapeEnv:
-    return ShapeEnv()
+    return _shapes().ShapeEnv()
 
 
 def shape_guards(shape_env: ShapeEnv, fakes: list, sources: list[Source], contexts: list | None = None) -> list[str]:
@@ -213,7 +218,7 @@ def name_sizes_for_messages(shape_env: ShapeEnv, source: Source, rank: int) -> N
 def symbolic_int(shape_env: ShapeEnv, value: int, source: Source) -> torch.SymInt:
     """A SymInt standing for the int argument read through `source` (hint: `value`)."""
     named = ExpressionSource(source.expression())
-    symbol = shape_env.create_symbol(value, named, dynamic_dim=DimDynamic.DYNAMIC, positive=None)
+    symbol = shape_env.create_symbol(value, named, dynamic_dim=_shapes().DimDynamic.DYNAMIC, positive=None)
     return shape_env.create_symintnode(symbol, hint=value, source=named)
 
 

@@ -19,7 +19,6 @@ from typing import Any, Callable
 import torch
 import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils import _pytree as pytree
 
 from ..breaks import GraphBreak
@@ -149,13 +148,13 @@ class SymbolicIntValue(Value):
     def constant(self):
         try:
             return bool(self.example) if isinstance(self.example, torch.SymBool) else int(self.example)
-        except torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode:
+        except _symbolic_shapes().GuardOnDataDependentSymNode:
             raise _unbacked_branch(self.example) from None
 
     def truth(self, tx) -> bool:
         try:
             return bool(self.example)
-        except torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode:
+        except _symbolic_shapes().GuardOnDataDependentSymNode:
             raise _unbacked_branch(self.example) from None
 
     def unpack(self, tx):
@@ -384,14 +383,14 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
         raise
     except (torch._subclasses.fake_tensor.DataDependentOutputException,
             torch._subclasses.fake_tensor.DynamicOutputShapeException,
-            torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode) as e:
+            _symbolic_shapes().GuardOnDataDependentSymNode) as e:
         raise GraphBreak("data-dependent-op", f"{_describe(target)} has a data-dependent result ({type(e).__name__})")
     except NotImplementedError as e:
         raise GraphBreak("unsupported-op", f"{_describe(target)} cannot run on fake tensors: {e}")
     except Exception as e:
         raise GraphBreak("op-error", f"{_describe(target)} raised {type(e).__name__}: {e}",
                          "the same call fails eagerly; it runs in Python so the error is raised there")
-    if tx.output.shape_env is not None and free_unbacked_symbols(result) - tx.output.symbols.keys():
+    if tx.output.shape_env is not None and _symbolic_shapes().free_unbacked_symbols(result) - tx.output.symbols.keys():
         # a new unbacked size (nonzero, item); those of mark_unbacked inputs are graph inputs
         raise GraphBreak("data-dependent-op", f"{_describe(target)} has an output shape that depends on data")
     node = tx.output.create_node(op, fn if op == "call_function" else target, node_args, node_kwargs, result)
@@ -437,3 +436,10 @@ def wrap_result(tx, node: torch.fx.Node, result: Any, args: list[Value]) -> Valu
         return ConstantValue(type(result)(result)) if isinstance(result, tuple) else ListValue(
             [ConstantValue(r) for r in result])
     raise GraphBreak("unsupported-result", f"graph operation returned {type(result).__name__}")
+
+
+def _symbolic_shapes():
+    """torch.fx.experimental.symbolic_shapes, imported at first use: it imports sympy (half a second),
+    which a process running warm-started entries never needs."""
+    import torch.fx.experimental.symbolic_shapes as symbolic_shapes
+    return symbolic_shapes
