@@ -38,7 +38,9 @@ def write_script(directory: Path, body: str, name: str = "script.py") -> Path:
 
 
 def run(script: Path, cache: Path, *arguments: str, env: dict | None = None) -> dict:
-    environment = {**os.environ, "PYTHONPATH": str(SOURCE), "TENSORJIT_CACHE_DIR": str(cache), **(env or {})}
+    # the checkout's source first, then whatever the suite itself runs with (installed-by-path deps)
+    path = os.pathsep.join(p for p in (str(SOURCE), os.environ.get("PYTHONPATH", "")) if p)
+    environment = {**os.environ, "PYTHONPATH": path, "TENSORJIT_CACHE_DIR": str(cache), **(env or {})}
     environment.pop("TENSORJIT_LOGS", None)
     result = subprocess.run([sys.executable, str(script), *arguments], capture_output=True, text=True,
                             env=environment, cwd=script.parent, timeout=600)

@@ -13,6 +13,7 @@ import operator
 
 import torch
 import torch.fx
+from torch.utils._pytree import tree_leaves
 
 from . import ir, lowering_indexing, lowering_reductions, lowering_views  # noqa: F401  (registrations)
 from .lowering import LOWERINGS, to_dtype
@@ -125,10 +126,14 @@ def node_values(gm: torch.fx.GraphModule, example_inputs) -> dict:
 
 
 class GraphLowering:
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs, *, half_floats: bool = False):
-        """half_floats: the emitter computes float16/bfloat16 (values.HALF_FLOATS)."""
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, *, half_floats: bool = False,
+                 device: torch.device | None = None):
+        """half_floats: the emitter computes float16/bfloat16 (values.HALF_FLOATS). device: where
+        the emitter's kernels run; a tensor elsewhere (a CPU scalar constant in a CUDA graph, a
+        CPU arange) is only ever passed to ATen calls, which follow eager's device rules."""
         self.gm = gm
         self.half_floats = half_floats
+        self.device = device
         self.example_inputs = example_inputs
         self.meta = node_values(gm, example_inputs)
         self.buffers: dict[str, ir.Buffer] = {}  # by name, in creation order
@@ -261,7 +266,7 @@ class GraphLowering:
                 continue
             if node.op == "placeholder":
                 example = self.example_inputs[len(inputs)]
-                if isinstance(example, torch.Tensor):
+                if isinstance(example, torch.Tensor) and not self.elsewhere(example):
                     buffer = self.add_buffer(example.shape, dtype_name(example.dtype), example.stride(),
                                              "input", name=f"in{len(inputs)}")
                     self.env[node] = buffer_value(buffer)
@@ -271,7 +276,7 @@ class GraphLowering:
                 inputs.append(buffer.name)
             elif node.op == "get_attr":
                 tensor = getattr(self.gm, node.target)
-                if not isinstance(tensor, torch.Tensor):  # a subgraph of a higher-order op (torch.cond)
+                if not isinstance(tensor, torch.Tensor) or self.elsewhere(tensor):  # (a subgraph of torch.cond)
                     buffer = self.add_buffer((), "object", (), "constant")
                     self.constants[buffer.name] = tensor
                     self.env[node] = ExternObject(buffer.name)
@@ -356,9 +361,16 @@ class GraphLowering:
         self.env[source] = self.realize(self.env[source], source)
         return self.lower_node(node)
 
+    def elsewhere(self, value) -> bool:
+        """Is a tensor of `value` on a device other than the kernels'?"""
+        return self.device is not None and any(
+            isinstance(leaf, torch.Tensor) and leaf.device != self.device for leaf in tree_leaves(value))
+
     def lower_node(self, node: torch.fx.Node):
         meta = self.meta.get(node)
         target = node.target
+        if self.elsewhere(meta):
+            return self.lower_extern(node, meta, "a result on another device than the kernels'")
         if node.op == "call_function" and target in LOWERINGS:
             args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])

@@ -14,8 +14,9 @@ compiler). The steps, in order:
     emitter.build(name, program)   emit, compile and load the kernels -> the wrapper's device hook
     wrapper.build_runner           one wrapper for every device; memory.last_uses frees temporaries
 
-An emitter has `half_floats` (does it compute float16/bfloat16) and the three
-methods above; everything else is shared.
+An emitter has `half_floats` (does it compute float16/bfloat16), `device` (where its kernels
+run: tensors elsewhere only reach ATen calls) and the three methods above; everything else is
+shared.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def compile_graph(gm, example_inputs, config, emitter):
     name = type(gm).__name__
     emitter.prepare_graph(gm, example_inputs)
     with timed(name, "lowering"):
-        lowered = GraphLowering(gm, example_inputs, half_floats=emitter.half_floats)
+        lowered = GraphLowering(gm, example_inputs, half_floats=emitter.half_floats, device=emitter.device)
         program = emitter.prepare(fuse_loops(squeeze_unit_loops(lowered.run())))
     if getattr(config, "verify_ir", False):
         verify(program)

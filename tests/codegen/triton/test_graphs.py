@@ -365,3 +365,29 @@ def test_max_autotune_offers_launch_shapes_to_time(device):
     # the rule's own choice is always a candidate, tried first
     assert heuristics.pointwise_candidates(5000)[0] == heuristics.pointwise_shape(5000)
     assert heuristics.persistent_candidates(64, 96)[0] == heuristics.persistent_reduction_shape(64, 96)
+
+
+def test_tensors_on_another_device_only_reach_aten_calls():
+    # Kernels run on one device: a value elsewhere (here every one, the kernels being on 'meta')
+    # is computed and read by ATen calls only (a CPU tensor reached a Triton kernel on the H100:
+    # "Pointer argument cannot be accessed from Triton")
+    from tensorjit.codegen.graph import GraphLowering
+
+    x = torch.randn(4)
+    graph = make_fx(lambda x: (x * 2 + 1, torch.arange(3).isinf()), decomposition_table=decompositions())(x)
+    program = GraphLowering(graph, [x], device=torch.device("meta")).run()
+    assert all(isinstance(step, ir.Extern) for step in program.steps), program
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cpu_scalars_and_cpu_results_in_a_cuda_graph():
+    def function(x):
+        return x * torch.tensor(0.5) + 1, torch.isinf(torch.arange(3)), (x[0] > 0).cpu()
+
+    x = torch.randn(5, device="cuda")
+    graph = make_fx(function, decomposition_table=decompositions())(x)
+    compiled = compile_aten_graph(graph, [x])
+    for got, want in zip(compiled(x), function(x)):
+        assert got.device == want.device
+        torch.testing.assert_close(got, want)

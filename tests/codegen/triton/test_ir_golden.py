@@ -42,7 +42,7 @@ return buf4""")
         compiled = triton_compile.compile_graph(gm, [torch.randn(4, 10)])
         self.assertExpectedInline(kernel_function(compiled.kernel_sources[0]), """\
 @triton.jit
-def tj_f88025ff0ab73b9a4fe7(buf0_ptr, buf1_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def tj_3c91b5632add19e5bdad(buf0_ptr, buf1_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     xindex = tl.program_id(0).to(tl.int32) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < 4
     i0 = xindex
@@ -86,7 +86,7 @@ return buf2""")
         compiled = triton_compile.compile_graph(gm, [x, y])
         self.assertExpectedInline(kernel_function(compiled.kernel_sources[0]), """\
 @triton.jit
-def tj_b01b3d6f979b17a6fc51(buf0_ptr, buf1_ptr, buf2_ptr, XBLOCK: tl.constexpr):
+def tj_b972eacc308d9eeb2efc(buf0_ptr, buf1_ptr, buf2_ptr, XBLOCK: tl.constexpr):
     xindex = tl.program_id(0).to(tl.int32) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < 30
     i0 = (xindex // 5)

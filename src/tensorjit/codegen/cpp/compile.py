@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import warnings
 
+import torch
+
 from ... import logs
 from ..pipeline import compile_graph
 from ..report import timed
@@ -27,6 +29,7 @@ class CppEmitter:
     """The C++ emitter's part of the pipeline: one translation unit per graph, loaded with ctypes."""
 
     half_floats = False  # no half types in the C++ kernels: those ops stay ATen calls
+    device = torch.device("cpu")
 
     def prepare_graph(self, gm, example_inputs) -> None:
         pass

@@ -104,7 +104,7 @@ class TritonEmitter:
 
 def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
     """The program the pipeline would emit for `gm` (for tests and debugging)."""
-    lowered = GraphLowering(gm, example_inputs, half_floats=True)
+    lowered = GraphLowering(gm, example_inputs, half_floats=True, device=graph_device(example_inputs))
     return prepare_groups(fuse_loops(lowered.run())), lowered
 
 

@@ -116,7 +116,8 @@ def shareable(kernel: KernelText) -> KernelText:
         return pattern.sub(lambda m: names.setdefault(m.group(0), f"{prefix}{len(names)}"), text)
 
     text = renumber(STEP_NAMES, "step", renumber(BUFFER_NAMES, "buf", kernel.source))
-    name = "tj_" + hashlib.sha256(text.encode()).hexdigest()[:20]
+    # The kernel's own text decides its name, not the prelude (which differs under the interpreter).
+    name = "tj_" + hashlib.sha256(text[text.rindex("@triton.jit"):].encode()).hexdigest()[:20]
     return dataclasses.replace(kernel, name=name, source=text.replace("def step0(", f"def {name}(", 1))
 
 
