@@ -115,3 +115,12 @@ def test_mark_static_on_a_module_class_returns_it():
     assert tjc.mark_static(Block) is Block and Block._dynamo_marked_static
     with pytest.raises(TypeError):
         tjc.mark_static(3)
+
+
+def test_marks_without_the_newer_marking_flag_are_honoured():
+    # torch 2.11's mark_dynamic records the dimension but sets no `_has_dynamo_dim_marking`
+    # (newer torch does): tensorjit compiled 2 graphs there where torch compiles 1
+    def old_mark_dynamic(x, dim):
+        x._dynamo_dynamic_indices = {dim}
+
+    assert _run(uses_size, (4, 5, 6), old_mark_dynamic, True, None, {}) == (1, ["ok", "ok", "ok"])

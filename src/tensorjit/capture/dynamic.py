@@ -177,10 +177,16 @@ class TensorMarks:
 _MARKED = "_has_dynamo_dim_marking"
 
 
+MARK_ATTRIBUTES = ("_dynamo_dynamic_indices", "_dynamo_unbacked_indices", "_dynamo_strict_unbacked_indices",
+                   "_dynamo_weak_dynamic_indices")
+"""Where markers record symbolic dimensions. Older torch (2.11) sets these without the
+`_has_dynamo_dim_marking` flag newer versions add, so a mark is found by either."""
+
+
 def any_marked(value, depth: int = 3) -> bool:
     """Whether a tensor with dimension marks is among the arguments (looked for in containers too)."""
     if isinstance(value, torch.Tensor):
-        return getattr(value, _MARKED, False)
+        return getattr(value, _MARKED, False) or any(getattr(value, name, None) for name in MARK_ATTRIBUTES)
     if depth == 0:
         return False
     if isinstance(value, (list, tuple)):

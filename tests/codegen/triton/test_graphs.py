@@ -115,7 +115,7 @@ def test_lowering_failure_runs_eagerly(monkeypatch, device):
     torch.testing.assert_close(compile_aten_graph(graph, [x])(x), x * 2)
 
 
-def test_convolutions_read_channels_last_and_activations_stay_so():
+def test_convolutions_read_channels_last_and_activations_stay_so(device):
     from tensorjit.codegen.triton.layout import prefer_channels_last
 
     class Net(torch.nn.Module):
@@ -128,9 +128,9 @@ def test_convolutions_read_channels_last_and_activations_stay_so():
             y = torch.relu(self.norm(self.first(x)))
             return self.second(y) + y
 
-    model = Net().eval()
+    model = Net().to(device).eval()
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    arguments = [torch.randn(2, 3, 8, 8), *state.values()]
+    arguments = [torch.randn(2, 3, 8, 8, device=device), *state.values()]
 
     def function(x, *values):
         return torch.func.functional_call(model, dict(zip(state, values)), (x,))
