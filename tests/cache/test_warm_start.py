@@ -375,3 +375,16 @@ def test_cache_dir_option(tmp_path):
     warm = run(script, tmp_path / "default", env=env)
     assert warm["ok"] and compiled_nothing(warm), warm
     assert not list((tmp_path / "default").glob("*/*.entry"))
+
+
+def test_an_edited_compiler_does_not_run_entries_an_older_one_made(tmp_path):
+    # one version number, other source files (a checkout being edited): the entries recompile
+    import os
+
+    from tensorjit.runtime import warm_start
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    before = warm_start._package_fingerprint(str(tmp_path))
+    (tmp_path / "a.py").write_text("x = 22\n")
+    assert warm_start._package_fingerprint(str(tmp_path)) != before
+    assert "tensorjit files" in warm_start.versions()

@@ -216,7 +216,7 @@ def wrap_constant_object(tx, obj: Any) -> Value:
     if type(obj) in (dict, collections.OrderedDict):
         return DictValue({k: wrap_constant_object(tx, v) for k, v in obj.items()}, type(obj))
     if type(obj) in (set, frozenset):
-        return SetValue([wrap_constant_object(tx, v) for v in obj], type(obj))
+        return SetValue([wrap_constant_object(tx, v) for v in obj], type(obj), exact=obj)
     if isinstance(obj, torch.nn.Module):
         return NNModuleValue(obj, None)
     if obj is os.environ:

@@ -77,8 +77,24 @@ def _built_in(backend) -> bool:
 def versions() -> dict[str, str]:
     """What a saved entry was made with; any difference recompiles."""
     from .. import __version__
-    return {"tensorjit": __version__, "torch": torch.__version__, "triton": _triton_version(), "python": sys.version,
+    return {"tensorjit": __version__, "tensorjit files": _package_fingerprint(), "torch": torch.__version__,
+            "triton": _triton_version(), "python": sys.version,
             "platform": f"{sys.platform} {platform.machine()}", "cpu": _cpu()}
+
+
+def _package_fingerprint(root: str | None = None) -> str:
+    """tensorjit's own source files by name, size and modification time: a checkout edited
+    under one version number (development, an editable install) must not run entries an
+    older compiler made. About 200 stat calls, no reads."""
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for directory, subdirectories, files in sorted(os.walk(root)):
+        subdirectories.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                info = os.stat(os.path.join(directory, name))
+                digest.update(f"{directory}/{name}:{info.st_size}:{info.st_mtime_ns};".encode())
+    return digest.hexdigest()[:16]
 
 
 def _triton_version() -> str:

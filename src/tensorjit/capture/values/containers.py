@@ -284,14 +284,19 @@ _DICT_METHODS = {"__init__", "get", "items", "keys", "values", "update", "pop", 
 class SetValue(Value):
     """A set or frozenset (`cls`) of constants, keyed by their values."""
 
-    def __init__(self, items: list[Value], cls: type = set) -> None:
+    def __init__(self, items: list[Value], cls: type = set, exact: Any = None) -> None:
         self.birth = next(BIRTHS)
         self.cls = cls
         self.items: dict[Any, Value] = {}
         for v in items:
             self.items[v.constant()] = v
+        self.exact = exact
+        """The real set this value was made from at capture time (set algebra on constants), while
+        unchanged: rebuilt from its items, a set can iterate in another order than the one the
+        program computed (the hash table's layout depends on how it was built)."""
 
     def mutate(self, tx) -> None:
+        self.exact = None
         _record_mutation(self, tx)
 
     def python_type(self) -> type:
@@ -322,6 +327,8 @@ class SetValue(Value):
     def reconstruct(self, cg) -> str:
         if self.source is not None:  # the program's own set
             return cg.source(self.source)
+        if self.exact is not None and not _subclass(self.cls):  # its iteration order, exactly
+            return cg.constant(self.exact) if self.cls is frozenset else f"{cg.constant(self.exact)}.copy()"
         # made anew on each call: a constant would hand every call the same (mutable) set
         items = ", ".join(cg.value(v) for v in self.items.values())
         if _subclass(self.cls):
