@@ -20,7 +20,6 @@ from .lowering import LOWERINGS, to_dtype
 from .lowering_indexing import ScatterValue
 from .lowering_reductions import ReductionValue
 from .memory import expression_loads
-from .verify import index_variables
 from .report import record_fallback
 from .schedule import linear_form
 from .simplify import simplify, simplify_expr
@@ -308,7 +307,7 @@ class GraphLowering:
                 return False  # each view would be realized on its own: the value computed per extern
         body = value.load(tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape))))
         every = {f"i{d}" for d, size in enumerate(value.shape) if size != 1}
-        reads = {load.buffer for load in expression_loads(body) if index_variables(load.index) >= every}
+        reads = {load.buffer for load in expression_loads(body) if ir.variables_of(load.index) >= every}
         return count_ops(body) <= MAX_SHARED_OPS and len(reads) <= MAX_SHARED_READS
 
     def feeds_extern(self, node) -> bool:

@@ -168,6 +168,13 @@ class Op:
 
 Expr = Union[Load, Constant, IndexValue, Op]
 
+def extent(buffer: "Buffer") -> int:
+    """One past the largest element offset of `buffer` (0 when it has no elements)."""
+    if any(size == 0 for size in buffer.shape):
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(buffer.shape, buffer.strides))
+
+
 def variables_of(node) -> set[str]:
     """The loop variables an index or scalar expression depends on (through loaded indices too)."""
     if isinstance(node, IndexVar):

@@ -36,28 +36,6 @@ class IRError(Exception):
     """A program breaks an invariant of the IR."""
 
 
-def index_variables(index: ir.Index) -> set[str]:
-    if isinstance(index, ir.IndexVar):
-        return {index.name}
-    if isinstance(index, ir.IndexConst):
-        return set()
-    if isinstance(index, ir.IndirectIndex):
-        return expression_variables(index.value)
-    return index_variables(index.left) | index_variables(index.right)
-
-
-def expression_variables(expr: ir.Expr) -> set[str]:
-    if isinstance(expr, ir.Load):
-        return index_variables(expr.index)
-    if isinstance(expr, ir.IndexValue):
-        return index_variables(expr.index)
-    if isinstance(expr, ir.Constant):
-        return set()
-    if not isinstance(expr, ir.Op):
-        raise IRError(f"{expr!r} is not an IR expression")
-    return set().union(*(expression_variables(a) for a in expr.args))
-
-
 def check_expression(expr: ir.Expr, where: str) -> None:
     stack = [expr]
     while stack:
@@ -98,13 +76,6 @@ def index_bounds(index: ir.Index, ranges: dict[str, int]) -> tuple[int, int]:
     return 0, right_high - 1
 
 
-def buffer_extent(buffer: ir.Buffer) -> int:
-    """One past the largest element offset of `buffer` (0 when it has no elements)."""
-    if any(size == 0 for size in buffer.shape):
-        return 0
-    return 1 + sum((size - 1) * stride for size, stride in zip(buffer.shape, buffer.strides))
-
-
 def check_bounds(kernel, buffers: dict[str, ir.Buffer], where: str) -> None:
     variables = list(zip(kernel.variables, kernel.ranges))
     if isinstance(kernel, ir.Reduction):
@@ -116,7 +87,7 @@ def check_bounds(kernel, buffers: dict[str, ir.Buffer], where: str) -> None:
         if load.buffer not in buffers:
             continue
         low, high = index_bounds(load.index, ranges)
-        extent = buffer_extent(buffers[load.buffer])
+        extent = ir.extent(buffers[load.buffer])
         if low < 0 or high >= extent:
             raise IRError(f"{where}: load({load.buffer}, {load.index}) reaches offsets {low}..{high}, "
                           f"outside the buffer's 0..{extent - 1}")
@@ -130,10 +101,10 @@ def check_kernel(kernel, where: str) -> None:
         if len(kernel.reduction_variables) != len(kernel.reduction_ranges):
             raise IRError(f"{where}: reduction variables do not match reduction ranges")
         allowed |= {v.name for v in kernel.reduction_variables}
-    check_expression(kernel.body, where)
-    stray = expression_variables(kernel.body) - allowed
+    check_expression(kernel.body, where)  # every node an IR expression: variables_of can walk it
+    stray = ir.variables_of(kernel.body) - allowed
     if getattr(kernel, "scatter", None) is not None:
-        stray |= index_variables(kernel.scatter.index) - allowed
+        stray |= ir.variables_of(kernel.scatter.index) - allowed
     if stray:
         raise IRError(f"{where}: body uses {sorted(stray)}, not loop variables of this kernel")
 

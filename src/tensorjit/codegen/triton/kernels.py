@@ -242,10 +242,6 @@ def module_source(name: str, parameters: list[str], body: list[str]) -> str:
     return f"{prelude}\n\n{decorator}\ndef {name}({', '.join(parameters)}):\n    {lines}\n"
 
 
-def extent(buffer: ir.Buffer) -> int:
-    return sum((size - 1) * stride for size, stride in zip(buffer.shape, buffer.strides) if size > 0) + 1
-
-
 class Writer:
     """What both kernel shapes share: pointer arguments, loads, stores."""
 
@@ -259,7 +255,7 @@ class Writer:
         self.counter = itertools.count()
 
     def index_type(self, work: int) -> str:
-        return heuristics.index_dtype(work, *(extent(b) for b in self.buffers.values() if b.dtype != "object"))
+        return heuristics.index_dtype(work, *(ir.extent(b) for b in self.buffers.values() if b.dtype != "object"))
 
     def load_text(self, buffer: str, index: str, mask: str | None) -> str:
         self.read.add(buffer)
