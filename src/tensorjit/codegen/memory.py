@@ -48,9 +48,14 @@ def names_written(step) -> tuple[str, ...]:
     return step.outputs if isinstance(step, ir.LoopGroup) else (step.output,)
 
 
+def returned_names(program: ir.Program) -> set[str]:
+    """The buffers the program returns (never freed, never handed over)."""
+    return {leaf if isinstance(leaf, str) else getattr(leaf, "name", None) for leaf in tree_leaves(program.outputs)}
+
+
 def last_uses(program: ir.Program) -> list[list[str]]:
     kinds = {b.name: b.kind for b in program.buffers}
-    kept = {leaf if isinstance(leaf, str) else getattr(leaf, "name", None) for leaf in tree_leaves(program.outputs)}
+    kept = returned_names(program)
     last: dict[str, int] = {}
     for position, step in enumerate(program.steps):
         for name in names_read(step) | set(names_written(step)):
@@ -66,8 +71,7 @@ def _kernel_only_temporaries(program: ir.Program) -> set[str]:
     """Temporaries allocated by the wrapper and read only by generated kernels: no ATen call
     ever saw them, so no view of their memory can outlive them."""
     temporaries = {b.name for b in program.buffers if b.kind == "temp"}
-    kept = {leaf if isinstance(leaf, str) else getattr(leaf, "name", None) for leaf in tree_leaves(program.outputs)}
-    excluded = set(kept)
+    excluded = returned_names(program)
     for step in program.steps:
         if isinstance(step, ir.Extern):
             excluded |= names_read(step)

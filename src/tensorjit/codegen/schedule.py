@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 from .. import logs
 from . import ir
-from torch.utils._pytree import tree_leaves
 
-from .memory import expression_loads, names_read
+from .memory import expression_loads, names_read, returned_names
 from .values import contiguous_strides
 
 ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
@@ -225,8 +224,7 @@ def fuse_loops(program: ir.Program, refusals: list | None = None) -> ir.Program:
 
 
 def build_steps(runs: list[list], ranges_of: list, program: ir.Program) -> list:
-    returned = {leaf if isinstance(leaf, str) else getattr(leaf, "name", None)
-                for leaf in tree_leaves(program.outputs)}
+    returned = returned_names(program)
     itemsize = {b.name: ITEMSIZE.get(b.dtype, 8) for b in program.buffers}
     steps = []
     for position, (run, ranges) in enumerate(zip(runs, ranges_of)):
