@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -258,13 +259,21 @@ def run_workload(workload: Workload, sides: list[str], copy_gbs: float) -> dict[
     eager_step = make_step(model, inputs, workload.train, model)
     with torch.no_grad():
         reference = model(*inputs)
-    result["eager_ms"] = median_ms(eager_step)
+    steps = {"eager": eager_step}
+    reset_compilers()
     for side in sides:
         try:
-            _run_side(side, workload, model, inputs, reference, result)
+            steps[side] = _run_side(side, workload, model, inputs, reference, result)
         except Exception as error:  # noqa: BLE001 - report and go on
             result[f"{side}_error"] = f"{type(error).__name__}: {error}"
             traceback.print_exc()
+    # Interleaved rounds: a host-bound step's time moves with the machine's load (up to 2x
+    # between runs); the sides share each round's conditions, and the median round is kept.
+    for round_ in range(ROUNDS):
+        for side, step in steps.items():
+            result.setdefault(f"{side}_ms_rounds", []).append(round(median_ms(step), 4))
+    for side in steps:
+        result[f"{side}_ms"] = statistics.median(result[f"{side}_ms_rounds"])
     if workload.bytes_moved:
         for side in ["eager", *sides]:
             if f"{side}_ms" in result:
@@ -274,8 +283,7 @@ def run_workload(workload: Workload, sides: list[str], copy_gbs: float) -> dict[
     return result
 
 
-def _run_side(side, workload, model, inputs, reference, result) -> None:
-    reset_compilers()
+def _run_side(side, workload, model, inputs, reference, result) -> Callable[[], Any]:
     start = time.perf_counter()
     if side == "torch_compile":
         compiled = torch.compile(model)
@@ -299,12 +307,13 @@ def _run_side(side, workload, model, inputs, reference, result) -> None:
         result[f"{side}_compile_s"] = (time.perf_counter() - start) + cold_compile_seconds(step)
     with torch.no_grad():
         result[f"{side}_error_vs_eager"] = max_relative_error(reference, compiled(*inputs))
-    result[f"{side}_ms"] = median_ms(step)
     if PROFILE_DIRECTORY and side == "tensorjit":
         profile(step, os.path.join(PROFILE_DIRECTORY, "profiles.txt"), workload.name)
+    return step
 
 
 PROFILE_DIRECTORY: str | None = None
+ROUNDS = 3
 
 
 def profile(step: Callable[[], Any], path: str, label: str) -> None:
@@ -361,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="append one JSON line per workload here")
     parser.add_argument("--direct", action="store_true", help="tensorjit side without the capture stage")
     parser.add_argument("--profile", default=None, help="append torch.profiler tables of tensorjit to DIR/profiles.txt")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per workload (median kept)")
     arguments = parser.parse_args(argv)
     names = [workload.name for workload in WORKLOADS]
     if arguments.list:
@@ -370,8 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown workloads {unknown}; known: {names}")
     chosen = [w for w in WORKLOADS if not arguments.workloads or w.name in arguments.workloads]
-    global PROFILE_DIRECTORY, DIRECT
+    global PROFILE_DIRECTORY, DIRECT, ROUNDS
     PROFILE_DIRECTORY = arguments.profile
+    ROUNDS = arguments.rounds
     DIRECT = arguments.direct
     sides = [s for s, off in (("torch_compile", arguments.no_torch_compile), ("tensorjit", arguments.no_tensorjit)) if not off]
     torch.backends.cuda.matmul.allow_tf32 = True

@@ -370,6 +370,9 @@ class GraphLowering:
         target = node.target
         if self.elsewhere(meta):
             return self.lower_extern(node, meta, "a result on another device than the kernels'")
+        if self.elsewhere([self.meta.get(n) for n in node.all_input_nodes]):
+            # (a CPU scalar tensor times a CUDA tensor: ATen reads it as a scalar, a kernel cannot)
+            return self.lower_extern(node, meta, "an operand on another device than the kernels'")
         if node.op == "call_function" and target in LOWERINGS:
             args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])

@@ -246,7 +246,9 @@ class Scatter:
 @dataclass(frozen=True, slots=True)
 class Pointwise:
     """for index in ranges: store(output, contiguous(index), body); with `scatter`, the
-    store goes to `scatter.index` of the output instead (see Scatter)."""
+    store goes to `scatter.index` of the output instead (see Scatter). `store`, when set,
+    is where element `variables` goes in a kernel whose loops no longer match its output's
+    dims (schedule.over_rows: a flattened kernel re-expressed over a group's row loops)."""
 
     name: str
     output: str
@@ -254,6 +256,7 @@ class Pointwise:
     body: Expr
     variables: tuple[IndexVar, ...]
     scatter: Scatter | None = None
+    store: Index | None = None
 
     def __str__(self) -> str:
         loops = ", ".join(f"{v} < {r}" for v, r in zip(self.variables, self.ranges))
@@ -271,6 +274,8 @@ def store_index(kernel: "Pointwise", output: Buffer) -> Index:
     scatter index."""
     if kernel.scatter is not None:
         return kernel.scatter.index
+    if kernel.store is not None:
+        return kernel.store
     strides = output.strides
     if len(kernel.variables) != len(output.shape):
         strides = tuple(stride for stride, size in zip(output.strides, output.shape) if size != 1)

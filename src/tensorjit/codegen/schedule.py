@@ -26,6 +26,7 @@ from .. import logs
 from . import ir
 
 from .memory import expression_loads, names_read, returned_names
+from .squeeze import substitute
 from .values import contiguous_strides
 
 ITEMSIZE = {"float32": 4, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
@@ -114,6 +115,25 @@ def fit_refusal(kernel, ranges: tuple[int, ...]) -> str | None:
     return f"its ranges {list(kernel.ranges)} do not extend the rows {list(ranges)}"
 
 
+def over_rows(kernel, ranges: tuple[int, ...], buffers: dict[str, ir.Buffer]):
+    """`kernel` re-expressed to loop over `ranges` first when its first loop runs over those
+    rows flattened (a view between a reduction and its epilogue: layer norm's output
+    reshaped to [rows, features] for a matrix product); otherwise `kernel` itself. Its old
+    first variable is a linear form of the row variables, so row reads stay provable and
+    the store keeps its address (`Pointwise.store`)."""
+    if not isinstance(kernel, ir.Pointwise) or kernel.scatter is not None or len(ranges) < 2 \
+            or len(kernel.ranges) < 2 or kernel.ranges[0] != math.prod(ranges):
+        return kernel
+    rows = tuple(ir.IndexVar(f"i{d}") for d in range(len(ranges)))
+    inner = tuple(ir.IndexVar(f"i{len(ranges) + d}") for d in range(len(kernel.ranges) - 1))
+    mapping = {kernel.variables[0].name: ir.strided_index(rows, contiguous_strides(ranges))}
+    mapping.update({old.name: new for old, new in zip(kernel.variables[1:], inner)})
+    memo: dict = {}
+    store = substitute(ir.store_index(kernel, buffers[kernel.output]), mapping, memo)
+    return ir.Pointwise(kernel.name, kernel.output, ranges + kernel.ranges[1:],
+                        substitute(kernel.body, mapping, memo), rows + inner, None, store)
+
+
 def fits(kernel, ranges: tuple[int, ...]) -> bool:
     return fit_refusal(kernel, ranges) is None
 
@@ -178,22 +198,25 @@ def fuse_loops(program: ir.Program, refusals: list | None = None) -> ir.Program:
     is logged and appended to `refusals`."""
     UNGROUPABLE[0] = {b.name for b in program.buffers if b.kind == "temp" and
                       tuple(b.strides) != contiguous_strides(b.shape)}
+    buffers = {b.name: b for b in program.buffers}
     runs: list[list] = []  # consecutive steps; a run of 2+ kernels with `ranges` becomes a group
     ranges_of: list[tuple[int, ...] | None] = []
     for step in program.steps:
         if runs and ranges_of[-1] is not None:
-            reason = join_refusal(step, runs[-1], ranges_of[-1])
+            candidate = over_rows(step, ranges_of[-1], buffers)
+            reason = join_refusal(candidate, runs[-1], ranges_of[-1])
             if reason is None:
-                runs[-1].append(step)
+                runs[-1].append(candidate)
                 continue
             refuse(refusals, runs[-1][-1], step, reason)
         if isinstance(step, ir.Reduction) and step.ranges and step.reduction_ranges:
             # Pointwise kernels just before it whose rows line up join it (producers of its input).
             start = len(runs)
             while start > 0 and ranges_of[start - 1] is None and len(runs[start - 1]) == 1 \
-                    and isinstance(runs[start - 1][0], ir.Pointwise) and fits(runs[start - 1][0], step.ranges):
+                    and isinstance(runs[start - 1][0], ir.Pointwise) \
+                    and fits(over_rows(runs[start - 1][0], step.ranges, buffers), step.ranges):
                 start -= 1
-            members = [run[0] for run in runs[start:]]
+            members = [over_rows(run[0], step.ranges, buffers) for run in runs[start:]]
             while members:
                 failing = next(((k, reason) for k, m in enumerate(members)
                                 if (reason := join_refusal(m, members[:k], step.ranges)) is not None), None)

@@ -36,7 +36,9 @@ def _squeezed(kernel):
         scatter = kernel.scatter
         if scatter is not None:
             scatter = ir.Scatter(scatter.base, substitute(scatter.index, mapping), scatter.accumulate)
-        return ir.Pointwise(kernel.name, kernel.output, kept, substitute(kernel.body, mapping), variables, scatter)
+        store = None if kernel.store is None else substitute(kernel.store, mapping)
+        return ir.Pointwise(kernel.name, kernel.output, kept, substitute(kernel.body, mapping), variables, scatter,
+                            store)
     reduction_variables = _renamed(kernel.reduction_variables, reductions, "r", mapping)
     kept_reductions = tuple(size for size in reductions if size != 1)
     if not kept_reductions:

@@ -105,6 +105,8 @@ def check_kernel(kernel, where: str) -> None:
     stray = ir.variables_of(kernel.body) - allowed
     if getattr(kernel, "scatter", None) is not None:
         stray |= ir.variables_of(kernel.scatter.index) - allowed
+    if getattr(kernel, "store", None) is not None:
+        stray |= ir.variables_of(kernel.store) - allowed
     if stray:
         raise IRError(f"{where}: body uses {sorted(stray)}, not loop variables of this kernel")
 

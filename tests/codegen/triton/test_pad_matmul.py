@@ -37,3 +37,35 @@ def test_aligned_or_small_products_are_left_alone():
     gm = make_fx(torch.mm, tracing_mode="fake")(torch.randn(15, 8), torch.randn(8, 31))
     assert pad_matmuls(gm, devices=("cpu",)) == 0  # too little work to pay for two copies
     assert pad_matmuls(gm) == 0  # CPU graphs are not padded by default
+
+
+def test_a_transposed_operand_is_padded_along_its_rows():
+    # a tied LM head: x @ weight.t() with a vocabulary-sized, misaligned N
+    x, weight = torch.randn(12, 16), torch.randn(37, 16)
+    fn = lambda x, w: torch.mm(x, w.t()) * 2
+    gm = make_fx(fn, tracing_mode="fake")(x, weight)
+    assert pad_matmuls(gm, devices=("cpu",), min_work=0) == 1
+    [pad] = [n for n in gm.graph.nodes if n.target is aten.constant_pad_nd.default]
+    assert pad.args[0].meta["val"].is_contiguous()  # reads the weight along its rows
+    torch.testing.assert_close(gm(x, weight), fn(x, weight))
+
+
+def test_a_returned_product_stays_a_slice_of_the_padded_one():
+    x, weight = torch.randn(12, 16), torch.randn(37, 16)
+    fn = lambda x, w: torch.mm(x, w.t())
+    gm = make_fx(fn, tracing_mode="fake")(x, weight)
+    assert pad_matmuls(gm, devices=("cpu",), min_work=0) == 1
+    assert not [n for n in gm.graph.nodes if n.target is aten.clone.default]
+    torch.testing.assert_close(gm(x, weight), fn(x, weight))
+
+
+def test_a_product_returned_through_a_view_stays_a_slice():
+    # GPT-2's logits: [batch * tokens, vocabulary] viewed to [batch, tokens, vocabulary]
+    x, weight = torch.randn(2, 6, 16), torch.randn(37, 16)
+    fn = lambda x, w: torch.mm(x.view(12, 16), w.t()).view(2, 6, 37)
+    gm = make_fx(fn, tracing_mode="fake")(x, weight)
+    assert pad_matmuls(gm, devices=("cpu",), min_work=0) == 1
+    assert not [n for n in gm.graph.nodes if n.target is aten.clone.default]
+    [view] = [n for n in gm.graph.nodes if n.target is aten.view.default and n.meta["val"].dim() == 3]
+    assert view.meta["val"].stride() == (6 * 40, 40, 1)
+    torch.testing.assert_close(gm(x, weight), fn(x, weight))

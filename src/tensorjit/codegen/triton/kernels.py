@@ -250,7 +250,7 @@ class Writer:
 
     def __init__(self, buffers: dict[str, ir.Buffer]):
         self.buffers = buffers
-        self.read: set[str] = set()
+        self.read: dict[str, None] = {}  # in order of first load: equal kernels get equal parameter lists
         self.written: list[str] = []
         self.counter = itertools.count()
 
@@ -258,7 +258,7 @@ class Writer:
         return heuristics.index_dtype(work, *(ir.extent(b) for b in self.buffers.values() if b.dtype != "object"))
 
     def load_text(self, buffer: str, index: str, mask: str | None) -> str:
-        self.read.add(buffer)
+        self.read.setdefault(buffer)
         masked = f", {mask}" if mask else ""
         text = f"tl.load({buffer}_ptr + ({index}){masked})"
         dtype = self.buffers[buffer].dtype
@@ -273,7 +273,7 @@ class Writer:
         return f"tl.store({buffer}_ptr + ({index}), {value}, {mask})"
 
     def parameters(self) -> tuple[list[str], tuple[str, ...]]:
-        arguments = tuple(sorted(self.read - set(self.written))) + tuple(self.written)
+        arguments = tuple(name for name in self.read if name not in self.written) + tuple(self.written)
         return [f"{name}_ptr" for name in arguments], arguments
 
 

@@ -3,10 +3,13 @@
 Takes an ATen graph with meta["val"] on every node and rewrites, in place,
 `mm`, `addmm` and `bmm` nodes whose M, N or K is not a multiple of the
 alignment (8 elements for 16-bit types, 4 for float32): the operands are
-zero-padded (`constant_pad_nd`), the padded product runs, and the result is
-sliced back and made contiguous, so every later node sees the same shape and
-strides as before. Zero padding of K adds zeros to each dot product, so the
-result is unchanged.
+zero-padded (`constant_pad_nd`, in the operand's own memory order), the padded
+product runs, and the result is sliced back and made contiguous, so every later
+node sees the same shape and strides as before. A result the graph returns
+directly stays a slice of the padded product (as torch.compile returns it: the
+contiguous copy of a vocabulary-sized output costs more than the product's
+padding saves). Zero padding of K adds zeros to each dot product, so the result
+is unchanged.
 
 Why: cuBLAS picks a slow kernel when a leading dimension is misaligned. GPT-2's
 tied LM head (N = vocabulary 50257) ran an sm75 fallback kernel at 3.4 ms of a
@@ -73,9 +76,28 @@ def _pad(gm: torch.fx.GraphModule, node: torch.fx.Node, alignment: int, sizes: t
             result = _call(graph, aten.slice.Tensor, (result, -2, 0, m))
         if extra_n:
             result = _call(graph, aten.slice.Tensor, (result, -1, 0, n))
-        result = _call(graph, aten.clone.default, (result,), {"memory_format": torch.contiguous_format})
+        returned = _returned_through_views(node)
+        if not returned:
+            result = _call(graph, aten.clone.default, (result,), {"memory_format": torch.contiguous_format})
     node.replace_all_uses_with(result)
     graph.erase_node(node)
+    if returned:
+        for view in _views_after(result):
+            _set_meta(view)  # now views of the slice: eager's layout no longer holds
+
+
+RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.unsqueeze.default, aten.squeeze.dim)
+"""Views that split or add dimensions: always expressible on a slice of the padded product."""
+
+
+def _returned_through_views(node: torch.fx.Node) -> bool:
+    return bool(node.users) and all(
+        user.op == "output" or (user.target in RESHAPES and _returned_through_views(user)) for user in node.users)
+
+
+def _views_after(node: torch.fx.Node) -> list[torch.fx.Node]:
+    views = [user for user in node.users if user.op != "output"]
+    return [v for view in views for v in (view, *_views_after(view))]
 
 
 def _padded_bias(graph: torch.fx.Graph, bias: torch.fx.Node, sizes: tuple[int, int], extra: tuple[int, int]):
@@ -88,8 +110,15 @@ def _padded_bias(graph: torch.fx.Graph, bias: torch.fx.Node, sizes: tuple[int, i
 
 
 def _padded(graph: torch.fx.Graph, operand: torch.fx.Node, padding: list[int]) -> torch.fx.Node:
+    """`operand` zero-padded; a column-major operand (a transposed weight) is padded in its
+    own memory order and transposed back, so the copy reads and writes along rows."""
     if not any(padding):
         return operand
+    value = operand.meta["val"]
+    if value.dim() >= 2 and value.stride(-2) == 1 and value.stride(-1) > 1:
+        rows = _call(graph, aten.transpose.int, (operand, -2, -1))
+        padded = _call(graph, aten.constant_pad_nd.default, (rows, padding[2:4] + padding[0:2], 0.0))
+        return _call(graph, aten.transpose.int, (padded, -2, -1))
     return _call(graph, aten.constant_pad_nd.default, (operand, padding, 0.0))
 
 
