@@ -109,7 +109,7 @@ def test_flip_repeat_full_like_clamp_by_tensors_isinf(emitter):
     y = torch.tensor([1.0, float("inf"), -float("inf"), float("nan"), 0.0])
     check(emitter, lambda x, low, high, y: (torch.full_like(x, 2.5) + x, torch.clamp(x, low, high),
                                             torch.clamp(x, min=low), torch.clamp(x, max=high), torch.isinf(y),
-                                            torch.isinf(torch.arange(3))), x, low, high, y)
+                                            torch.isinf(torch.arange(3, device=x.device))), x, low, high, y)
 
 
 @pytest.mark.parametrize("emitter", EMITTERS)

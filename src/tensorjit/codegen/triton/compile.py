@@ -5,7 +5,8 @@
 with its signature, through the shared pipeline (codegen/pipeline.py) with
 `TritonEmitter`:
 
-    prepare_graph: pad_matmuls        misaligned CUDA matrix products padded (pad_matmul.py)
+    prepare_graph: move_scalar_constants  0-dim CPU constants meeting only CUDA tensors moved there
+                   pad_matmuls        misaligned CUDA matrix products padded (pad_matmul.py)
                    prefer_channels_last  convolutions read NHWC (layout.py); kernels store in memory order
     GraphLowering(half_floats=True)   one @lowering registry (lowering*.py)
     -> schedule.fuse_loops            one scheduler (row groups)
@@ -33,6 +34,7 @@ from .expressions import interpreted
 from .kernels import KernelText, emit_kernel, prepare_groups
 from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
 from .layout import prefer_channels_last
+from ..scalar_constants import move_scalar_constants
 from .pad_matmul import pad_matmuls
 from .parallel import CompileJob, compile_in_parallel
 
@@ -69,6 +71,7 @@ class TritonEmitter:
         self.device = device
 
     def prepare_graph(self, gm, example_inputs) -> None:
+        move_scalar_constants(gm, self.device)  # 0-dim CPU constants read by kernels (scalar_constants.py)
         pad_matmuls(gm)  # CUDA products whose sizes cuBLAS handles slowly (pad_matmul.py); in place
         prefer_channels_last(gm, example_inputs)  # cuDNN's tensor-core convolutions run NHWC (layout.py)
 
