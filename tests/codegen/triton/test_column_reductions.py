@@ -45,3 +45,27 @@ def test_a_product_reading_the_group_waits_for_it_and_the_bias_sum_joins(device)
     compiled, gm = compile_fn(fn, grad, x, w)
     for got, want in zip(compiled(grad, x, w), fn(grad, x, w)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(4096, 48), (8, 256, 40)])
+def test_long_column_reductions_split_in_two_kernels(device, shape):
+    # few outputs over many rows (a bias gradient): partial results per block of rows, then
+    # the partials reduced (split_reductions.py); sum, max and mean, two in one group
+    grad, x = torch.randn(shape, device=device), torch.randn(shape, device=device)
+    dims = list(range(len(shape) - 1))
+
+    def fn(grad, x):
+        return (grad * x).sum(dims), grad.sum(dims), (grad * x).amax(dims), (x * 3).mean(dims)
+    compiled, _ = compile_fn(fn, grad, x)
+    partials = [b for b in compiled.program.buffers if b.name.endswith("_partials")]
+    assert len(partials) >= 3 and all(b.dtype == "float32" for b in partials), compiled.program
+    for got, want in zip(compiled(grad, x), fn(grad, x)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_half_precision_partials_are_float32(device):
+    x = torch.randn(2048, 24, device=device).to(torch.bfloat16)
+    compiled, _ = compile_fn(lambda x: x.sum(0), x)
+    partials = [b for b in compiled.program.buffers if b.name.endswith("_partials")]
+    assert [b.dtype for b in partials] == ["float32"]
+    torch.testing.assert_close(compiled(x), x.sum(0), rtol=2e-2, atol=2e-2)

@@ -10,7 +10,8 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
                    prefer_channels_last  convolutions read NHWC (layout.py); kernels store in memory order
     GraphLowering(half_floats=True)   one @lowering registry (lowering*.py)
     -> schedule.fuse_loops            one scheduler (row groups)
-    -> prepare: prepare_groups        row-local scratch Triton can keep in registers
+    -> prepare: split_column_reductions  few-output column sums in two kernels (split_reductions.py)
+               prepare_groups        row-local scratch Triton can keep in registers
     -> build: kernels.emit_kernel     TritonOps per kernel, launch shapes from heuristics;
               launcher / parallel     load, precompile in worker processes, fast launches
     -> wrapper.build_runner           the shared per-call wrapper, with `TritonLaunch`
@@ -36,6 +37,7 @@ from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, sourc
 from .layout import prefer_channels_last
 from ..scalar_constants import move_scalar_constants
 from .pad_matmul import pad_matmuls
+from .split_reductions import split_column_reductions
 from .parallel import CompileJob, compile_in_parallel
 
 
@@ -76,7 +78,7 @@ class TritonEmitter:
         prefer_channels_last(gm, example_inputs)  # cuDNN's tensor-core convolutions run NHWC (layout.py)
 
     def prepare(self, program: ir.Program) -> ir.Program:
-        return prepare_groups(program)
+        return prepare_groups(split_column_reductions(program))
 
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}

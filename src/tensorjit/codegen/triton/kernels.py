@@ -102,7 +102,7 @@ def emit_kernel(step, buffers: dict[str, ir.Buffer], autotune: bool = False) -> 
 
 
 BUFFER_NAMES = re.compile(r"\b(?:in|buf)\d+(?=_ptr\b|\b)")
-STEP_NAMES = re.compile(r"\b(?:group\d+_)?kernel\d+\b")
+STEP_NAMES = re.compile(r"\b(?:group\d+_)?kernel\d+(?:_[a-z]+)?\b")  # (_partials: split_reductions.py)
 
 
 def shareable(kernel: KernelText) -> KernelText:
