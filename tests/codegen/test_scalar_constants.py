@@ -21,6 +21,10 @@ def test_a_constant_written_into_a_device_tensor_moves():
     gm = make_fx(torch.func.functionalize(fn))(torch.empty(3, 4, device=DEVICE))
     assert move_scalar_constants(gm, DEVICE) == 1
     assert set(constants(gm).values()) == {DEVICE}
+    # the lowering reads devices from meta["val"]: the constant and its copies moved there too
+    chain = [n for n in gm.graph.nodes if n.op == "get_attr" or n.target in (
+        torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.detach.default)]
+    assert len(chain) >= 2 and all(n.meta["val"].device == DEVICE for n in chain)
 
 
 def test_a_constant_that_reaches_a_cpu_result_stays():

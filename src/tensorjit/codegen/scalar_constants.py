@@ -32,8 +32,27 @@ def move_scalar_constants(gm: torch.fx.GraphModule, device: torch.device) -> int
         if isinstance(value, torch.Tensor) and value.dim() == 0 and value.device.type == "cpu" \
                 and _only_meets(node, device):
             setattr(gm, node.target, value.to(device))
+            _retrace_meta(node, device)
             moved += 1
     return moved
+
+
+def _retrace_meta(node: torch.fx.Node, device: torch.device) -> None:
+    """meta["val"] of the moved constant and of the copies after it, now on `device`
+    (the lowering reads devices from meta["val"])."""
+    value = node.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        node.meta["val"] = value.to(device)
+    _retrace_copies(node)
+
+
+def _retrace_copies(node: torch.fx.Node) -> None:
+    for user in node.users:
+        if user.target in COPIES and "val" in user.meta:
+            args = torch.fx.node.map_arg(user.args, lambda n: n.meta.get("val"))
+            kwargs = torch.fx.node.map_arg(user.kwargs, lambda n: n.meta.get("val"))
+            user.meta["val"] = user.target(*args, **kwargs)
+            _retrace_copies(user)
 
 
 def _only_meets(node: torch.fx.Node, device: torch.device) -> bool:
