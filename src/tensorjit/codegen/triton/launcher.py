@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import os
 import sys
 import tempfile
@@ -126,19 +127,22 @@ class KernelLauncher:
         """Generated `launch(a0, a1, ...)`: the checks, then the C launcher, with everything
         that does not change between calls bound as a constant (about 2 us a launch)."""
         names = [f"a{index}" for index in range(arity)]
-        checks = " or ".join(["hooks_installed()"] + [f"a{index}.data_ptr() % 16" for index in self.aligned])
+        checks = " or ".join([_hooks_check_text()] + [f"a{index}.data_ptr() % 16" for index in self.aligned])
         constants = ", ".join(f"c{index}" for index in range(len(self.constants)))
         grid = self.shape.grid
+        launch, prefix = _direct_launch(self.compiled.run)
         source = (
             f"def launch({', '.join(names)}):\n"
             f"    if {checks}:\n"
             f"        return slow({', '.join(names)})\n"
-            f"    run({grid[0]}, {grid[1]}, {grid[2]}, stream({device}), function, metadata, None, None, None, "
+            f"    run({grid[0]}, {grid[1]}, {grid[2]}, stream({device}), function, {prefix}metadata, None, None, None, "
             f"{', '.join(names + ([constants] if constants else []))})\n"
             f"    counter[0] += 1\n"
         )
         namespace = {
-            "hooks_installed": _launch_hooks_installed, "slow": self._launch_slow, "run": self.compiled.run,
+            "hooks_installed": _launch_hooks_installed, "runtime": _runtime_knobs(), "slow": self._launch_slow,
+            "run": launch, "coop": getattr(self.compiled.run, "launch_cooperative_grid", None),
+            "pdl": getattr(self.compiled.run, "launch_pdl", None),
             "stream": torch._C._cuda_getCurrentRawStream, "function": self.compiled.function,
             "metadata": self.compiled.packed_metadata, "counter": self._fast_counter,
             **{f"c{index}": value for index, value in enumerate(self.constants.values())},
@@ -158,20 +162,51 @@ class KernelLauncher:
 _RUNTIME_KNOBS: list[Any] = []
 
 
+def _runtime_knobs() -> Any:
+    if not _RUNTIME_KNOBS:
+        from triton import knobs
+
+        _RUNTIME_KNOBS.append(knobs.runtime)
+    return _RUNTIME_KNOBS[0]
+
+
 def _launch_hooks_installed() -> bool:
     """Whether a profiler asked to hear of launches (then the generic path serves it).
 
     Triton 3.2-3.3 keep a hook or None; 3.4 and later a HookChain that is
     empty when nobody listens."""
-    if not _RUNTIME_KNOBS:
-        from triton import knobs
-
-        _RUNTIME_KNOBS.append(knobs.runtime)
-    runtime = _RUNTIME_KNOBS[0]
+    runtime = _runtime_knobs()
     for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
         if hook is not None and getattr(hook, "calls", True):
             return True
     return False
+
+
+def _hooks_check_text() -> str:
+    """`_launch_hooks_installed()` as inline text where the hooks are HookChains (two attribute
+    reads a launch instead of a call)."""
+    runtime = _runtime_knobs()
+    if all(hasattr(hook, "calls") for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook)):
+        return "runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls"
+    return "hooks_installed()"
+
+
+def _direct_launch(run: Any) -> tuple[Any, str]:
+    """(callable, text before the kernel metadata): the C launcher itself where Triton's Python
+    `CudaLauncher.__call__` would only pass our arguments through (no scratch memory to
+    allocate; the 3.5-3.6 argument order), else `run` with nothing added. The Python layer
+    costs about 2 us a launch, GPT-2's training step has 390 of them."""
+    launch = getattr(run, "launch", None)
+    call = getattr(type(run), "__call__", None)
+    if launch is None or call is None or getattr(run, "gsan_enabled", False) \
+            or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return run, ""
+    parameters = list(inspect.signature(call).parameters.values())
+    positional = [p.name for p in parameters if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    if positional != ["self", "gridX", "gridY", "gridZ", "stream", "function"] or \
+            parameters[-1].kind is not inspect.Parameter.VAR_POSITIONAL:
+        return run, ""
+    return launch, "coop, pdl, None, None, "
 
 
 def _is_compiled_kernel(value: Any) -> bool:
