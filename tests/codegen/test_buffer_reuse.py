@@ -39,3 +39,41 @@ def test_buffers_an_aten_call_read_are_never_reused():
              ir.Pointwise("kernel2", "buf3", (4,), ir.Load("buf2", i0, "float32"), (i0,)))
     program = ir.Program(buffers, steps, ("in0",), ("buf3",))
     assert memory.reuses(program) == {}
+
+
+def through_products(x, w):
+    a = (x * 0.5).exp()        # a kernel output read only by a matrix product
+    b = a @ w                  # ATen result, read by the next kernel
+    c = (b.tanh() @ w.t()).sin()
+    return (c * 2 + 1).cos()
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_tensors_read_by_aten_calls_are_handed_on_after_their_last_read(emitter):
+    x, w = on_device(emitter, (torch.randn(16, 24), torch.randn(24, 24)))
+    compiled = compile_with(emitter, through_products, x, w)
+    plan = memory.reuses(compiled.program)
+    assert len(plan) >= 2, compiled.program
+    torch.testing.assert_close(compiled(x, w), through_products(x, w), rtol=1e-4, atol=1e-4)
+
+
+def returns_a_view(x, w):
+    a = (x * 0.5).exp()
+    view = a.t()               # returned: its memory must never be handed to a later kernel
+    b = (a @ w).sin()
+    return view, (b * 3).cos()
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_memory_a_returned_view_reaches_is_never_handed_on(emitter):
+    x, w = on_device(emitter, (torch.randn(16, 16), torch.randn(16, 16)))
+    compiled = compile_with(emitter, returns_a_view, x, w)
+    for got, want in zip(compiled(x, w), returns_a_view(x, w)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_aten_views_and_in_place_ops_may_alias_their_arguments():
+    view = ir.Extern("e0", torch.ops.aten.view.default, (ir.BufferRef("a"), [4]), (), "b")
+    product = ir.Extern("e1", torch.ops.aten.mm.default, (ir.BufferRef("a"), ir.BufferRef("c")), (), "d")
+    python_function = ir.Extern("e2", lambda t: t, (ir.BufferRef("a"),), (), "e")
+    assert memory.may_alias(view) and not memory.may_alias(product) and memory.may_alias(python_function)

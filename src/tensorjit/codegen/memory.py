@@ -67,35 +67,111 @@ def last_uses(program: ir.Program) -> list[list[str]]:
     return frees
 
 
-def _kernel_only_temporaries(program: ir.Program) -> set[str]:
-    """Temporaries allocated by the wrapper and read only by generated kernels: no ATen call
-    ever saw them, so no view of their memory can outlive them."""
-    temporaries = {b.name for b in program.buffers if b.kind == "temp"}
-    excluded = returned_names(program)
+def may_alias(extern: ir.Extern) -> bool:
+    """Can the result of `extern` share memory with its arguments? ATen ops say so in their
+    schema (a view, an in-place op, `out=`); any other callable (our strided views, Python
+    functions) is assumed to."""
+    schema = getattr(extern.target, "_schema", None)
+    if schema is None:
+        return True
+    return any(argument.alias_info is not None for argument in (*schema.arguments, *schema.returns))
+
+
+def _alias_classes(program: ir.Program) -> dict[str, set[str]]:
+    """Buffer name -> the names whose memory it may share (itself included): an aliasing
+    extern's result joins the class of each buffer it reads."""
+    classes: dict[str, set[str]] = {b.name: {b.name} for b in program.buffers}
     for step in program.steps:
-        if isinstance(step, ir.Extern):
-            excluded |= names_read(step)
+        if isinstance(step, ir.Extern) and may_alias(step):
+            merged = set().union(classes[step.output], *(classes[name] for name in names_read(step)))
+            for name in merged:
+                classes[name] = merged
         scatter = getattr(step, "scatter", None)
         if scatter is not None:  # updated in place and renamed: the same tensor under two names
-            excluded |= {scatter.base, step.output}
-    return temporaries - excluded
+            merged = classes[scatter.base] | classes[step.output]
+            for name in merged:
+                classes[name] = merged
+    return classes
 
 
 def reuses(program: ir.Program) -> dict[str, str]:
-    """{kernel output: dead temporary whose tensor it takes over}. A donor died at an earlier
-    step (never the step that writes the receiver: a kernel may read and write at once only
-    where it reads what it writes, which this cannot know), and has the receiver's exact layout."""
-    layouts = {b.name: (b.shape, b.strides, b.dtype) for b in program.buffers}
-    eligible = _kernel_only_temporaries(program)
+    """{kernel output: dead tensor it takes over}. A donor is the one tensor allocated for a
+    memory (a temporary, or an ATen call's fresh result) that nothing can still reach: every
+    buffer that may alias it (`_alias_classes`: views taken by ATen calls) has been read for
+    the last time, at a step before the one writing the receiver (a kernel may read and write
+    at once only where it reads what it writes, which this cannot know), and no input,
+    constant or returned buffer shares its memory. The receiver has the donor's dtype and
+    either its exact layout or, both contiguous, its element count (the wrapper then views
+    the donor in the receiver's shape)."""
+    buffers = {b.name: b for b in program.buffers}
+    classes = _alias_classes(program)
+    kept = returned_names(program)
+    last = last_uses_by_name(program)
+    views = {step.output for step in program.steps if isinstance(step, ir.Extern) and may_alias(step)}
+    dying: dict[int, list[str]] = {}
+    for name, members in classes.items():
+        if name in views or buffers[name].dtype == "object" or name not in last:
+            continue
+        if any(buffers[m].kind not in ("temp", "extern") or m in kept for m in members):
+            continue
+        if len(members - views) != 1:
+            continue  # the memory of several allocations, or renamed in place (a scatter)
+        dying.setdefault(max(last.get(m, -1) for m in members), []).append(name)
     free: dict[tuple, list[str]] = {}
     plan: dict[str, str] = {}
-    for step, dead in zip(program.steps, last_uses(program)):
+    for position, step in enumerate(program.steps):
         if not isinstance(step, ir.Extern) and getattr(step, "scatter", None) is None:
             for name in names_written(step):
-                donors = free.get(layouts[name]) if name in eligible else None
-                if donors:
-                    plan[name] = donors.pop()
-        for name in dead:
-            if name in eligible:
-                free.setdefault(layouts[name], []).append(name)
+                donor = _take(free, buffers[name])
+                if donor is not None:
+                    plan[name] = donor
+        for name in dying.get(position, ()):
+            free.setdefault(_layout(buffers[name]), []).append(name)
     return plan
+
+
+def last_uses_by_name(program: ir.Program) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for position, step in enumerate(program.steps):
+        for name in names_read(step) | set(names_written(step)):
+            last[name] = position
+    return last
+
+
+def _dense(buffer: ir.Buffer) -> bool:
+    from .values import contiguous_strides
+
+    return tuple(buffer.strides) == contiguous_strides(buffer.shape)
+
+
+def _layout(buffer: ir.Buffer) -> tuple:
+    return (buffer.shape, buffer.strides, buffer.dtype)
+
+
+def _take(free: dict[tuple, list[str]], receiver: ir.Buffer) -> str | None:
+    donors = free.get(_layout(receiver))
+    if donors:
+        return donors.pop()
+    if not _dense(receiver):
+        return None
+    size = 1
+    for extent in receiver.shape:
+        size *= extent
+    for (shape, strides, dtype), names in free.items():
+        if names and dtype == receiver.dtype and _numel(shape) == size and \
+                tuple(strides) == _contiguous(shape):
+            return names.pop()
+    return None
+
+
+def _numel(shape) -> int:
+    size = 1
+    for extent in shape:
+        size *= extent
+    return size
+
+
+def _contiguous(shape) -> tuple[int, ...]:
+    from .values import contiguous_strides
+
+    return contiguous_strides(shape)

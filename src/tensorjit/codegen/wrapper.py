@@ -94,8 +94,10 @@ def _kernel_lines(source: _Source, step, hook, outputs: list[ir.Buffer], paramet
         source.lines.append(f"{step.output} = {scatter.base}")
         outputs = []
     for output in outputs:
-        if output.name in reused:  # a dead temporary of this layout (memory.reuses)
-            source.lines.append(f"{output.name} = {reused[output.name]}; del {reused[output.name]}")
+        if output.name in reused:  # a dead tensor of this layout or size (memory.reuses)
+            donor = reused[output.name]
+            view = "" if source.layouts[donor] == (output.shape, output.strides) else f".view({tuple(output.shape)!r})"
+            source.lines.append(f"{output.name} = {donor}{view}; del {donor}")
             continue
         dtype = source.constant(IR_TO_TORCH[output.dtype], "dtype")
         if tuple(output.strides) == contiguous_strides(output.shape):
@@ -157,6 +159,7 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
     profile=True names each step in torch.profiler (`record_function`)."""
     buffers = {b.name: b for b in program.buffers}
     source = _Source()
+    source.layouts = {b.name: (b.shape, b.strides) for b in program.buffers}
     for name, tensor in constants.items():
         source.lines.append(f"{name} = {source.constant(tensor, 'tensor')}")
     parameters = ", ".join(program.inputs)
