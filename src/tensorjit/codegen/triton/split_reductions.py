@@ -1,4 +1,4 @@
-"""Column reductions with few outputs split in two kernels, so that the GPU has work for all its
+"""Reductions with few outputs split in two kernels, so that the GPU has work for all its
 multiprocessors.
 
 A bias gradient sums a [4096, 768] tensor over its rows: 768 outputs, 64 to a program
@@ -11,6 +11,8 @@ programs), and the second reduces the S partials:
       ->  partial[s, o] = sum(r' < R/S: f(o, s * R/S + r'))      (S x outputs, in parallel)
           out[o]        = sum(s < S: partial[s, o])
 
+Row reductions with few rows are split alike (batch-norm statistics over N, H, W for each of
+64 channels; a sum of a whole tensor), with one output per program instead of 64.
 The split is taken along the reduction's own dimensions, outermost first, so every index stays
 linear (a dimension is either wholly outer, or divided as s * size + r'). Partials of a
 16-bit reduction are kept in float32. Only groups whose members are all splittable reductions
@@ -32,8 +34,11 @@ from .kernels import COLUMN_TILE, is_column_reduction
 SPLITTABLE = {"sum", "max", "min", "prod", "any"}
 TARGET_PROGRAMS = 512
 """Programs the first kernel should have (about four per multiprocessor of an H100)."""
-MIN_ROWS_PER_PARTIAL = 32
+MIN_WORK = 1 << 20
+"""Elements reduced (outputs x reduction length) below which one kernel is fast enough."""
 MIN_REDUCTION = 1024
+MIN_PARTIAL = {True: 32, False: 512}
+"""Elements each partial reduces: rows of a column tile (64 outputs a program), or a row."""
 
 
 def split_column_reductions(program: ir.Program) -> ir.Program:
@@ -48,7 +53,7 @@ def split_column_reductions(program: ir.Program) -> ir.Program:
 def _split(step, buffers: list[ir.Buffer]) -> list | None:
     group = step if isinstance(step, ir.LoopGroup) else ir.LoopGroup(step.name, step.ranges, step.variables, (step,))
     members = group.members
-    if not is_column_reduction(group) or any(m.reduction_type not in SPLITTABLE for m in members):
+    if not all(isinstance(m, ir.Reduction) and m.reduction_type in SPLITTABLE for m in members):
         return None
     if len({m.reduction_ranges for m in members}) != 1 or any(m.ranges != group.ranges for m in members):
         return None
@@ -57,11 +62,12 @@ def _split(step, buffers: list[ir.Buffer]) -> list | None:
         return None  # a member reads another's result: its partials would need the final value
     outputs = math.prod(group.ranges)
     reduction = members[0].reduction_ranges
-    wanted = TARGET_PROGRAMS * COLUMN_TILE[0] // max(outputs, 1)
-    if math.prod(reduction) < MIN_REDUCTION or wanted < 2:
+    column = is_column_reduction(group)
+    wanted = TARGET_PROGRAMS * (COLUMN_TILE[0] if column else 1) // max(outputs, 1)  # a program's outputs
+    if math.prod(reduction) < MIN_REDUCTION or outputs * math.prod(reduction) < MIN_WORK or wanted < 2:
         return None
-    outer, inner = _split_dimensions(reduction, wanted)
-    if math.prod(outer) < 2 or math.prod(inner) < MIN_ROWS_PER_PARTIAL:
+    outer, inner = _split_dimensions(reduction, wanted, MIN_PARTIAL[column])
+    if math.prod(outer) < 2 or math.prod(inner) < MIN_PARTIAL[column]:
         return None
     first, second = [], []
     for member in members:
@@ -71,19 +77,18 @@ def _split(step, buffers: list[ir.Buffer]) -> list | None:
     return [_as_step(first, group.name + "_partials"), _as_step(second, group.name, group.local)]
 
 
-def _split_dimensions(reduction: tuple[int, ...], wanted: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _split_dimensions(reduction: tuple[int, ...], wanted: int, least: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(outer sizes, inner sizes): leading reduction dims become outer while their product
-    stays within `wanted`; the first dim that does not fit is divided into outer x inner."""
+    stays within `wanted` and each partial keeps `least` elements; the first dim
+    that does not fit whole is divided into outer x inner."""
     outer: list[int] = []
     for position, size in enumerate(reduction):
-        have = math.prod(outer)
-        if have * size <= wanted:
-            outer.append(size)
-            continue
+        have, rest = math.prod(outer), math.prod(reduction[position + 1:])
         factor = max((f for f in range(1, size + 1) if size % f == 0 and have * f <= wanted
-                      and size // f * math.prod(reduction[position + 1:]) >= MIN_ROWS_PER_PARTIAL), default=1)
+                      and size // f * rest >= least), default=1)
         outer.append(factor)
-        return tuple(outer), (size // factor,) + tuple(reduction[position + 1:])
+        if factor != size:
+            return tuple(outer), (size // factor,) + tuple(reduction[position + 1:])
     return tuple(outer), (1,)
 
 
