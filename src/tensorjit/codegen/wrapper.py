@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from . import ir
+from .externs import strided_view
 from .graph import EXACT_LAYOUT_EXTERNS
 from .memory import last_uses, reuses, names_written
 from .values import IR_TO_TORCH, contiguous_strides, torch_dtype
@@ -115,6 +116,11 @@ def _kernel_lines(source: _Source, step, hook, outputs: list[ir.Buffer], paramet
 
 
 def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, parameters: str) -> None:
+    if extern.target is strided_view:  # inline: one C call instead of a Python function and two
+        base, shape, strides, offset = extern.args
+        start = f"{base.name}.storage_offset() + {offset}" if offset else f"{base.name}.storage_offset()"
+        source.lines.append(f"{output.name} = {base.name}.as_strided({tuple(shape)!r}, {tuple(strides)!r}, {start})")
+        return
     target = source.constant(extern.target, "extern")
     arguments = [source.literal(a) for a in extern.args]
     arguments += [f"{key}={source.literal(value)}" for key, value in extern.kwargs]
