@@ -1,0 +1,106 @@
+"""Float inputs under automatic dynamic, against torch.compile in one process.
+
+Dynamo (specialize_float=False) bakes a float argument into the first graph, and after a recompile
+caused by its value changing passes it as a graph input: one more graph, whatever values follow.
+tensorjit gives the graph a SymFloat placeholder; math functions of it stay in the graph.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch._dynamo
+
+import tensorjit
+
+from .harness import REFERENCE, CountingBackend
+
+pytestmark = pytest.mark.skipif(REFERENCE, reason="compares tensorjit with torch.compile in one run")
+
+
+class Settings:
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+        self.table = {"shift": scale / 2}
+
+
+def float_argument(x, lr):
+    return x * lr + lr
+
+
+def float_math(x, angle):
+    return x * math.cos(angle) + math.sqrt(angle)
+
+
+def float_attribute_and_item(x, settings):
+    return x * settings.scale - settings.table["shift"]
+
+
+def float_branch(x, lr):
+    if lr > 0.3:
+        return x + lr
+    return x - lr
+
+
+PROGRAMS = {
+    "argument": (float_argument, lambda v: (v,)),
+    "math": (float_math, lambda v: (v,)),
+    "attribute_and_item": (float_attribute_and_item, lambda v: (Settings(v),)),
+    "branch": (float_branch, lambda v: (v,)),
+}
+
+
+def graph_counts(compile_fn, program, values):
+    fn, arguments = PROGRAMS[program]
+    counter = CountingBackend()
+    compiled = compile_fn(fn, backend=counter)
+    x = torch.randn(5)
+    counts = []
+    for value in values:
+        torch.testing.assert_close(compiled(x, *arguments(value)), fn(x, *arguments(value)))
+        counts.append(counter.graph_count)
+    return counts
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_float_inputs_recompile_as_in_torch(program):
+    values = [0.5, 0.25, 0.125, 0.75, 0.4]
+    torch._dynamo.reset()
+    theirs = graph_counts(torch.compile, program, values)
+    tensorjit.reset()
+    ours = graph_counts(tensorjit.compile, program, values)
+    assert ours == theirs
+
+
+def test_float_input_is_a_graph_input_after_one_change():
+    tensorjit.reset()
+    counter = CountingBackend()
+    compiled = tensorjit.compile(float_math, backend=counter)
+    x = torch.randn(3)
+    for value in (0.5, 0.25, 2.0):
+        torch.testing.assert_close(compiled(x, value), float_math(x, value))
+    assert counter.graph_count == 2
+    assert any(type(example) is float for example in counter.example_inputs[-1])
+    assert torch._sym_cos in counter.targets()  # math.cos stays in the graph, not specialized
+
+
+class Counter:
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+
+def exp_of_a_symbolic_ratio(x, counter):
+    return x * math.exp(counter.step / 10)  # math.exp has no symbolic form: the float is specialized
+
+
+def test_a_specialized_symbolic_float_keeps_its_fraction():
+    """An int attribute made symbolic, divided into a float that Python then needs (math.exp): the
+    float is specialized to its value, not truncated to an int (which gave a wrong answer, silently:
+    a cosine LR schedule drifted from eager's from its fourth step)."""
+    tensorjit.reset()
+    compiled = tensorjit.compile(exp_of_a_symbolic_ratio, backend=CountingBackend())
+    x = torch.randn(4)
+    for step in (2, 3, 4, 5, 7):
+        torch.testing.assert_close(compiled(x, Counter(step)), exp_of_a_symbolic_ratio(x, Counter(step)))
