@@ -10,9 +10,10 @@ it meaning, or None.
   capture can hand over as objects: module-level functions or closures over constants (a
   branch reading a tensor of the frame through its closure would not be an operand).
 - `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, ...)`: `fn` is inlined
-  into the graph (one graph, as torch.compile); values and gradients are eager's. Still
-  short: the region is not forced to be recomputed in the backward (the partitioner decides
-  what to save as for any other op), and a custom `context_fn` is a graph break.
+  into the graph (one graph, as torch.compile) and its nodes are tagged `recompute`: the
+  partitioner saves none of the region's values but its outputs, and recomputes the rest in
+  the backward (random ops aside: those are saved, so the backward sees eager's draws). A
+  custom `context_fn` is a graph break.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from .breaks import GraphBreak
 from .values.base import CallableConstant, ConstantValue, Value
 
+RECOMPUTE = "recompute"  # torch's node meta key for it: make_fx copies it onto the ATen nodes traced from a node
 _CHECKPOINT_OPTIONS = ("use_reentrant", "preserve_rng_state", "determinism_check", "debug")
 
 
@@ -113,7 +115,13 @@ class CheckpointValue(CallableConstant):
         context = passed.pop("context_fn", None)
         if context is not None and not (context.is_constant() and context.constant() is _default_context()):
             raise GraphBreak("checkpoint", "checkpoint with a custom context_fn", "it runs eagerly")
-        return tx.call(args[0], list(args[1:]), passed)
+        graph = tx.output.graph
+        before = set(graph.nodes)
+        result = tx.call(args[0], list(args[1:]), passed)
+        for node in graph.nodes:  # the region's ops: recomputed in the backward, never saved
+            if node not in before and node.op.startswith("call_"):
+                node.meta[RECOMPUTE] = True
+        return result
 
 
 def _default_context():
