@@ -130,6 +130,10 @@ def _default_context():
 
 
 def higher_order_value(obj: Any, source) -> Value | None:
+    from .loops import loop_value
+    loop = loop_value(obj, source)  # while_loop, scan, map
+    if loop is not None:
+        return loop
     if obj is torch.cond:
         return CondValue(obj, source)
     checkpoint = getattr(torch.utils, "checkpoint", None)
