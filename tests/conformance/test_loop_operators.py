@@ -108,3 +108,14 @@ def test_function_closing_over_a_frame_tensor_breaks_and_runs_eagerly():
     x = torch.randn(4, 3)
     torch.testing.assert_close(tensorjit.compile(program, backend="eager")(x), program(x))
     assert any("loop operator" in line for line in logs.recent("graph_breaks"))
+
+
+def test_getattr_with_a_default_on_a_builtin_type():
+    """`getattr(tuple, "_fields", None)` (pytree's namedtuple check, which while_loop, scan, map and
+    flex_attention reach) is the default, not an internal error."""
+    def program(x):
+        return x + (1 if getattr(tuple, "_fields", None) is None else 2) + hasattr(list, "_fields")
+    tensorjit.reset()
+    counter = CountingBackend()
+    torch.testing.assert_close(tensorjit.compile(program, backend=counter)(torch.ones(2)), program(torch.ones(2)))
+    assert counter.graph_count == 1

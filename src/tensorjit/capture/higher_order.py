@@ -130,10 +130,11 @@ def _default_context():
 
 
 def higher_order_value(obj: Any, source) -> Value | None:
+    from .flex_attention import flex_attention_value
     from .loops import loop_value
-    loop = loop_value(obj, source)  # while_loop, scan, map
-    if loop is not None:
-        return loop
+    found = loop_value(obj, source) or flex_attention_value(obj, source)  # while_loop, scan, map; flex_attention
+    if found is not None:
+        return found
     if obj is torch.cond:
         return CondValue(obj, source)
     checkpoint = getattr(torch.utils, "checkpoint", None)

@@ -86,7 +86,11 @@ class BuiltinValue(CallableConstant):
         return fold(tx, self.fn, args, kwargs)
 
     def getattr(self, tx, name):
-        return tx.wrap_constant_object(getattr(self.fn, name))
+        try:
+            found = getattr(self.fn, name)
+        except AttributeError as error:  # the program's own exception: getattr(cls, name, default) catches it
+            raise GraphBreak("attribute-error", str(error), exception=error) from None
+        return tx.wrap_constant_object(found)
 
 
 _IMMUTABLE = (str, int, float, bytes, tuple, frozenset, complex)
