@@ -59,6 +59,7 @@ class OutputGraph:
         self._names: dict[str, int] = {}
         self.constants: dict[str, torch.Tensor] = {}
         self.submodules: dict[str, torch.nn.Module] = {}  # functions passed to higher-order ops (torch.cond)
+        self.regions: dict[tuple, str] = {}  # nested_compile_region subgraphs by their key (capture/regions.py)
         self.wrapped: dict[Source, tuple] = {}
         self.wrapped_by_id: dict[int, tuple] = {}
         self.wrapping: dict[Source, Any] = {}  # containers whose items are being wrapped (their owner)
