@@ -95,8 +95,21 @@ def test_one_operator_node_as_in_torch(program):
 @pytest.mark.parametrize("program", PROGRAMS, ids=[p.__name__ for p in PROGRAMS])
 def test_through_autograd_and_code_generation(program, backend):
     tensorjit.reset()
+    logs.clear()
     x = torch.randn(4, 3)
     torch.testing.assert_close(tensorjit.compile(program, backend=backend)(x), program(x))
+    assert not [line for line in logs.recent("graph_breaks") if "running the graph eagerly" in line]
+
+
+@pytest.mark.parametrize("program", [cumulative, structured_scan, mapped], ids=["scan", "structured_scan", "map"])
+def test_gradients_through_autograd(program):
+    def gradient(fn):
+        x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+        out = fn(x)
+        total = sum(leaf.sum() for leaf in torch.utils._pytree.tree_leaves(out))
+        return torch.autograd.grad(total, x)
+    tensorjit.reset()
+    torch.testing.assert_close(gradient(tensorjit.compile(program, backend="aot_eager")), gradient(program))
 
 
 def test_function_closing_over_a_frame_tensor_breaks_and_runs_eagerly():

@@ -99,7 +99,10 @@ def fake_outputs(gm, example_inputs) -> tuple:
     `set_grad_enabled`, `inference_mode`, `detach`) the graph holds. The grad mode is
     restored even if the graph stops half-way through a region."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    # A shape environment, as make_fx's own fake mode has: operators whose outputs may have sizes
+    # only known at run time (while_loop) want one, even with every input size static.
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
     fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
     with mode, torch.set_grad_enabled(torch.is_grad_enabled()):
         return _functional(gm)(*fakes)

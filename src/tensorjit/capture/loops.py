@@ -6,7 +6,8 @@ underneath (`torch.ops.higher_order.while_loop`, `.scan`, `.map_impl`), as Dynam
 them. The user's functions become submodules of the graph module (`LoopBody`), called on flat
 tensors as the operators want, with the user's pytree structure rebuilt around them. The eager
 backend runs the operator as it is (torch's dense implementation); the autograd stage traces it
-into subgraphs as torch's own tracing rules for the operator do.
+into subgraphs as torch's own tracing rules for the operator do (while_loop's want a shape
+environment in the fake run, which `autograd/joint.fake_outputs` gives).
 
 What is not a flat tensor structure (ints carried through a while_loop, dicts) and functions that
 close over tensors of the frame are graph breaks, logged; the call then runs eagerly.
