@@ -143,3 +143,21 @@ def test_symbolic_sizes():
         a = torch.randn(n)
         torch.testing.assert_close(compiled(a), program(a))
     assert counter.graph_count == 1 and regions(counter.graphs[0]) == (1, 2)
+
+
+def test_a_region_writing_in_place_stays_inline():
+    @tensorjit.compiler.nested_compile_region
+    def bump(x):
+        x[0] = 5.0
+        x.add_(1)
+        return x * 2
+
+    def program(x):
+        bump(x)  # result unused: the write must survive
+        return x + 1
+    tensorjit.reset()
+    counter = CountingBackend()
+    a, b = torch.zeros(3), torch.zeros(3)
+    torch.testing.assert_close(tensorjit.compile(program, backend=counter)(a), program(b))
+    torch.testing.assert_close(a, b)
+    assert regions(counter.graphs[0]) == (0, 0)

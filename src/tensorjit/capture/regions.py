@@ -11,8 +11,10 @@ per distinct region and a `call_module` per call site, as Dynamo's holds one sub
 invoke_subgraph per call site.
 
 A call is left inline (still correct, one graph) when outlining it would change what the graph
-means: it made Python-visible side effects, wrote to a tensor in place, returned something
-other than tensors and tuples/lists of them, or made submodules of its own.
+means: it made Python-visible side effects (writes to input storages among them), wrote to a
+tensor in place (dead-code elimination keeps an in-place node, not a call of a submodule whose
+results are unused), returned something other than tensors and tuples/lists of them, or made
+submodules of its own.
 """
 
 from __future__ import annotations
@@ -74,12 +76,15 @@ def _tensor_leaves(value) -> list | None:
 
 
 def _pure(node: torch.fx.Node) -> bool:
-    """No in-place write, no submodule of its own, no grad-mode switch: safe to move into a subgraph."""
+    """No in-place write (an unused call of a region that writes would be dropped as dead code), no
+    submodule of its own, no grad-mode switch: safe to move into a subgraph."""
     if node.op in ("get_attr", "call_module"):
         return False
     target = node.target
+    if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+        return False
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    if name.endswith("_") and not name.startswith("__") or "out" in node.kwargs:
+    if name.endswith("_") and not name.startswith("__") or "out" in node.kwargs or target is operator.setitem:
         return False
     return node.op in ("call_function", "call_method") and not (
         node.op == "call_function" and getattr(target, "__module__", "") == "torch._C" and "grad" in name)
