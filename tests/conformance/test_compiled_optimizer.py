@@ -184,3 +184,39 @@ def test_changing_lr_through_autograd_and_code_generation(backend):
     steps = 12  # past FLOAT_VARIANTS values of the cosine schedule
     _, parameters = scheduled_run(tensorjit.compile, "CosineAnnealingLR", True, backend, steps)
     torch.testing.assert_close(parameters, scheduled_run(None, "CosineAnnealingLR", True, None, steps)[1])
+
+
+OPTIMIZERS = {
+    "SGD_momentum": lambda parameters: torch.optim.SGD(parameters, lr=0.1, momentum=0.9),
+    "Adam_foreach": lambda parameters: torch.optim.Adam(parameters, lr=0.01, foreach=True),
+    "AdamW_tensor_lr": lambda parameters: torch.optim.AdamW(parameters, lr=torch.tensor(0.01)),
+    "RMSprop": lambda parameters: torch.optim.RMSprop(parameters, lr=0.01),
+}
+
+
+def cosine_scheduled_step(compile_fn, optimizer_name: str, steps: int = 8):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    optimizer = OPTIMIZERS[optimizer_name](model.parameters())
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=10)
+    counter = CountingBackend()
+    update = compile_fn(optimizer.step, backend=counter) if compile_fn else optimizer.step
+    counts = []
+    for step in range(steps):
+        optimizer.zero_grad()
+        model(batch(step)[0]).sum().backward()
+        update()
+        scheduler.step()
+        counts.append(counter.graph_count)
+    return counts, list(model.parameters())
+
+
+@pytest.mark.parametrize("optimizer_name", sorted(OPTIMIZERS))
+def test_other_optimizers_with_a_changing_lr_recompile_as_torch(optimizer_name):
+    """A float LR recompiles once (then it is a graph input); a tensor LR never: as torch.compile."""
+    torch._dynamo.reset()
+    theirs, _ = cosine_scheduled_step(torch.compile, optimizer_name)
+    tensorjit.reset()
+    ours, parameters = cosine_scheduled_step(tensorjit.compile, optimizer_name)
+    assert ours == theirs
+    torch.testing.assert_close(parameters, cosine_scheduled_step(None, optimizer_name)[1])
