@@ -104,3 +104,25 @@ def test_a_specialized_symbolic_float_keeps_its_fraction():
     x = torch.randn(4)
     for step in (2, 3, 4, 5, 7):
         torch.testing.assert_close(compiled(x, Counter(step)), exp_of_a_symbolic_ratio(x, Counter(step)))
+
+
+def mixed_dtypes(x, lr):
+    scale = 1 - lr * 0.1
+    return (x * scale, x.to(torch.int32) * lr, x.half() + lr, lr / x.sum(), math.cos(lr) * x, x.double().mul(lr))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_float_input_compiles_once_through_static_backends(backend, monkeypatch):
+    """The float reaches aot_eager and inductor as a 0-d tensor: one compile serves every value, and
+    results (dtypes included) are those of the float, next to float16, int, 0-d and float64 tensors."""
+    import importlib
+    module = importlib.import_module(f"tensorjit.backends.{backend}")
+    compiles = []
+    original = module.aot_compile
+    monkeypatch.setattr(module, "aot_compile", lambda *a, **k: compiles.append(1) or original(*a, **k))
+    tensorjit.reset()
+    compiled = tensorjit.compile(mixed_dtypes, backend=backend)
+    x = torch.randn(6)
+    for value in (0.5, 0.25, 0.125, 0.75, 2.5, 1e-3):  # the second value recompiles with the float an input
+        torch.testing.assert_close(compiled(x, value), mixed_dtypes(x, value))
+    assert len(compiles) == 2

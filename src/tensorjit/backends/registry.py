@@ -80,6 +80,12 @@ def specialize_sizes(backend: Backend) -> Backend:
     name = getattr(backend, "__name__", "backend")
 
     def compile_graph(gm, example_inputs, **options):
+        from .float_inputs import as_tensors, lift, with_float_arguments
+        lifted = lift(gm)  # float inputs (an LR) as 0-d tensors: one compile serves every value
+        if lifted is not None:
+            graph, positions = lifted
+            return with_float_arguments(compile_graph(graph, as_tensors(example_inputs, positions), **options),
+                                        positions)
         if not is_dynamic(gm):
             return backend(gm, example_inputs, **options)
         return size_specializer(backend, name, gm, options, {})
