@@ -126,3 +126,25 @@ def test_float_input_compiles_once_through_static_backends(backend, monkeypatch)
     for value in (0.5, 0.25, 0.125, 0.75, 2.5, 1e-3):  # the second value recompiles with the float an input
         torch.testing.assert_close(compiled(x, value), mixed_dtypes(x, value))
     assert len(compiles) == 2
+
+
+def reciprocal(x, lr):
+    return x * (1 / lr)
+
+
+def test_python_only_float_semantics_keep_the_per_value_compile():
+    """1 / lr raises ZeroDivisionError for lr = 0.0 in Python, where a tensor gives inf: such a graph
+    is not lifted, and lr = 0.0 raises as eagerly."""
+    from tensorjit.backends.float_inputs import lift
+    tensorjit.reset()
+    counter = CountingBackend()
+    compiled = tensorjit.compile(reciprocal, backend=counter)
+    x = torch.randn(3)
+    for value in (0.5, 0.25):
+        torch.testing.assert_close(compiled(x, value), reciprocal(x, value))
+    assert lift(counter.graphs[-1]) is None
+    compiled = tensorjit.compile(reciprocal, backend="aot_eager")
+    for value in (0.5, 0.25):
+        compiled(x, value)
+    with pytest.raises(ZeroDivisionError):
+        compiled(x, 0.0)

@@ -26,6 +26,8 @@ from ..runtime.persist import set_reduce
 
 _SCALAR_OPERATORS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pow,
                      operator.abs, operator.pos}
+"""Python arithmetic on floats that tensors do alike; `_same_on_tensors` excludes what Python raises on
+or turns complex (dividing by the float, a power of it other than by a non-negative int constant)."""
 _SYMBOLIC_MATH = {getattr(torch, f"_sym_{name}"): getattr(torch, name)
                   for name in ("sqrt", "cos", "cosh", "sin", "sinh", "tan", "tanh", "asin", "acos", "atan",
                                "log2")}
@@ -74,8 +76,8 @@ def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node, scalars: set) -> bool:
         scalars.add(node)
         return True
     if node.op == "call_function" and node.target in _SCALAR_OPERATORS and isinstance(example, torch.SymFloat):
-        if all(a in scalars for a in node.all_input_nodes):  # no SymInt operand: it would stay an int
-            scalars.add(node)
+        if all(a in scalars for a in node.all_input_nodes) and _same_on_tensors(node, scalars):
+            scalars.add(node)  # (no SymInt operand: an int would stay an int)
             return True
         return False
     if not isinstance(example, torch.Tensor) or len(node.args) != 2:
@@ -95,6 +97,17 @@ def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node, scalars: set) -> bool:
         cast = graph.call_method("to", (scalar, _float_dtype(other.dtype)))
     cast.meta["example_value"] = torch.empty((), dtype=_float_dtype(other.dtype))
     node.args = tuple(cast if a is scalar else a for a in node.args)
+    return True
+
+
+def _same_on_tensors(node: torch.fx.Node, scalars: set) -> bool:
+    """Whether Python's float operator and the tensor operator agree on every value: 1 / 0.0 raises
+    ZeroDivisionError where a tensor gives inf, (-8.0) ** 0.5 is complex where a tensor gives nan."""
+    if node.target is operator.truediv:
+        return node.args[1] not in scalars
+    if node.target is operator.pow:
+        exponent = node.args[1]
+        return exponent not in scalars and type(exponent) is int and exponent >= 0
     return True
 
 
