@@ -28,9 +28,9 @@ _SCALAR_OPERATORS = {operator.add, operator.sub, operator.mul, operator.truediv,
                      operator.abs, operator.pos}
 """Python arithmetic on floats that tensors do alike; `_same_on_tensors` excludes what Python raises on
 or turns complex (dividing by the float, a power of it other than by a non-negative int constant)."""
-_SYMBOLIC_MATH = {getattr(torch, f"_sym_{name}"): getattr(torch, name)
-                  for name in ("sqrt", "cos", "cosh", "sin", "sinh", "tan", "tanh", "asin", "acos", "atan",
-                               "log2")}
+_SYMBOLIC_MATH = {getattr(torch, f"_sym_{name}"): getattr(torch, name) for name in ("cos", "sin", "tan", "tanh", "atan")}
+"""The math functions defined (and finite) on every float: math.sqrt(-1.0), math.acos(2.0) and
+math.cosh(1000.0) raise where a tensor gives nan or inf, so graphs using those keep the per-value compile."""
 _BINARY_FUNCTIONS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.iadd, operator.isub,
                      operator.imul, operator.itruediv, torch.add, torch.sub, torch.mul, torch.div}
 _BINARY_METHODS = {"add", "sub", "mul", "div", "add_", "sub_", "mul_", "div_", "__add__", "__sub__", "__mul__",
