@@ -27,7 +27,7 @@ from ..runtime.persist import set_reduce
 _SCALAR_OPERATORS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pow,
                      operator.abs, operator.pos}
 """Python arithmetic on floats that tensors do alike; `_same_on_tensors` excludes what Python raises on
-or turns complex (dividing by the float, a power of it other than by a non-negative int constant)."""
+or turns complex (dividing by the float, powers)."""
 _SYMBOLIC_MATH = {getattr(torch, f"_sym_{name}"): getattr(torch, name) for name in ("cos", "sin", "tan", "tanh", "atan")}
 """The math functions defined (and finite) on every float: math.sqrt(-1.0), math.acos(2.0) and
 math.cosh(1000.0) raise where a tensor gives nan or inf, so graphs using those keep the per-value compile."""
@@ -102,13 +102,11 @@ def _rewrite(graph: torch.fx.Graph, node: torch.fx.Node, scalars: set) -> bool:
 
 def _same_on_tensors(node: torch.fx.Node, scalars: set) -> bool:
     """Whether Python's float operator and the tensor operator agree on every value: 1 / 0.0 raises
-    ZeroDivisionError where a tensor gives inf, (-8.0) ** 0.5 is complex where a tensor gives nan."""
+    ZeroDivisionError where a tensor gives inf; 1e200 ** 2 raises OverflowError and (-8.0) ** 0.5 is
+    complex where a tensor gives inf and nan."""
     if node.target is operator.truediv:
         return node.args[1] not in scalars
-    if node.target is operator.pow:
-        exponent = node.args[1]
-        return exponent not in scalars and type(exponent) is int and exponent >= 0
-    return True
+    return node.target is not operator.pow  # 1e200 ** 2 raises OverflowError, (-8.0) ** 0.5 is complex
 
 
 def _float_dtype(dtype: torch.dtype) -> torch.dtype:
