@@ -9,6 +9,8 @@ parameters left out) drop to what torch.compile saves, and gradients stay eager'
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch._dynamo
@@ -112,3 +114,54 @@ def test_partition_saves_only_inputs_of_the_region():
     (partition,) = partitions
     placeholders = {n.name for n in partition.forward.graph.nodes if n.op == "placeholder"}
     assert set(partition.saved_names) <= placeholders, partition.saved_names
+
+
+def save_matrix_products(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+    if op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def selective(x):
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+    context = functools.partial(create_selective_checkpoint_contexts, save_matrix_products)
+    h = checkpoint(block, x, use_reentrant=False, context_fn=context)
+    return (h.sin() * h).sum()
+
+
+def selective_list(x):
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+    context = functools.partial(create_selective_checkpoint_contexts, [torch.ops.aten.addmm.default])
+    h = checkpoint(block, x, use_reentrant=False, context_fn=context)
+    return (h.sin() * h).sum()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("program", [selective, selective_list], ids=["policy_function", "op_list"])
+def test_selective_checkpointing_saves_what_the_policy_names(program, backend):
+    """torch's selective checkpointing: the matrix products the policy saves are saved (as torch.compile
+    saves them), the rest of the region is recomputed; gradients equal eager's."""
+    x = torch.randn(8, 16, requires_grad=True)
+    tensorjit.reset()
+    ours = saved_activation_bytes(compiled(tensorjit.compile, program, backend), x)
+    torch._dynamo.reset()
+    theirs = saved_activation_bytes(compiled(torch.compile, program, "aot_eager"), x)
+    tensorjit.reset()
+    everything_recomputed = saved_activation_bytes(compiled(tensorjit.compile, checkpointed, backend), x)
+    assert ours == theirs > everything_recomputed
+    tensorjit.reset()
+    torch.testing.assert_close(gradients(tensorjit.compile(program, backend=backend), x), gradients(program, x))
+
+
+def test_other_context_fn_breaks_and_runs_eagerly():
+    import contextlib
+
+    def contexts():
+        return contextlib.nullcontext(), contextlib.nullcontext()
+
+    def program(x):
+        return checkpoint(block, x, use_reentrant=False, context_fn=contexts).sum()
+    tensorjit.reset()
+    x = torch.randn(8, 16)
+    torch.testing.assert_close(gradients(tensorjit.compile(program, backend="aot_eager"), x), gradients(program, x))

@@ -115,7 +115,7 @@ def _min_cut(forward: list[torch.fx.Node], backward: set[torch.fx.Node], primals
             flow.add_edge((node, "out"), sink, INFINITY)
         if node in forced:
             pass  # computable in the backward from what it reads, whatever its cost
-        elif node in primals or not _recomputable(node):
+        elif node in primals or not _recomputable(node) or _policy_saves(node):
             flow.add_edge(source, (node, "in"), INFINITY)  # available in the forward only
         for user in node.users:
             if user in forward_set:
@@ -135,7 +135,7 @@ def _must_recompute(forward: set[torch.fx.Node], gradients: set[torch.fx.Node],
     values do not count) and random ops (recomputing would draw new numbers)."""
     forced = set()
     for node in forward:
-        if not node.meta.get(RECOMPUTE) or node in gradients:
+        if not node.meta.get(RECOMPUTE) or node in gradients or _policy_saves(node):
             continue
         if any(user in computing_results and not user.meta.get(RECOMPUTE) for user in node.users):
             continue
@@ -144,6 +144,19 @@ def _must_recompute(forward: set[torch.fx.Node], gradients: set[torch.fx.Node],
             continue
         forced.add(node)
     return forced
+
+
+def _policy_saves(node: torch.fx.Node) -> bool:
+    """Whether a selective-checkpoint policy tagged on `node` says to save its output (then it is
+    not recomputed, as any matrix product outside a region)."""
+    policy = node.meta.get(RECOMPUTE)
+    if not hasattr(policy, "saves") or node.op != "call_function" or \
+            not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    value = lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+    args = torch.fx.node.map_arg(node.args, value)
+    kwargs = torch.fx.node.map_arg(node.kwargs, value)
+    return policy.saves(node.target, args, kwargs)
 
 
 def partition(traced: TracedGraph, mode: str = "min_cut") -> Partition:

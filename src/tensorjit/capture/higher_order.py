@@ -12,8 +12,9 @@ it meaning, or None.
 - `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, ...)`: `fn` is inlined
   into the graph (one graph, as torch.compile) and its nodes are tagged `recompute`: the
   partitioner saves none of the region's values but its outputs, and recomputes the rest in
-  the backward (random ops aside: those are saved, so the backward sees eager's draws). A
-  custom `context_fn` is a graph break.
+  the backward (random ops aside: those are saved, so the backward sees eager's draws). With
+  torch's selective checkpointing (`create_selective_checkpoint_contexts`) the tag is the policy
+  (`SelectivePolicy`), asked per ATen op by the partitioner; another `context_fn` is a break.
 """
 
 from __future__ import annotations
@@ -112,16 +113,52 @@ class CheckpointValue(CallableConstant):
         if not args:
             raise GraphBreak("checkpoint", "checkpoint needs the function to run")
         passed = {k: v for k, v in kwargs.items() if k not in _CHECKPOINT_OPTIONS}
-        context = passed.pop("context_fn", None)
-        if context is not None and not (context.is_constant() and context.constant() is _default_context()):
-            raise GraphBreak("checkpoint", "checkpoint with a custom context_fn", "it runs eagerly")
+        tag = _checkpoint_tag(tx, passed.pop("context_fn", None))
         graph = tx.output.graph
         before = set(graph.nodes)
         result = tx.call(args[0], list(args[1:]), passed)
-        for node in graph.nodes:  # the region's ops: recomputed in the backward, never saved
+        for node in graph.nodes:  # the region's ops: recomputed in the backward (or as the policy says)
             if node not in before and node.op.startswith("call_"):
-                node.meta[RECOMPUTE] = True
+                node.meta[RECOMPUTE] = tag
         return result
+
+
+class SelectivePolicy:
+    """A selective-checkpoint policy (`create_selective_checkpoint_contexts(policy_fn or ops)`) as the
+    `recompute` tag: the partitioner asks it, per ATen op of the region, whether to save the op's output."""
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+
+    def saves(self, op, args, kwargs) -> bool:
+        from torch.utils.checkpoint import CheckpointPolicy, SelectiveCheckpointContext
+        if isinstance(self.policy, (list, tuple, set)):
+            return op in self.policy
+        decision = self.policy(SelectiveCheckpointContext(is_recompute=False), op, *args, **kwargs)
+        return decision in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
+
+
+def _checkpoint_tag(tx, context: Value | None):
+    """True (recompute the whole region), or a SelectivePolicy for torch's selective checkpointing."""
+    if context is None or context.is_constant() and context.constant() is _default_context():
+        return True
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+    func = getattr(context, "func", None)
+    arguments = getattr(context, "args", None)
+    if getattr(func, "fn", None) is create_selective_checkpoint_contexts and arguments and \
+            not getattr(context, "kwargs", None):
+        try:
+            policy = arguments[0]
+            if policy.is_constant() and isinstance(policy.constant(), (list, tuple)):
+                return SelectivePolicy(list(policy.constant()))
+            items = getattr(policy, "items", None)
+            if items is not None:
+                return SelectivePolicy([item.constant() if item.is_constant() else item.fn for item in items])
+            return SelectivePolicy(_real_function(tx, policy))
+        except (GraphBreak, AttributeError):
+            pass
+    raise GraphBreak("checkpoint", "checkpoint with a context_fn other than torch's selective checkpointing",
+                     "it runs eagerly")
 
 
 def _default_context():
