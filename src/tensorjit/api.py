@@ -48,8 +48,8 @@ class CompiledFunction:
         self.dynamic = dynamic
         self.dynamic_dims: dict[str, set[int]] = {}  # source -> dims seen changing (automatic dynamic)
         self.last_shapes: dict[str, tuple] = {}
-        self.dynamic_ints: set[str] = set()  # int arguments seen changing (automatic dynamic)
-        self.last_ints: dict[str, int] = {}
+        self.dynamic_ints: set[str] = set()  # int and float arguments seen changing (automatic dynamic)
+        self.last_ints: dict[str, int | float] = {}
         self.backend = backend
         self.backend_name = backend_name
         self.config = config
@@ -259,7 +259,7 @@ class CompiledFunction:
                 record_changed_dims(self.dynamic_dims, expression, shape, tuple(value.shape))
         for expression, before in self.last_ints.items():
             value = now(expression)
-            if type(value) is int and value != before:
+            if type(value) is type(before) and value != before:
                 self.dynamic_ints.add(expression)
 
     def resume_function(self, index: int, depth: int, local_names: list[str],
@@ -420,7 +420,8 @@ def _wrap_callee(obj, settings: tuple | None = None):
 def _is_library(fn) -> bool:
     module = fn.__globals__.get("__name__", "") or ""
     if module.startswith(_COMPILED_LIBRARY_MODULES):
-        return False
+        from .capture.skipfiles import is_skipped
+        return is_skipped(module, fn.__code__)  # a scheduler's step runs eagerly, as Dynamo skips it
     return module.split(".")[0] in ("torch", "tensorjit", "numpy", "logging", "warnings", "builtins")
 
 

@@ -116,3 +116,25 @@ def test_dynamic_true_one_capture_for_every_size():
 def test_the_product_does_not_import_dynamo_for_it():
     text = pathlib.Path(importlib.util.find_spec("tensorjit.backends.torch_compile").origin).read_text()
     assert "import torch._dynamo" not in text and "from torch._dynamo" not in text
+
+
+@pytest.mark.parametrize("with_scheduler", [False, True], ids=["constant_lr", "cosine_lr"])
+def test_compiled_optimizer_step_updates_once(with_scheduler):
+    """Dynamo keeps an optimizer's parameters and state as attributes of its graph module; written in
+    place, they are lifted to inputs, so each update is applied once (it was applied twice: the
+    autograd stage's tracing wrote the real tensors before it failed and the graph ran eagerly)."""
+    def run(compiled: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 4)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=10)
+        step = torch.compile(optimizer.step, backend=tensorjit_backend) if compiled else optimizer.step
+        for index in range(4):
+            optimizer.zero_grad()
+            model(torch.randn(4, 8, generator=torch.Generator().manual_seed(index))).sum().backward()
+            step()
+            if with_scheduler:
+                scheduler.step()
+        return [*model.parameters(), *(t for state in optimizer.state.values() for t in state.values())]
+    torch._dynamo.reset()
+    torch.testing.assert_close(run(True), run(False))

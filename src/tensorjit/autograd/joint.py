@@ -52,8 +52,10 @@ def _is_differentiable(value: Any) -> bool:
 def _functional(gm: torch.fx.GraphModule):
     gm = functionalize_custom_ops(gm)
 
+    call = node_meta_preserving(gm)
+
     def run(*args):
-        out = gm.forward(*args)  # not gm(): fx prints a traceback for every error, even handled ones
+        out = call(*args)
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
     if calls_autograd_functions(gm):
         # functorch's functionalize sends a custom autograd.Function through custom_function_call,
@@ -62,6 +64,25 @@ def _functional(gm: torch.fx.GraphModule):
         # ops, and _functionalize_mutations functionalizes that graph op by op afterwards.
         return run
     return functionalize(run, remove="mutations")
+
+
+RECOMPUTE = "recompute"
+"""The node meta key that marks a value to recompute in the backward instead of saving it (a
+torch.utils.checkpoint region's ops, tagged by capture; torch names it so too), copied by make_fx
+onto every ATen node traced from the tagged node."""
+
+
+def node_meta_preserving(gm: torch.fx.GraphModule):
+    """`gm.forward`, or, when some node carries a recompute tag, an interpreter over `gm` under which
+    make_fx copies each node's tag onto the ATen nodes traced from it."""
+    if not any(RECOMPUTE in node.meta for node in gm.graph.nodes):
+        return gm.forward  # not gm(): fx prints a traceback for every error, even handled ones
+    import torch.fx.traceback as fx_traceback
+
+    def run(*args):
+        with fx_traceback.preserve_node_meta():
+            return torch.fx.Interpreter(gm).run(*args)
+    return run
 
 
 def calls_autograd_functions(gm: torch.fx.GraphModule) -> bool:
@@ -78,7 +99,10 @@ def fake_outputs(gm, example_inputs) -> tuple:
     `set_grad_enabled`, `inference_mode`, `detach`) the graph holds. The grad mode is
     restored even if the graph stops half-way through a region."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    # A shape environment, as make_fx's own fake mode has: operators whose outputs may have sizes
+    # only known at run time (while_loop) want one, even with every input size static.
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
     fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
     with mode, torch.set_grad_enabled(torch.is_grad_enabled()):
         return _functional(gm)(*fakes)
@@ -173,10 +197,17 @@ def _functionalize_mutations(traced: torch.fx.GraphModule, inputs: list, decompo
     # First outside functionalization, where torch's Python kernels replace ops whose schema hides
     # a mutation (`native_batch_norm` updates its running statistics) by ones that declare it.
     with torch.no_grad(), enable_python_dispatcher():
-        declared = make_fx(traced, decomposition_table=table, tracing_mode="fake",
+        declared = make_fx(_retraceable(traced), decomposition_table=table, tracing_mode="fake",
                            _allow_non_fake_inputs=True)(*inputs)
-        return make_fx(functionalize(declared, remove="mutations"), decomposition_table=table,
+        return make_fx(functionalize(_retraceable(declared), remove="mutations"), decomposition_table=table,
                        tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
+
+
+def _retraceable(traced: torch.fx.GraphModule):
+    """What make_fx traces again: the graph module itself, or with its recompute tags kept."""
+    if not any(RECOMPUTE in node.meta for node in traced.graph.nodes):
+        return traced
+    return node_meta_preserving(traced)
 
 
 def _backward_reads_updated_values(traced: torch.fx.GraphModule, num_primals: int) -> None:

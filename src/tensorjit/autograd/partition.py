@@ -8,7 +8,9 @@ and returns the gradients. Which values to save is the decision:
 - `min_cut` (default): a minimum cut over the forward values, weighted by their size in
   bytes, decides what to save; cheap values (pointwise ops, views) behind the cut are
   recomputed in the backward from what was saved. Matrix products, convolutions, random
-  ops and reductions are never recomputed: they are either saved or not needed.
+  ops and reductions are never recomputed: they are either saved or not needed, except
+  inside a torch.utils.checkpoint region (nodes tagged `recompute`), whose values are never
+  saved but its outputs (`_must_recompute`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from .joint import TracedGraph
+from .joint import RECOMPUTE, TracedGraph
 from .maxflow import INFINITY, FlowGraph
 
 aten = torch.ops.aten
@@ -86,19 +88,34 @@ def choose_saved(traced: TracedGraph, mode: str) -> list[torch.fx.Node]:
         return needed
     if mode != "min_cut":
         raise ValueError(f"tensorjit: unknown partitioner {mode!r}; valid partitioners are: min_cut, save_all")
-    return _min_cut(forward, backward, primals, gradients)
+    results = {o for o in outputs[:traced.num_outputs + len(traced.mutated_inputs)] if isinstance(o, torch.fx.Node)}
+    return _min_cut(forward, backward, primals, gradients, _ancestors(results))
 
 
-def _min_cut(forward: list[torch.fx.Node], backward: set[torch.fx.Node],
-             primals: list[torch.fx.Node], gradients: set[torch.fx.Node]) -> list[torch.fx.Node]:
+def _ancestors(nodes: set[torch.fx.Node]) -> set[torch.fx.Node]:
+    """`nodes` and every node they are computed from."""
+    found, stack = set(), list(nodes)
+    while stack:
+        node = stack.pop()
+        if node not in found:
+            found.add(node)
+            stack.extend(node.all_input_nodes)
+    return found
+
+
+def _min_cut(forward: list[torch.fx.Node], backward: set[torch.fx.Node], primals: list[torch.fx.Node],
+             gradients: set[torch.fx.Node], computing_results: set[torch.fx.Node]) -> list[torch.fx.Node]:
     flow = FlowGraph()
     source, sink = "source", "sink"
     forward_set = set(forward)
+    forced = _must_recompute(forward_set, gradients, computing_results)
     for node in forward:
-        flow.add_edge((node, "in"), (node, "out"), _weight(node))
+        flow.add_edge((node, "in"), (node, "out"), INFINITY if node in forced else _weight(node))
         if node in gradients:
             flow.add_edge((node, "out"), sink, INFINITY)
-        if node in primals or not _recomputable(node):
+        if node in forced:
+            pass  # computable in the backward from what it reads, whatever its cost
+        elif node in primals or not _recomputable(node) or _policy_saves(node):
             flow.add_edge(source, (node, "in"), INFINITY)  # available in the forward only
         for user in node.users:
             if user in forward_set:
@@ -107,6 +124,39 @@ def _min_cut(forward: list[torch.fx.Node], backward: set[torch.fx.Node],
                 flow.add_edge((node, "out"), sink, INFINITY)
     source_side = flow.min_cut(source, sink)
     return [n for n in forward if (n, "in") in source_side and (n, "out") not in source_side]
+
+
+def _must_recompute(forward: set[torch.fx.Node], gradients: set[torch.fx.Node],
+                    computing_results: set[torch.fx.Node]) -> set[torch.fx.Node]:
+    """Forward values of a checkpointed region (tagged `recompute`, joint.RECOMPUTE) that the backward
+    recomputes and never reads saved, as eager's torch.utils.checkpoint. Not forced: the region's
+    outputs that later ops of the forward computation read (`computing_results`: saved at the
+    boundary, as eager's later ops save their inputs; untagged nodes that only prepare backward
+    values do not count) and random ops (recomputing would draw new numbers)."""
+    forced = set()
+    for node in forward:
+        if not node.meta.get(RECOMPUTE) or node in gradients or _policy_saves(node):
+            continue
+        if any(user in computing_results and not user.meta.get(RECOMPUTE) for user in node.users):
+            continue
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and \
+                torch.Tag.nondeterministic_seeded in node.target.tags:
+            continue
+        forced.add(node)
+    return forced
+
+
+def _policy_saves(node: torch.fx.Node) -> bool:
+    """Whether a selective-checkpoint policy tagged on `node` says to save its output (then it is
+    not recomputed, as any matrix product outside a region)."""
+    policy = node.meta.get(RECOMPUTE)
+    if not hasattr(policy, "saves") or node.op != "call_function" or \
+            not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    value = lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+    args = torch.fx.node.map_arg(node.args, value)
+    kwargs = torch.fx.node.map_arg(node.kwargs, value)
+    return policy.saves(node.target, args, kwargs)
 
 
 def partition(traced: TracedGraph, mode: str = "min_cut") -> Partition:

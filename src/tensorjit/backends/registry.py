@@ -62,11 +62,11 @@ def register_backend(fn: Backend | None = None, name: str | None = None):
 
 
 def is_dynamic(gm) -> bool:
-    """Whether capture gave this graph symbolic sizes (int inputs, tensors with SymInt sizes)."""
+    """Whether capture gave this graph symbolic sizes or numbers (int and float inputs, tensors with SymInt sizes)."""
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             value = node.meta.get("example_value")
-            if isinstance(value, torch.SymInt) or isinstance(value, torch.Tensor) and any(
+            if isinstance(value, (torch.SymInt, torch.SymFloat)) or isinstance(value, torch.Tensor) and any(
                     isinstance(s, torch.SymInt) for s in value.shape):
                 return True
     return False
@@ -80,6 +80,12 @@ def specialize_sizes(backend: Backend) -> Backend:
     name = getattr(backend, "__name__", "backend")
 
     def compile_graph(gm, example_inputs, **options):
+        from .float_inputs import as_tensors, lift, with_float_arguments
+        lifted = lift(gm)  # float inputs (an LR) as 0-d tensors: one compile serves every value
+        if lifted is not None:
+            graph, positions = lifted
+            return with_float_arguments(compile_graph(graph, as_tensors(example_inputs, positions), **options),
+                                        positions)
         if not is_dynamic(gm):
             return backend(gm, example_inputs, **options)
         return size_specializer(backend, name, gm, options, {})
@@ -94,11 +100,35 @@ def size_specializer(backend: Backend, name: str, gm, options: dict, compiled: d
         fn = compiled.get(key)
         if fn is None:
             graph = gm.get() if isinstance(gm, SavedGraphModule) else gm
+            if float_variants(compiled, key) >= FLOAT_VARIANTS:
+                return run_as_captured(graph, name, args)
             fn = compiled[key] = call_backend(lambda g, inputs: backend(g, inputs, **options), name, graph,
                                               list(args))
         return fn(*args)
     # The warm-start cache saves the sizes compiled so far with it (and the graph, for new sizes).
     return set_reduce(run, size_specializer, backend, name, SavedGraphModule.of(gm), options, compiled)
+
+
+FLOAT_VARIANTS = 8
+"""How many values of a graph's float inputs (an LR a scheduler changes) a static backend compiles
+for at one set of sizes; later values run the captured graph as it is (eagerly, no code generation)."""
+
+
+def float_variants(compiled: dict[tuple, Callable], key: tuple) -> int:
+    """How many keys in `compiled` differ from `key` in float inputs only."""
+    def sizes(k):
+        return tuple(None if type(a) is float else a for a in k)
+    own = sizes(key)
+    return sum(1 for k in compiled if sizes(k) == own)
+
+
+def run_as_captured(graph, name: str, args: tuple):
+    from .. import logs
+    if not getattr(graph, "_tensorjit_float_fallback_logged", False):
+        graph._tensorjit_float_fallback_logged = True
+        logs.emit("recompiles", f"{name}: a float input took more than {FLOAT_VARIANTS} values; new values run "
+                                f"the captured graph eagerly (a tensor holding the value compiles once)")
+    return graph(*args)
 
 
 def list_backends() -> list[str]:

@@ -11,7 +11,12 @@ handled here, before the graph reaches the `inductor` backend:
 - symbolic sizes (dynamic shapes): the example inputs are real, so the graph is compiled
   for their sizes; tensorjit's `specialize_sizes` compiles it again for each new size set;
 - its higher-order ops (autograd_function_apply for custom autograd.Functions, wrap, ...)
-  reach make_fx, which traces through them as torch defines them.
+  reach make_fx, which traces through them as torch defines them;
+- tensors it reads as attributes of the graph module (an optimizer's parameters and state,
+  which Dynamo keeps at static addresses) become inputs (`lift_tensor_attributes`), read from
+  the module at each call: traced as attributes, the autograd stage's tracing wrote them in
+  place for real (`p.mul_`, `step += 1`) before it failed and the graph ran eagerly, so every
+  update was applied twice.
 
 `tensorjit_backend(mode=..., options=...)` is accepted as torch.compile passes them (it
 calls the backend with the graph only; options arrive through `torch.compile(options=)`).
@@ -39,4 +44,41 @@ def tensorjit_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **opt
         with torch._guards.tracing(None):
             return inductor(graph, inputs, config=config)
     compile_graph.__name__ = "tensorjit"
-    return specialize_sizes(compile_graph)(gm, example_inputs)
+    lifted, names = lift_tensor_attributes(gm)
+    if not names:
+        return specialize_sizes(compile_graph)(gm, example_inputs)
+    compiled = specialize_sizes(compile_graph)(lifted, [*example_inputs, *(_attribute(gm, n) for n in names)])
+
+    def run(*args):
+        return compiled(*args, *(_attribute(gm, name) for name in names))
+    return run
+
+
+def lift_tensor_attributes(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[str]]:
+    """A copy of `gm` taking the tensors its get_attr nodes read as extra inputs (after its own), and
+    their attribute paths; `gm` itself and no names when it reads none."""
+    nodes = [n for n in gm.graph.nodes if n.op == "get_attr" and isinstance(_attribute(gm, n.target), torch.Tensor)]
+    if not nodes:
+        return gm, []
+    graph = torch.fx.Graph()
+    mapping: dict[torch.fx.Node, torch.fx.Node] = {}
+    result = graph.graph_copy(gm.graph, mapping)
+    last = [mapping[n] for n in gm.graph.nodes if n.op == "placeholder"]
+    names = []
+    for node in nodes:
+        copy = mapping[node]
+        with graph.inserting_after(last[-1]) if last else graph.inserting_before(next(iter(graph.nodes))):
+            placeholder = graph.placeholder(f"attribute_{len(names)}")
+        placeholder.meta = dict(copy.meta)
+        copy.replace_all_uses_with(placeholder)
+        graph.erase_node(copy)
+        last.append(placeholder)
+        names.append(node.target)
+    graph.output(result)
+    return torch.fx.GraphModule(gm, graph), names
+
+
+def _attribute(module: torch.nn.Module, path: str):
+    for part in path.split("."):
+        module = getattr(module, part)
+    return module

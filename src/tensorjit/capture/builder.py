@@ -9,6 +9,7 @@ numbers and strings, the metadata of tensors, the length of containers.
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import os
 import functools
@@ -60,7 +61,7 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         node, fake = tx.output.add_input(obj, source)
         return TensorValue(node, fake, source, type(obj))
     policy = tx.output.policy
-    if tx.output.shape_env is not None and policy is not None and type(obj) is int \
+    if tx.output.shape_env is not None and policy is not None and type(obj) in (int, float) \
             and policy.int_symbolic(source, obj, _owner(tx, source)):
         node = tx.output.add_int_input(obj, source)
         value = SymbolicIntValue(node, node.meta["example_value"])
@@ -72,14 +73,16 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple, torch.Size) or _is_namedtuple(obj):
         guard(Guard(source, "type", type(obj)))
         guard(Guard(source, "length", len(obj)))
-        items = [wrap(tx, v, ItemSource(source, i)) for i, v in enumerate(obj)]
+        with _items_of(tx, source, obj):
+            items = [wrap(tx, v, ItemSource(source, i)) for i, v in enumerate(obj)]
         if isinstance(obj, list):
             return ListValue(items, source)
         return TupleValue(items, type(obj), source)
     if type(obj) in (dict, collections.OrderedDict) and not any(isinstance(k, torch.Tensor) for k in obj):
         guard(Guard(source, "type", type(obj)))
         guard(Guard(source, "keys", tuple(obj.keys())))
-        items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
+        with _items_of(tx, source, obj):
+            items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
         return DictValue(items, type(obj), source)
     if type(obj) in (set, frozenset) and all(type(v) in (int, str, bool, float, bytes, type(None)) for v in obj):
         # A set of plain constants (names to skip, ids seen): its contents are guarded, and a
@@ -121,7 +124,22 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
 
 def _owner(tx, source: Source):
     base = source.base()
-    return tx.output.wrapped.get(base, (None,))[0] if base is not None else None
+    if base is None:
+        return None
+    if base in tx.output.wrapping:  # an item of a list or dict being wrapped now
+        return tx.output.wrapping[base]
+    return tx.output.wrapped.get(base, (None,))[0]
+
+
+@contextlib.contextmanager
+def _items_of(tx, source: Source, container):
+    """While `container`'s items are wrapped, it is their owner (`_owner`): an LR in an optimizer's
+    `param_groups[0]` dict is an item of a plain dict, which automatic dynamic follows."""
+    tx.output.wrapping[source] = container
+    try:
+        yield
+    finally:
+        del tx.output.wrapping[source]
 
 
 def _guard_closure(tx, fn: types.FunctionType, source: Source) -> None:

@@ -174,7 +174,7 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
     owner.last_shapes = {gi.source.expression(): tuple(gi.example.shape) for gi in output.inputs
                          if isinstance(gi.example, torch.Tensor)}
     owner.last_ints = {source.expression(): obj for source, (obj, _) in output.wrapped.items()
-                       if type(obj) is int and may_vary(source, _owner(output, source), owner.origin is not None)}
+                       if type(obj) in (int, float) and may_vary(source, _owner(output, source), owner.origin is not None)}
     guard_set = output.guards
     if owner.config.guard_filter_fn is not None:
         guard_set = filter_guards(guard_set, output.wrapped, owner.config.guard_filter_fn)

@@ -71,7 +71,7 @@ class SizeSource(Source):
 class DynamicPolicy:
     """Which dimensions of a tensor input, and which int arguments, are symbolic in this capture.
 
-    An int argument is symbolic with dynamic=True, or with dynamic=None once a recompile
+    An int (or float) argument is symbolic with dynamic=True, or with dynamic=None once a recompile
     was caused by its value changing (as torch.compile does: `f(x, 2)` then `f(x, 3)` gives
     a graph for 2 and one for any n). So is an int attribute or item of a plain object
     (`scheduler._step_count`, which a training step advances on every call) once it changed;
@@ -88,9 +88,14 @@ class DynamicPolicy:
         self.resume = resume
 
     def int_symbolic(self, source: Source, value, owner=None) -> bool:
-        """Whether the int read through `source` (an attribute or item of `owner`) is symbolic."""
+        """Whether the int or float read through `source` (an attribute or item of `owner`) is symbolic.
+
+        Floats follow ints (Dynamo's specialize_float=False): an LR that a scheduler changes on
+        every step is a constant in the first graph and a graph input from the first recompile on."""
         from .sources import LocalSource
-        if type(value) is not int or value in (0, 1) or not may_vary(source, owner, self.resume):
+        if type(value) not in (int, float) or not may_vary(source, owner, self.resume):
+            return False
+        if type(value) is int and value in (0, 1):
             return False
         if self.dynamic is True and isinstance(source, LocalSource):
             return True
@@ -226,6 +231,13 @@ def symbolic_int(shape_env: ShapeEnv, value: int, source: Source) -> torch.SymIn
     named = ExpressionSource(source.expression())
     symbol = shape_env.create_symbol(value, named, dynamic_dim=_shapes().DimDynamic.DYNAMIC, positive=None)
     return shape_env.create_symintnode(symbol, hint=value, source=named)
+
+
+def symbolic_float(shape_env: ShapeEnv, value: float, source: Source) -> torch.SymFloat:
+    """A SymFloat standing for the float read through `source` (hint: `value`)."""
+    named = ExpressionSource(source.expression())
+    symbol = shape_env.create_unspecified_symbol(value, named, dynamic_dim=_shapes().DimDynamic.DYNAMIC)
+    return shape_env.create_symfloatnode(symbol, hint=value, source=named)
 
 
 def record_changed_dims(history: dict[str, set[int]], source: str, before: tuple, after: tuple) -> None:

@@ -12,6 +12,7 @@ alive; `GuardSet.on_death` tells the cache when such an object is gone.
 from __future__ import annotations
 
 import builtins
+import math
 import sys
 import types
 import weakref
@@ -355,7 +356,9 @@ def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
                _inference_mode=torch.is_inference_mode_enabled,
                _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled)
     body = "\n".join(em.lines)
-    for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module)):
+    # math: ShapeEnv's guards on a symbolic float read `not math.isnan(...)`
+    for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module),
+                         ("math", math)):
         if name in body:  # bound only where used: every parameter costs each call a little
             env[name] = helper
     return env

@@ -10,9 +10,11 @@ it meaning, or None.
   capture can hand over as objects: module-level functions or closures over constants (a
   branch reading a tensor of the frame through its closure would not be an operand).
 - `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, ...)`: `fn` is inlined
-  into the graph (one graph, as torch.compile); values and gradients are eager's. Still
-  short: the region is not forced to be recomputed in the backward (the partitioner decides
-  what to save as for any other op), and a custom `context_fn` is a graph break.
+  into the graph (one graph, as torch.compile) and its nodes are tagged `recompute`: the
+  partitioner saves none of the region's values but its outputs, and recomputes the rest in
+  the backward (random ops aside: those are saved, so the backward sees eager's draws). With
+  torch's selective checkpointing (`create_selective_checkpoint_contexts`) the tag is the policy
+  (`SelectivePolicy`), asked per ATen op by the partitioner; another `context_fn` is a break.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 from .breaks import GraphBreak
 from .values.base import CallableConstant, ConstantValue, Value
 
+RECOMPUTE = "recompute"  # torch's node meta key for it: make_fx copies it onto the ATen nodes traced from a node
 _CHECKPOINT_OPTIONS = ("use_reentrant", "preserve_rng_state", "determinism_check", "debug")
 
 
@@ -110,10 +113,52 @@ class CheckpointValue(CallableConstant):
         if not args:
             raise GraphBreak("checkpoint", "checkpoint needs the function to run")
         passed = {k: v for k, v in kwargs.items() if k not in _CHECKPOINT_OPTIONS}
-        context = passed.pop("context_fn", None)
-        if context is not None and not (context.is_constant() and context.constant() is _default_context()):
-            raise GraphBreak("checkpoint", "checkpoint with a custom context_fn", "it runs eagerly")
-        return tx.call(args[0], list(args[1:]), passed)
+        tag = _checkpoint_tag(tx, passed.pop("context_fn", None))
+        graph = tx.output.graph
+        before = set(graph.nodes)
+        result = tx.call(args[0], list(args[1:]), passed)
+        for node in graph.nodes:  # the region's ops: recomputed in the backward (or as the policy says)
+            if node not in before and node.op.startswith("call_"):
+                node.meta[RECOMPUTE] = tag
+        return result
+
+
+class SelectivePolicy:
+    """A selective-checkpoint policy (`create_selective_checkpoint_contexts(policy_fn or ops)`) as the
+    `recompute` tag: the partitioner asks it, per ATen op of the region, whether to save the op's output."""
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+
+    def saves(self, op, args, kwargs) -> bool:
+        from torch.utils.checkpoint import CheckpointPolicy, SelectiveCheckpointContext
+        if isinstance(self.policy, (list, tuple, set)):
+            return op in self.policy
+        decision = self.policy(SelectiveCheckpointContext(is_recompute=False), op, *args, **kwargs)
+        return decision in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
+
+
+def _checkpoint_tag(tx, context: Value | None):
+    """True (recompute the whole region), or a SelectivePolicy for torch's selective checkpointing."""
+    if context is None or context.is_constant() and context.constant() is _default_context():
+        return True
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+    func = getattr(context, "func", None)
+    arguments = getattr(context, "args", None)
+    if getattr(func, "fn", None) is create_selective_checkpoint_contexts and arguments and \
+            not getattr(context, "kwargs", None):
+        try:
+            policy = arguments[0]
+            if policy.is_constant() and isinstance(policy.constant(), (list, tuple)):
+                return SelectivePolicy(list(policy.constant()))
+            items = getattr(policy, "items", None)
+            if items is not None:
+                return SelectivePolicy([item.constant() if item.is_constant() else item.fn for item in items])
+            return SelectivePolicy(_real_function(tx, policy))
+        except (GraphBreak, AttributeError):
+            pass
+    raise GraphBreak("checkpoint", "checkpoint with a context_fn other than torch's selective checkpointing",
+                     "it runs eagerly")
 
 
 def _default_context():
@@ -122,6 +167,11 @@ def _default_context():
 
 
 def higher_order_value(obj: Any, source) -> Value | None:
+    from .flex_attention import flex_attention_value
+    from .loops import loop_value
+    found = loop_value(obj, source) or flex_attention_value(obj, source)  # while_loop, scan, map; flex_attention
+    if found is not None:
+        return found
     if obj is torch.cond:
         return CondValue(obj, source)
     checkpoint = getattr(torch.utils, "checkpoint", None)

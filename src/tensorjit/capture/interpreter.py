@@ -330,6 +330,10 @@ class Frame:
     # -- inlining ------------------------------------------------------------------------
     def inline_function(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
         from .calls import inline_function
+        from .regions import capture_region, is_compile_region, region_function
+        if is_compile_region(fn):  # nested_compile_region: inlined, then outlined into a shared subgraph
+            marked = region_function(fn)
+            return capture_region(self, lambda: inline_function(self, marked, args, kwargs))
         return inline_function(self, fn, args, kwargs)
 
 

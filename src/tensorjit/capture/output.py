@@ -59,8 +59,10 @@ class OutputGraph:
         self._names: dict[str, int] = {}
         self.constants: dict[str, torch.Tensor] = {}
         self.submodules: dict[str, torch.nn.Module] = {}  # functions passed to higher-order ops (torch.cond)
+        self.regions: dict[tuple, str] = {}  # nested_compile_region subgraphs by their key (capture/regions.py)
         self.wrapped: dict[Source, tuple] = {}
         self.wrapped_by_id: dict[int, tuple] = {}
+        self.wrapping: dict[Source, Any] = {}  # containers whose items are being wrapped (their owner)
         self.code_files: set[str] = set()  # files of the code run while capturing (the warm-start cache checks them)
 
     # -- nodes -----------------------------------------------------------------
@@ -121,11 +123,11 @@ class OutputGraph:
                     self.symbols[symbol] = node
                     self.inputs.append(GraphInput(SizeSource(source, dim), int(example.shape[dim]), node))
 
-    def add_int_input(self, value: int, source: Source) -> torch.fx.Node:
-        """A graph placeholder for an int argument that is symbolic in this capture."""
-        from .dynamic import symbolic_int
-        self.guard(Guard(source, "type", int))
-        example = symbolic_int(self.shape_env, value, source)
+    def add_int_input(self, value: int | float, source: Source) -> torch.fx.Node:
+        """A graph placeholder for an int (or float) argument that is symbolic in this capture."""
+        from .dynamic import symbolic_float, symbolic_int
+        self.guard(Guard(source, "type", type(value)))
+        example = (symbolic_float if type(value) is float else symbolic_int)(self.shape_env, value, source)
         node = self._placeholder(str(source))
         node.meta["example_value"] = example
         self.symbols[example.node.expr] = node
@@ -134,7 +136,8 @@ class OutputGraph:
 
     def symbolic_inputs(self) -> tuple[list, list, list]:
         """Fake tensors, symbolic ints, their sources and symbolic contexts, for the shape guards."""
-        inputs = [gi for gi in self.inputs if isinstance(gi.node.meta["example_value"], (torch.Tensor, torch.SymInt))]
+        inputs = [gi for gi in self.inputs if isinstance(gi.node.meta["example_value"],
+                                                                (torch.Tensor, torch.SymInt, torch.SymFloat))]
         return ([gi.node.meta["example_value"] for gi in inputs], [gi.source for gi in inputs],
                 [gi.node.meta.get("symbolic_context") for gi in inputs])
 

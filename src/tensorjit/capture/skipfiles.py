@@ -16,7 +16,16 @@ _SKIPPED_MODULE_PREFIXES = (
     "logging", "warnings", "threading", "inspect", "traceback", "abc", "typing", "contextlib",
     "importlib", "os", "io", "pdb", "unittest.mock", "numpy", "scipy", "tensorjit", "torch._dynamo",
     "torch.autograd", "torch.utils.hooks", "torch.utils.checkpoint", "torch.distributed", "copy",
+    "torch.optim.lr_scheduler",  # as Dynamo (FORCE_SKIP_FILES): a scheduler's step is Python on floats, run eagerly
 )
+
+_INLINED_IN_SKIPPED_MODULES = {
+    ("torch.optim.lr_scheduler",
+     "LRScheduler.__init__.<locals>.patch_track_step_called.<locals>.wrap_step.<locals>.wrapper"),
+}
+"""(module, qualified name) of thin wrappers in a skipped module that are inlined: Dynamo skips the
+wrapper's frame but its frame hook compiles the callee, which tensorjit (no frame hook) reaches only
+by inlining. A scheduler wraps `optimizer.step` in this one; skipped, the update would run eagerly."""
 
 _POLYFILLS = "tensorjit.capture.polyfills."
 
@@ -48,11 +57,18 @@ def check_inlinable(fn):
     module = (getattr(fn, "globals", None) or {}).get("__name__", "") or ""
     if module.startswith(_POLYFILLS):
         return fn  # Python stand-ins for C functions, written to be traced
-    for prefix in _SKIPPED_MODULE_PREFIXES:
-        if module == prefix or module.startswith(prefix + "."):
+    if is_skipped(module, code):
             raise GraphBreak("skipped-function", f"{code.co_name} in module {module} is not traced",
                              "it runs eagerly")
     return fn
+
+
+def is_skipped(module: str, code) -> bool:
+    """Whether a function of `module` with `code` runs eagerly instead of being inlined (or compiled
+    when reached at a graph break)."""
+    if (module, getattr(code, "co_qualname", code.co_name)) in _INLINED_IN_SKIPPED_MODULES:
+        return False
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in _SKIPPED_MODULE_PREFIXES)
 
 
 def _traced_by_dynamo_itself(marked):

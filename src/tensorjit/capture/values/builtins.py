@@ -86,7 +86,11 @@ class BuiltinValue(CallableConstant):
         return fold(tx, self.fn, args, kwargs)
 
     def getattr(self, tx, name):
-        return tx.wrap_constant_object(getattr(self.fn, name))
+        try:
+            found = getattr(self.fn, name)
+        except AttributeError as error:  # the program's own exception: getattr(cls, name, default) catches it
+            raise GraphBreak("attribute-error", str(error), exception=error) from None
+        return tx.wrap_constant_object(found)
 
 
 _IMMUTABLE = (str, int, float, bytes, tuple, frozenset, complex)
@@ -118,12 +122,23 @@ def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
                              [*args, *kwargs.values()])
             if lazy is not None:  # text from sizes: guarded only if it is read
                 return lazy
+        symbolic = _SYMBOLIC_MATH.get(fn)
+        if symbolic is not None and not kwargs:  # math.cos(x) of a symbolic number stays in the graph
+            return record_call(tx, symbolic, args, {})
     try:
         result = fn(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
     except Exception as e:
         raise GraphBreak("op-error", f"{getattr(fn, '__qualname__', fn)} raised {type(e).__name__}: {e}",
                          exception=e)
     return tx.wrap_constant_object(result)
+
+
+_SYMBOLIC_MATH: dict[Callable, Callable] = {
+    **{getattr(math, name): getattr(torch, f"_sym_{name}")
+       for name in ("sqrt", "cos", "cosh", "sin", "sinh", "tan", "tanh", "asin", "acos", "atan", "log2")},
+    math.floor: math.floor, math.ceil: math.ceil, math.trunc: math.trunc}
+"""math functions with a symbolic counterpart: on a symbolic int or float they are graph nodes, as in
+Dynamo (an LR scheduler's cosine of its step count), instead of specializing their argument."""
 
 
 def _is_unbound_container_method(fn, args: list[Value]) -> bool:
@@ -564,6 +579,8 @@ def _scalar_conversion(tx, value: Value | None = None, *rest: Value) -> Value:
     if isinstance(value, SymbolicIntValue):
         if fn is py.int and not rest and value.python_type() is int:
             return value
+        if fn is py.float and not rest:  # a symbolic float stays symbolic
+            return value if value.python_type() is float else record_call(tx, torch.sym_float, [value], {})
         # str(n), float(n): Python needs the value; reading it specializes (a guard on it)
         return ConstantValue(fn(value.constant(), *[r.constant() for r in rest]))
     raise GraphBreak("unsupported-call", f"{fn.__name__}() of {value!r}")

@@ -143,11 +143,13 @@ class SymbolicIntValue(Value):
         self.source = None
 
     def python_type(self) -> type:
-        return bool if isinstance(self.example, torch.SymBool) else int
+        if isinstance(self.example, torch.SymBool):
+            return bool
+        return float if isinstance(self.example, torch.SymFloat) else int
 
     def constant(self):
         try:
-            return bool(self.example) if isinstance(self.example, torch.SymBool) else int(self.example)
+            return self.python_type()(self.example)
         except _symbolic_shapes().GuardOnDataDependentSymNode:
             raise _unbacked_branch(self.example) from None
 

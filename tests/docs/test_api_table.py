@@ -1,0 +1,47 @@
+"""docs/api.md's table of torch.compiler's names: one row per name of torch.compiler.__all__, each
+name present in tensorjit.compiler, and every test a row names exists."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import torch.compiler
+
+import tensorjit.compiler
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def table_rows(section: str) -> list[tuple[str, str]]:
+    text = (ROOT / "docs" / "api.md").read_text().split(section, 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in text.splitlines():
+        match = re.match(r"^\| `([^`]+)` \|.*\| ([^|]*) \|$", line)
+        if match:
+            rows.append((match.group(1), match.group(2).strip()))
+    return rows
+
+
+def defined_tests() -> set[str]:
+    names = set()
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        names |= set(re.findall(r"^def (test_\w+)", path.read_text(), re.M))
+    return names
+
+
+def test_every_torch_compiler_name_has_a_row_and_exists():
+    names = [name for name, _ in table_rows("## torch.compiler.__all__")]
+    assert sorted(names) == sorted(torch.compiler.__all__)
+    assert [name for name in torch.compiler.__all__ if not hasattr(tensorjit.compiler, name)] == []
+
+
+def test_every_named_test_exists():
+    known = defined_tests()
+    for name, tests in table_rows("## torch.compiler.__all__"):
+        for token in re.split(r",\s*", tests):
+            token = re.sub(r"\[[^\]]*\]|\([^)]*\)", "", token).strip()
+            if token in ("", "every test", "—") or token.endswith("tests"):
+                continue
+            pattern = "test_" + re.escape(token).replace(r"\*", ".*")
+            assert any(re.fullmatch(pattern, test) for test in known), (name, token)
