@@ -28,7 +28,7 @@ from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
 from .contextmanagers import HELPER_CODE, ContextManagerFactoryValue, GeneratorContextValue
 from .values.container_subclasses import container_base, instantiate as instantiate_container
-from .values.containers import BIRTHS, DictValue, ListValue, SequenceValue, TupleValue, SetValue, hash_key
+from .values.containers import DictValue, IteratorValue, ListValue, SequenceValue, TupleValue, SetValue, hash_key
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
@@ -86,7 +86,8 @@ def _bad_call(message: str) -> GraphBreak:
 
 
 def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    from .interpreter import Frame, GeneratorValue
+    from .generators import GeneratorValue
+    from .interpreter import Frame
     from .skipfiles import check_inlinable
     if fn.code is HELPER_CODE:  # calling a @contextlib.contextmanager function
         return GeneratorContextValue(fn, list(args), dict(kwargs))
@@ -105,52 +106,15 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
     for name, cell in zip(code.co_freevars, fn.closure_cells(tx)):
         cells[name] = cell
     frame = Frame(tx.capture, code, fn.globals, tx, bound, cells)
-    if code.co_flags & CO_GENERATOR:
-        before, born = _visible_effects(tx.output), next(BIRTHS)
-        writes = len(tx.output.container_writes)
-        frame.yielded = []
-        try:
-            frame.run()
-        except GraphBreak as e:
-            if isinstance(e.exception, StopIteration):  # PEP 479: it leaves a generator as RuntimeError
-                error = RuntimeError("generator raised StopIteration")
-                error.__cause__ = e.exception
-                e.exception = error
-            raise
-        effectful = _visible_effects(tx.output) != before or \
-            any(b < born for b in tx.output.container_writes[writes:])
-        if effectful and not _consumed_whole(tx):
-            # Capture runs a generator to its end when it is called. Without side effects that
-            # is unobservable; with them, a caller that reads only part of it (a loop that
-            # breaks, next() once) would see effects eager never makes.
-            raise GraphBreak("generator", f"{code.co_name}() is a generator with side effects; capture "
-                             "would run all of them even where the caller reads only part of it",
-                             "it runs in Python; move the side effects out of the generator to capture it")
-        return GeneratorValue(frame.yielded)
+    if code.co_flags & CO_GENERATOR:  # runs lazily, as far as the program reads it
+        frame.is_generator = True
+        return GeneratorValue(frame, fn, list(args), dict(kwargs))
     try:
         return frame.run()
     except GraphBreak as e:
         if e.is_error is None:  # the innermost frame marked with error_on_graph_break decides
             e.is_error = break_is_error(code)
         raise
-
-
-def _consumed_whole(tx) -> bool:
-    """Does the caller hand the generator it is creating straight to `yield from`, which reads
-    every item at once? (nn.Module.named_modules passes its memo set to the generators of its
-    children this way.)"""
-    following = tx.instructions[tx.ip] if tx.ip < len(tx.instructions) else None
-    return following is not None and following.opname == "GET_YIELD_FROM_ITER"
-
-
-def _visible_effects(output) -> tuple[int, frozenset]:
-    """What a caller could observe of code run so far: Python-visible writes replayed after the
-    graph (attributes, globals, cells), and writes to the storage of the graph's inputs.
-    (Writes to containers are told apart by the containers' births.)"""
-    from .aliasing import storage_key
-    inputs = {storage_key(gi.node.meta["example_value"]) for gi in output.inputs
-              if isinstance(gi.node.meta.get("example_value"), torch.Tensor)}
-    return len(output.side_effects), frozenset(output.writes.written & inputs)
 
 
 def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -432,16 +396,25 @@ def _contains(tx, container: Value, item: Value) -> Value:
         return ConstantValue(hash_key(item, True) in container.items)
     if isinstance(container, SequenceValue):
         return _contains_item(container.items, item)
+    if isinstance(container, IteratorValue):  # reads up to the first match, as Python does
+        return _contains_lazily(container, item)
     if container.is_constant() and item.is_constant():
         return ConstantValue(item.constant() in container.constant())
     if isinstance(container, (ObjectValue, UserObjectValue, NNModuleValue)):
         if lookup_static(container.python_type(), "__contains__")[0] is None and \
                 lookup_static(container.python_type(), "__iter__")[0] is not None:
-            return _contains_item(tx.iterate(container).unpack(tx), item)  # Python's fallback: iterate
+            return _contains_lazily(tx.iterate(container), item)  # Python's fallback: iterate
         return tx.call_dunder(container, "__contains__", [item])
     if isinstance(item, TensorValue):
         raise GraphBreak("data-dependent-op", "`in` on a tensor depends on its values")
     raise GraphBreak("unsupported-operation", f"`in` on {container!r}")
+
+
+def _contains_lazily(iterator: IteratorValue, item: Value) -> Value:
+    while (v := iterator.next()) is not None:
+        if _contains_item([v], item).constant():
+            return ConstantValue(True)
+    return ConstantValue(False)
 
 
 def _contains_item(items: list[Value], item: Value) -> Value:

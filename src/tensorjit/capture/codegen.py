@@ -87,7 +87,15 @@ def replace_contents(container, new):
         container.update(new)
 
 
+def exhausted_generator():
+    """A finished generator, standing for one that finished during capture."""
+    generator = (item for item in ())
+    next(generator, None)
+    return generator
+
+
 HELPERS = {
+    "exhausted_generator": exhausted_generator,
     "make_function": make_function, "new_object": new_object, "MethodType": types.MethodType,
     "CellType": types.CellType, "enter_grad_mode": enter_grad_mode, "replace_contents": replace_contents,
     "advanced_iterator": advanced_iterator, "new_container": new_container,

@@ -17,7 +17,8 @@ from . import cpython
 from .breaks import GraphBreak
 from .contextmanagers import Suspended
 from .cpython import PY, PY311, PY312, PY313, PY314
-from .interpreter import Frame, GeneratorValue, Instruction, Return
+from .generators import GeneratorValue
+from .interpreter import Frame, Instruction, Return
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
 from .values.builtins import BuiltinValue
@@ -818,50 +819,55 @@ def RETURN_VALUE(f, i):
 
 
 def _return(f: Frame, value: Value) -> None:
-    if f.yielded is not None:
-        raise Return(GeneratorValue(f.yielded))
     raise Return(value)
 
 
 @opcode()
 def RETURN_GENERATOR(f, i):
-    if f.yielded is None:
+    if not f.is_generator:
         raise GraphBreak("generator", "a generator function at the top level")
     f.push(ConstantValue(None))
 
 
 @opcode()
 def YIELD_VALUE(f, i):
+    """Suspend the generator's frame (see generators.py); send() replaces the placeholder."""
     value = f.pop()
-    f.push(ConstantValue(None))  # what send() gives back when the frame resumes
-    if f.suspend_on_yield:
-        raise Suspended(value)
-    f.yielded.append(value)
+    f.push(ConstantValue(None))
+    raise Suspended(value)
 
 
 @opcode()
 def GET_YIELD_FROM_ITER(f, i):
-    """`yield from it` inside an inlined generator: capture runs generators to completion,
-    so the delegation is done here at once, every item of `it` becoming one of this
-    generator's; the SEND loop that follows then finds the sub-iterator exhausted."""
-    if f.yielded is None:
+    if not f.is_generator:
         raise GraphBreak("generator", "yield from in a generator at the top level")
-    iterator = f.iterate(f.pop())
-    while (item := iterator.next()) is not None:
-        f.yielded.append(item)
-    f.push(iterator)
+    value = f.pop()
+    f.push(value if isinstance(value, GeneratorValue) else f.iterate(value))
 
 
 @opcode()
 def SEND(f, i):
-    """Only reached after GET_YIELD_FROM_ITER (generators are not resumed during capture):
-    the sub-iterator is exhausted, so `yield from` evaluates to None and jumps past the loop."""
-    f.pop()
-    if not isinstance(f.stack[-1], IteratorValue):
-        raise GraphBreak("generator", "send() to a generator or awaiting a coroutine")
+    """One step of `yield from`: send the value to the sub-iterator; its item goes on to the
+    YIELD_VALUE that follows, and its end jumps past the loop with its return value."""
+    sent = f.pop()
+    receiver = f.stack[-1]
+    if isinstance(receiver, GeneratorValue):
+        item = receiver.send(sent)
+    elif isinstance(receiver, IteratorValue):
+        if not (sent.is_constant() and sent.constant() is None):
+            error = AttributeError(f"'{receiver.python_type().__name__}' object has no attribute 'send'")
+            raise GraphBreak("op-error", str(error), exception=error)
+        item = receiver.next()
+    else:
+        raise GraphBreak("generator", "awaiting a coroutine")
+    if item is not None:
+        f.delegate = receiver
+        f.push(item)
+        return
+    f.delegate = None
     if cpython.SEND_POPS_RECEIVER:
         f.pop()
-    f.push(ConstantValue(None))
+    f.push(receiver.return_value if isinstance(receiver, GeneratorValue) else ConstantValue(None))
     f.jump(i)
 
 

@@ -30,7 +30,7 @@ def chain_from_iterable(iterables):
 
 
 @polyfill(itertools.islice, samples=[(range(10), 3), (range(10), 2, 8, 3), (range(10), 1, None),
-                                     (range(4), 0, 9, 2), (range(10), 5, 2)], stops_early=True)
+                                     (range(4), 0, 9, 2), (range(10), 5, 2)])
 def islice(iterable, *bounds):
     start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (list(bounds) + [None])[:3]
     start = 0 if start is None else start
@@ -153,7 +153,7 @@ def starmap(function, iterable):
         yield function(*args)
 
 
-@polyfill(itertools.takewhile, samples=[(bool, [1, 2, 0, 3]), (bool, [])], stops_early=True)
+@polyfill(itertools.takewhile, samples=[(bool, [1, 2, 0, 3]), (bool, [])])
 def takewhile(predicate, iterable):
     for item in iterable:
         if not predicate(item):
@@ -179,7 +179,7 @@ def filterfalse(predicate, iterable):
             yield item
 
 
-@polyfill(itertools.compress, samples=[("abcd", [1, 0, 1]), ([1, 2], [0, 0, 1])], stops_early=True)
+@polyfill(itertools.compress, samples=[("abcd", [1, 0, 1]), ([1, 2], [0, 0, 1])])
 def compress(data, selectors):
     for item, selected in zip(data, selectors):
         if selected:

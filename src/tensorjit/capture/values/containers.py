@@ -9,7 +9,6 @@ code generator writes its final contents back after the graph runs.
 
 from __future__ import annotations
 
-import itertools
 
 from typing import Any
 
@@ -20,15 +19,9 @@ from ..sources import ItemSource
 from .base import ConstantValue, Value
 
 
-BIRTHS = itertools.count()
-"""Creation order of mutable containers: a generator's side effects are writes to containers
-born before it ran (`calls.inline_function`)."""
-
-
 def _record_mutation(container, tx) -> None:
-    """A list, dict or set changed: note the write (by the container's birth), and if it came from
-    outside the function, write its contents back after the graph."""
-    tx.output.container_writes.append(getattr(container, "birth", -1))
+    """A list, dict or set changed: if it came from outside the function, write its contents back
+    after the graph."""
     if container.source is not None and not container.mutated:
         container.mutated = True
         tx.output.record_mutation(container)
@@ -181,7 +174,6 @@ def _is_namedtuple(cls: type) -> bool:
 
 class ListValue(SequenceValue):
     def __init__(self, items: list[Value], source=None) -> None:
-        self.birth = next(BIRTHS)
         self.items = list(items)
         self.source = source
         self.mutated = False
@@ -222,7 +214,6 @@ class DictValue(Value):
     """A dict (or OrderedDict) whose keys are compile-time constants."""
 
     def __init__(self, items: dict[Any, Value], cls: type = dict, source=None) -> None:
-        self.birth = next(BIRTHS)
         self.items = dict(items)
         self.cls = cls
         self.source = source
@@ -285,7 +276,6 @@ class SetValue(Value):
     """A set or frozenset (`cls`) of constants, keyed by their values."""
 
     def __init__(self, items: list[Value], cls: type = set, exact: Any = None) -> None:
-        self.birth = next(BIRTHS)
         self.cls = cls
         self.items: dict[Any, Value] = {}
         for v in items:
