@@ -340,3 +340,34 @@ def test_whole_consumers(consumer):
         return x + len(str(consumer(counted(log, 3))))
 
     same(program, torch.zeros(2), fullgraph=True)
+
+
+def test_a_graph_break_in_the_consumer_keeps_the_graphs_before_the_loop():
+    """The generator is suspended at the break and cannot be rebuilt: the graph ends where it was
+    first resumed instead (unstarted, it is made again by calling its function)."""
+    modules = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU(), torch.nn.Linear(2, 2))
+
+    def program(log, x):
+        x = x * 3
+        for p in modules.parameters():
+            x = x + p.sum()
+            print("a graph break")
+            log.append(len(log))
+        return x
+
+    backend = Counting()
+    log = []
+    out = tensorjit.compile(program, backend=backend)(log, torch.ones(2))
+    torch.testing.assert_close(out, program([], torch.ones(2)))
+    assert log == [0, 1, 2, 3] and backend.graphs >= 1
+
+
+def test_a_user_generator_read_across_a_graph_break():
+    def program(log, x):
+        for v in counted(log, 3):
+            log.append(("used", v))
+            print("a graph break")
+            x = x * 2 + v
+        return x
+
+    same(program, torch.ones(2))

@@ -82,9 +82,15 @@ def capture_entry(owner, L: tuple) -> CacheEntry:
             raise GraphBreakError(stop.reason, "fullgraph=True" if owner.fullgraph else
                                   "error_on_graph_break(True)") from None
         logs.graph_break(stop.reason)
-        entry = _attempt(owner, L, stop.step)
-        entry.break_reason = stop.reason
-        return entry
+        step = stop.step
+        while True:
+            try:
+                entry = _attempt(owner, L, step)
+            except _BreakAt as earlier:  # the state at `step` cannot be rebuilt, at an earlier step it can
+                step = earlier.step
+                continue
+            entry.break_reason = stop.reason
+            return entry
 
 
 def _root_frame(owner, L: tuple, capture: Capture) -> Frame:
@@ -127,7 +133,10 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             return eager_entry(fn, _build_guards(owner, output), output)
         try:
             return _finish_break(owner, output, frame, grad_before)
-        except GraphBreak as e:  # the state at the break cannot be rebuilt: run this call pattern eagerly
+        except GraphBreak as e:
+            if e.root_step is not None and e.root_step < break_at:  # a generator before it started
+                raise _BreakAt(e.root_step, e.reason) from None
+            # the state at the break cannot be rebuilt: run this call pattern eagerly
             logs.emit("graph_breaks", f"{frame.location()}: cannot resume after the break ({e}); running eagerly")
             return eager_entry(fn, _build_guards(owner, output), output)
     except GraphBreak as e:

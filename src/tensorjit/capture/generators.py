@@ -12,9 +12,9 @@ reference goes, running the `finally` and `with` exits around the `yield` it is 
 `close()` and `throw()` called by the program run them; a generator left suspended inside
 such a block when capture ends is not modelled, and that call runs eagerly
 (`unclosed_protected`). A suspended generator cannot be rebuilt for the code after a graph
-break either (its frame exists only in the capture), which also makes that call run eagerly;
-an unstarted one is rebuilt by calling its function again, a finished one as an exhausted
-generator.
+break either (its frame exists only in the capture): the graph then ends earlier, before the
+step that first resumed it, where it is unstarted and rebuilt by calling its function again
+(convert.capture_entry); a finished one is rebuilt as an exhausted generator.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class GeneratorValue(IteratorValue):
         self.args = args
         self.kwargs = kwargs
         self.started = False
+        self.first_step: int | None = None  # the root frame's step that first resumed it
         self.finished = False
         self.running = False
         self.return_value: Value = ConstantValue(None)
@@ -69,6 +70,8 @@ class GeneratorValue(IteratorValue):
         if self.running:
             error = ValueError("generator already executing")
             raise GraphBreak("op-error", str(error), exception=error)
+        if not self.started:
+            self.first_step = self.frame.capture.steps - 1
         self.started = self.running = True
         try:
             result = self.frame.run()
@@ -150,7 +153,9 @@ class GeneratorValue(IteratorValue):
         if self.finished:
             return f"{cg.helper('exhausted_generator')}()"
         if self.started:
-            raise GraphBreak("reconstruct", "a generator suspended in its body (its frame exists only in capture)")
+            error = GraphBreak("reconstruct", "a generator suspended in its body (its frame exists only in capture)")
+            error.root_step = self.first_step  # where the graph can end with the generator unstarted
+            raise error
         arguments = [cg.value(a) for a in self.args] + [f"{k}={cg.value(v)}" for k, v in self.kwargs.items()]
         return f"{cg.value(self.function)}({', '.join(arguments)})"
 
