@@ -371,3 +371,22 @@ def test_a_user_generator_read_across_a_graph_break():
         return x
 
     same(program, torch.ones(2))
+
+
+def test_extend_and_update_add_each_item_before_reading_the_next():
+    """CPython's list.extend (and set/dict update, deque.extend) add each item of an iterator as
+    it is read: a generator expression reading the container sees the items added so far."""
+    import collections
+
+    def program(log, x):
+        y = [1]
+        y.extend(y[-1] + z for z in range(3))
+        q = collections.deque([1])
+        q.extendleft(q[0] + z for z in range(3))
+        s = {0}
+        s.update(len(s) + z for z in range(3))
+        d = {0: 0}
+        d.update((len(d) + z, z) for z in range(3))
+        return x + 1, y, list(q), sorted(s), d
+
+    same(program, torch.zeros(2), fullgraph=True)

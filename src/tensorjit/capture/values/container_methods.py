@@ -13,7 +13,7 @@ from typing import Callable
 
 from ..breaks import GraphBreak
 from .base import ConstantValue, Value
-from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, TupleValue, hash_key
+from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, TupleValue, each_item, hash_key
 
 _METHODS: dict[tuple[type, str], Callable] = {}
 
@@ -111,9 +111,10 @@ def _append(tx, lst: ListValue, value: Value) -> Value:
 
 @method(ListValue, "extend")
 def _extend(tx, lst: ListValue, other: Value) -> Value:
-    items = other.unpack(tx)
+    items = other.unpack(tx) if isinstance(other, (ListValue, TupleValue)) else each_item(tx, other)
     lst.mutate(tx)
-    lst.items.extend(items)
+    for item in items:
+        lst.items.append(item)
     return NONE
 
 
@@ -251,7 +252,7 @@ def _update(tx, d: DictValue, other: Value = None, **extra: Value) -> Value:
     if isinstance(other, DictValue):
         d.items.update(other.items)
     elif other is not None:
-        for pair in other.unpack(tx):
+        for pair in each_item(tx, other):
             k, v = pair.unpack(tx)
             d.items[k.constant()] = v
     d.items.update(extra)
@@ -383,7 +384,7 @@ def _ordered(old: dict, keys: set) -> list:
 def _set_update(tx, s: SetValue, *others: Value) -> Value:
     s.mutate(tx)
     for other in others:
-        for v in other.unpack(tx):
+        for v in each_item(tx, other):
             s.items[v.constant()] = v
     return NONE
 

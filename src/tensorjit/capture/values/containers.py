@@ -467,6 +467,18 @@ def _size(container: Value) -> int:
     return len(container.mapping.items) if isinstance(container, DictViewValue) else len(container.items)
 
 
+def each_item(tx, iterable: Value):
+    """The items of `iterable` one at a time, as list.extend, set.update and dict.update read an
+    iterator: each is added before the next is read, which a generator's body may observe (it may
+    read the container being filled). Fixed items are read at once."""
+    iterator = tx.iterate(iterable)
+    if type(iterator) is IteratorValue:
+        yield from iterator.unpack(tx)
+        return
+    while (item := iterator.next()) is not None:
+        yield item
+
+
 def live_iterator(container: Value) -> IteratorValue | None:
     """iter(container) for the containers whose iterators see (or refuse) later mutation."""
     if isinstance(container, (ListValue, DictValue, SetValue, DictViewValue)):
