@@ -126,3 +126,23 @@ def test_contextmanager_decorated_inside_the_function():
     x = torch.randn(2)
     torch.testing.assert_close(tensorjit.compile(fn, backend="eager", fullgraph=True)(x), x * 3)
     assert EVENTS == ["closed"]
+
+
+def test_a_graph_break_inside_autocast_in_a_called_function_leaves_no_autocast_behind():
+    """Capture enters autocast for real (fake tensors get its dtypes); a capture that ended inside
+    the block left it entered, so the graph and everything after ran under bfloat16 autocast."""
+    def inner(x, y):
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            z = torch.mm(x, y)
+            print("a graph break")
+            return torch.sin(z)
+
+    def fn(x, y):
+        return torch.mm(x, y) + inner(x, y)
+
+    x, y = torch.rand(3, 3), torch.rand(3, 3)
+    expected = fn(x, y)
+    out = tensorjit.compile(fn, backend="eager")(x, y)
+    assert not torch.is_autocast_enabled("cpu")
+    assert out.dtype == expected.dtype == torch.float32
+    torch.testing.assert_close(out, expected)

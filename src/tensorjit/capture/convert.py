@@ -154,6 +154,8 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
         location = _deepest_location(e, frame)
         raise CaptureError(location, e) from e
     finally:
+        for context in reversed(capture.open_contexts):  # a capture that ended inside the block
+            context.exit_real()
         torch._C._set_grad_enabled(grad_before)
         markers.error_on_graph_break = strict_before
 

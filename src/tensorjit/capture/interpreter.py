@@ -111,6 +111,7 @@ class Capture:
         self.break_at = break_at
         self.steps = 0
         self.generators: list = []  # every GeneratorValue made, checked for unclosed cleanup at the end
+        self.open_contexts: list = []  # autocast/inference_mode blocks entered for real and not yet left
 
 
 class Frame:

@@ -456,7 +456,8 @@ class GlobalContextValue(Value):
     """torch.autocast(...) or torch.inference_mode(...): entered and exited by graph nodes.
 
     The context is also entered for real while capturing, so that fake tensors get
-    the dtypes and flags it implies."""
+    the dtypes and flags it implies; a capture that ends inside it (a graph break) exits it
+    for real then (`Capture.open_contexts`), so that the state does not leak into what runs next."""
 
     def __init__(self, enter_fn, exit_fn, arguments: tuple) -> None:
         self.enter_fn = enter_fn
@@ -468,12 +469,17 @@ class GlobalContextValue(Value):
     def enter(self, tx) -> Value:
         self.node = tx.output.create_node("call_function", self.enter_fn, self.arguments, {}, None)
         self.real = self.enter_fn(*self.arguments)
+        tx.capture.open_contexts.append(self)
         return ConstantValue(None)
 
     def exit(self, tx) -> Value:
         tx.output.create_node("call_function", self.exit_fn, (self.node,), {}, None)
-        self.exit_fn(self.real)
+        self.exit_real()
+        tx.capture.open_contexts.remove(self)
         return ConstantValue(None)
+
+    def exit_real(self) -> None:
+        self.exit_fn(self.real)
 
     getattr = GradModeValue.getattr
 
