@@ -146,3 +146,25 @@ def test_a_graph_break_inside_autocast_in_a_called_function_leaves_no_autocast_b
     assert not torch.is_autocast_enabled("cpu")
     assert out.dtype == expected.dtype == torch.float32
     torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("make", [
+    lambda f: torch.no_grad()(f), lambda f: torch.no_grad(f), lambda f: torch.enable_grad()(f),
+    lambda f: torch.set_grad_enabled(False)(f), lambda f: torch.set_grad_enabled(True)(f)])
+def test_grad_mode_decorating_a_function_inside_the_compiled_function(make):
+    def fn(x):
+        def inner(x):
+            return x.sin(), torch.is_grad_enabled()
+
+        with torch.set_grad_enabled(True):
+            inner = make(inner)
+            outside = torch.is_grad_enabled()  # decorating does not change the mode
+        y, inside = inner(x)
+        return y, y.requires_grad, inside, outside, torch.is_grad_enabled()
+
+    x = torch.zeros(3, requires_grad=True)
+    backend = Counting()
+    out = tensorjit.compile(fn, backend=backend, fullgraph=True)(x)
+    expected = fn(x)
+    torch.testing.assert_close(out[0], expected[0])
+    assert out[1:] == expected[1:] and backend.graphs == 1

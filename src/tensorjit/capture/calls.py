@@ -155,11 +155,11 @@ def _referent(tx, value: ObjectValue) -> Value:
 
 
 def _no_grad(tx, args, kwargs):
-    return GradModeValue(False)
+    return GradModeValue(False).call(tx, args, kwargs) if args else GradModeValue(False)  # torch.no_grad(f)
 
 
 def _enable_grad(tx, args, kwargs):
-    return GradModeValue(True)
+    return GradModeValue(True).call(tx, args, kwargs) if args else GradModeValue(True)
 
 
 def _set_grad_enabled(tx, args, kwargs):

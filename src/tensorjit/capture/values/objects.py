@@ -411,8 +411,13 @@ class GradModeValue(Value):
         raise GraphBreak("getattr", f"attribute {name!r} of a grad-mode context")
 
     def call(self, tx, args, kwargs) -> Value:
-        # `@torch.no_grad()` used as a decorator inside the compiled function.
-        raise GraphBreak("call", "grad-mode context used as a decorator inside a compiled function")
+        """`@torch.no_grad()` used as a decorator inside the compiled function."""
+        if self.kind != "grad" or len(args) != 1 or kwargs:
+            raise GraphBreak("call", "an inference_mode context (or a call with other arguments) used as a "
+                             "decorator inside a compiled function")
+        if self.previous is not None and torch.is_grad_enabled() != self.previous:
+            tx.set_grad_enabled(self.previous)  # set_grad_enabled(b) took effect when made; decorating undoes it
+        return GradModeFunctionValue(self.enabled, args[0])
 
     def reconstruct(self, cg) -> str:
         if self.kind == "inference":
@@ -421,6 +426,32 @@ class GradModeValue(Value):
 
     def reconstruct_entered_exit(self, cg) -> str:
         return f"{cg.helper('enter_grad_mode')}({self.enabled!r}, {self.previous!r})"
+
+
+class GradModeFunctionValue(Value):
+    """A function decorated with a grad-mode context: each call runs it under that mode."""
+
+    def __init__(self, enabled: bool, fn: Value) -> None:
+        self.enabled = enabled
+        self.fn = fn
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def call(self, tx, args, kwargs) -> Value:
+        mode = GradModeValue(self.enabled)
+        mode.enter(tx)
+        try:
+            result = tx.call(self.fn, list(args), dict(kwargs))
+        except GraphBreak:
+            mode.exit(tx)  # an exception the program may catch leaves the function: the mode is restored
+            raise
+        mode.exit(tx)
+        return result
+
+    def reconstruct(self, cg) -> str:
+        factory = torch.enable_grad if self.enabled else torch.no_grad
+        return f"{cg.constant(factory)}()({cg.value(self.fn)})"
 
 
 class _GradModeFactory:
