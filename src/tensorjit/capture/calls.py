@@ -256,11 +256,12 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
 
 
 def _plain_python_class(cls: type) -> bool:
-    """A class torch writes in Python like user code (lr_scheduler's `_enable_get_lr_call`): made as
-    user classes are. Classes with C slots, a custom __new__ or metaclass stay refused."""
+    """A class torch writes in Python like user code (lr_scheduler's `_enable_get_lr_call`,
+    utils._ordered_set.OrderedSet with its __slots__): made as user classes are. Classes from
+    torch._C, with a custom __new__ or metaclass stay refused."""
     return cls.__new__ is object.__new__ and type(cls) in (type, abc.ABCMeta) \
         and isinstance(lookup_static(cls, "__init__")[0], types.FunctionType) \
-        and all(base.__module__ != "torch._C" and "__slots__" not in vars(base) for base in cls.__mro__[:-1])
+        and all(base.__module__ != "torch._C" for base in cls.__mro__[:-1])
 
 
 # -- operators ----------------------------------------------------------------------------

@@ -67,7 +67,11 @@ def make_function(code, globals_, name, defaults, kwdefaults, cells):
 
 def new_object(cls, attributes):
     obj = object.__new__(cls)
-    obj.__dict__.update(attributes)
+    for name, value in attributes.items():
+        if isinstance(getattr(cls, name, None), types.MemberDescriptorType):  # a __slots__ entry
+            object.__setattr__(obj, name, value)
+        else:
+            obj.__dict__[name] = value
     return obj
 
 

@@ -21,11 +21,12 @@ from .generators import GeneratorValue
 from .interpreter import Frame, Instruction, Return
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
-from .values.builtins import BuiltinValue
+from .values.builtins import BuiltinValue, object_text
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
                                 SetValue, SliceValue, TupleValue)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue
+from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue,
+                             lookup_static)
 from .values.records import RecordValue
 from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
 
@@ -605,20 +606,31 @@ def _format_constant(value: Value, conversion: int, spec: str) -> Value:
     return lazy or ConstantValue(format(convert(value.constant()), spec))
 
 
+def _format(f: Frame, value: Value, conversion: int, spec: str) -> Value:
+    """format(value, spec) after the conversion (!s, !r); an object whose class writes its text in
+    Python (`object_text`) gives its str() or repr(), formatted then as a string."""
+    if isinstance(value, UserObjectValue) and conversion in (0, 1, 2):
+        plain = conversion or lookup_static(value.python_type(), "__format__")[0] is object.__format__
+        text = object_text(f, value, repr if conversion == 2 else str) if plain else None
+        if text is not None:
+            return _format_constant(text, 0, spec)
+    return _format_constant(value, conversion, spec)
+
+
 @opcode(*UP_TO_312)
 def FORMAT_VALUE(f, i):
     spec = f.pop().constant() if (i.arg & 0x04) else ""
-    f.push(_format_constant(f.pop(), i.arg & 0x03, spec))
+    f.push(_format(f, f.pop(), i.arg & 0x03, spec))
 
 
 @opcode(*FROM_313)
 def CONVERT_VALUE(f, i):
-    f.push(_format_constant(f.pop(), i.arg, ""))
+    f.push(_format(f, f.pop(), i.arg, ""))
 
 
 @opcode(*FROM_313)
 def FORMAT_SIMPLE(f, i):
-    f.push(_format_constant(f.pop(), 0, ""))
+    f.push(_format(f, f.pop(), 0, ""))
 
 
 @opcode(*FROM_313)

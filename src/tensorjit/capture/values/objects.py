@@ -159,6 +159,9 @@ class UserObjectValue(Value):
             return MethodValue(self, FunctionValue(static, None))
         if isinstance(static, property) and static.fget is not None:
             return tx.call(FunctionValue(static.fget), [self], {})
+        if isinstance(static, types.MemberDescriptorType):  # a __slots__ entry not yet set
+            error = AttributeError(f"'{self.cls.__name__}' object has no attribute '{name}'")
+            raise GraphBreak("attribute-error", str(error), exception=error)
         if static is not None and not hasattr(static, "__get__"):
             return tx.wrap_constant_object(static)
         if name == "__dataclass_fields__" or static is not None:
@@ -169,8 +172,12 @@ class UserObjectValue(Value):
         self.attributes[name] = value
 
     def truth(self, tx) -> bool:
-        if lookup_static(self.cls, "__bool__")[0] or lookup_static(self.cls, "__len__")[0]:
-            raise GraphBreak("truth", "truth of an object with __bool__/__len__")
+        for name in ("__bool__", "__len__"):  # Python's order: __bool__, else __len__ != 0
+            if lookup_static(self.cls, name)[0] is not None:
+                answer = tx.call_dunder(self, name, [])
+                if not answer.is_constant():
+                    raise GraphBreak("truth", f"{self.cls.__name__}.{name} answered a value known only at run time")
+                return bool(answer.constant())
         return True
 
     def reconstruct(self, cg) -> str:
