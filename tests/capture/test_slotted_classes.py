@@ -39,3 +39,32 @@ def test_slotted_objects_made_inside_are_captured_and_returned():
     assert out[1:6] == expected[1:6]
     assert type(out[6]) is Point and out[6].a == 2 and not hasattr(out[6], "b")
     assert type(out[7]) is OrderedSet and list(out[7]) == list(expected[7]) and out[8] == expected[8]
+
+
+def test_ordered_set_operators_follow_pythons_dunder_order():
+    """`a -= b` tries __isub__ before __sub__ (OrderedSet.__sub__ uses -= on its copy: taking
+    -= for __sub__ recursed), NotImplemented passes to the reflected method, and OrderedSet[T]
+    (a generic alias of a Python class) is made at capture time."""
+    def fn(x):
+        p, q = OrderedSet("abc"), OrderedSet("bcd")
+        r = OrderedSet(p)
+        r |= q
+        return x + 1, list(p - q), list(p | q), list(p & q), list(p ^ q), list(r), p == OrderedSet("cba"), p != q
+
+    x = torch.zeros(1)
+    expected = fn(x)
+    out = tensorjit.compile(fn, fullgraph=True)(x)
+    torch.testing.assert_close(out[0], expected[0])
+    assert out[1:] == expected[1:]
+
+
+def test_an_unhashable_key_raises_type_error_for_the_program():
+    def fn(x):
+        d = {}
+        try:
+            d[["a"]] = 1
+        except TypeError:
+            x = x + 1
+        return x
+
+    torch.testing.assert_close(tensorjit.compile(fn, fullgraph=True)(torch.zeros(1)), torch.ones(1))

@@ -433,16 +433,33 @@ _DUNDERS = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__m
             operator.pow: "__pow__", operator.matmul: "__matmul__", operator.eq: "__eq__",
             operator.ne: "__ne__", operator.lt: "__lt__", operator.le: "__le__", operator.gt: "__gt__",
             operator.ge: "__ge__", operator.getitem: "__getitem__", operator.and_: "__and__",
-            operator.or_: "__or__"}
+            operator.or_: "__or__", operator.xor: "__xor__", operator.lshift: "__lshift__",
+            operator.rshift: "__rshift__"}
+_REFLECTED_BITS = {operator.and_: "__rand__", operator.or_: "__ror__", operator.xor: "__rxor__",
+                   operator.lshift: "__rlshift__", operator.rshift: "__rrshift__"}
 
 
 def _dunder_binary(tx, op, a: Value, b: Value) -> Value:
+    """Python's order for `a op b` through Python dunders: for `a op= b` first a.__iop__(b); then
+    a.__op__(b); then b.__rop__(a); each answering NotImplemented passes to the next."""
     base = _INPLACE.get(op, op)
     name = _DUNDERS.get(base)
-    if name and isinstance(lookup_static(a.python_type(), name)[0], types.FunctionType):
-        return tx.call_dunder(a, name, [b])
-    reflected = _REFLECTED.get(base)
-    if reflected and isinstance(lookup_static(b.python_type(), reflected)[0], types.FunctionType):
-        return tx.call_dunder(b, reflected, [a])
+    attempts = []
+    if op in _INPLACE and name:
+        attempts.append((a, "__i" + name[2:], b))
+    if name:
+        attempts.append((a, name, b))
+    reflected = _REFLECTED.get(base) or _REFLECTED_BITS.get(base)
+    if reflected:
+        attempts.append((b, reflected, a))
+    for obj, dunder, other in attempts:
+        method = lookup_static(obj.python_type(), dunder)[0]
+        if method is None:
+            continue
+        if not isinstance(method, types.FunctionType):
+            continue  # a C method of a builtin type: it answers NotImplemented for Python classes
+        result = tx.call_dunder(obj, dunder, [other])
+        if not (result.is_constant() and result.constant() is NotImplemented):
+            return result
     raise GraphBreak("unsupported-operation",
                      f"{getattr(op, '__name__', op)} on {a.python_type().__name__} and {b.python_type().__name__}")

@@ -23,7 +23,7 @@ from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
 from .values.builtins import BuiltinValue, object_text
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
-                                SetValue, SliceValue, TupleValue)
+                                SetValue, SliceValue, TupleValue, hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue,
                              lookup_static)
@@ -399,6 +399,9 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
         # code can do with it, which a list of the same submodules answers alike.
         children = f.iterate(f.getattr(f.getattr(obj, "_modules"), "values").call(f, [], {})).unpack(f)
         return ListValue(children[index.constant()])
+    if obj.is_constant() and isinstance(obj.constant(), type) and isinstance(index, ObjectValue) and \
+            hasattr(obj.constant(), "__class_getitem__"):
+        return f.wrap_constant_object(obj.constant()[index.obj])  # a generic alias (OrderedSet[T]): pure
     if obj.is_constant() and index.is_constant():
         try:
             return f.wrap_constant_object(obj.constant()[index.constant()])
@@ -445,8 +448,9 @@ def setitem(f: Frame, obj: Value, index: Value, value: Value) -> None:
         else:
             obj.items[key] = value
     elif isinstance(obj, DictValue):
+        key = hash_key(index, False)  # an unhashable key raises TypeError for the program
         obj.mutate(f)
-        obj.items[index.constant()] = value
+        obj.items[key] = value
     elif isinstance(obj, (ObjectValue, UserObjectValue)):
         f.call_dunder(obj, "__setitem__", [index, value])
     else:
