@@ -68,3 +68,35 @@ def test_an_unhashable_key_raises_type_error_for_the_program():
         return x
 
     torch.testing.assert_close(tensorjit.compile(fn, fullgraph=True)(torch.zeros(1)), torch.ones(1))
+
+
+def test_operators_answering_not_implemented_raise_type_error_for_the_program():
+    class Box:
+        def __init__(self, v):
+            self.v = v
+
+        def __sub__(self, other):
+            if not isinstance(other, Box):
+                return NotImplemented
+            return Box(self.v - other.v)
+
+        def __eq__(self, other):
+            return isinstance(other, Box) and self.v == other.v
+
+        def __ne__(self, other):
+            return super().__ne__(other)  # object.__ne__: the negation of __eq__
+
+    def fn(x):
+        caught = False
+        try:
+            Box(1) - 5
+        except TypeError:
+            caught = True
+        s = OrderedSet("abc")
+        return x + (Box(3) - Box(1)).v, caught, Box(1) != Box(1), Box(1) != Box(2), s.pop(), list(s)
+
+    x = torch.zeros(1)
+    expected = fn(x)
+    out = tensorjit.compile(fn, fullgraph=True)(x)
+    torch.testing.assert_close(out[0], expected[0])
+    assert out[1:] == expected[1:]

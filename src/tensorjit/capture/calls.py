@@ -32,7 +32,7 @@ from .values.containers import DictValue, IteratorValue, ListValue, SequenceValu
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
-                             UserObjectValue, lookup_static)
+                             UserObjectValue, is_not_implemented, lookup_static)
 from .values.records import RecordValue, is_record_class
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
@@ -452,14 +452,29 @@ def _dunder_binary(tx, op, a: Value, b: Value) -> Value:
     reflected = _REFLECTED.get(base) or _REFLECTED_BITS.get(base)
     if reflected:
         attempts.append((b, reflected, a))
+    asked_all = True  # every method there was is Python's and answered NotImplemented
     for obj, dunder, other in attempts:
         method = lookup_static(obj.python_type(), dunder)[0]
         if method is None:
             continue
         if not isinstance(method, types.FunctionType):
-            continue  # a C method of a builtin type: it answers NotImplemented for Python classes
+            # A C method of a builtin type answers NotImplemented for an object of a Python class;
+            # any other C method might not, so no TypeError can be claimed.
+            asked_all = asked_all and obj.python_type() in _BUILTIN_OPERANDS and isinstance(other, UserObjectValue)
+            continue
         result = tx.call_dunder(obj, dunder, [other])
-        if not (result.is_constant() and result.constant() is NotImplemented):
+        if not is_not_implemented(result):
             return result
-    raise GraphBreak("unsupported-operation",
-                     f"{getattr(op, '__name__', op)} on {a.python_type().__name__} and {b.python_type().__name__}")
+    message = f"{getattr(op, '__name__', op)} on {a.python_type().__name__} and {b.python_type().__name__}"
+    symbol = _SYMBOLS.get(base)
+    if asked_all and symbol is not None and attempts:  # Python raises TypeError, which the program may catch
+        error = TypeError(f"unsupported operand type(s) for {symbol}{'=' if op in _INPLACE else ''}: "
+                          f"'{a.python_type().__name__}' and '{b.python_type().__name__}'")
+        raise GraphBreak("op-error", str(error), exception=error)
+    raise GraphBreak("unsupported-operation", message)
+
+
+_BUILTIN_OPERANDS = {int, float, complex, bool, str, bytes, type(None), tuple, list, dict, set, frozenset}
+_SYMBOLS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.floordiv: "//",
+            operator.mod: "%", operator.pow: "** or pow()", operator.matmul: "@", operator.and_: "&",
+            operator.or_: "|", operator.xor: "^", operator.lshift: "<<", operator.rshift: ">>"}

@@ -270,6 +270,16 @@ def _dict_pop(tx, d: DictValue, key: Value, default: Value | None = None) -> Val
     return default
 
 
+@method(DictValue, "popitem")
+def _popitem(tx, d: DictValue) -> Value:
+    if not d.items:
+        error = KeyError("popitem(): dictionary is empty")
+        raise GraphBreak("op-error", str(error), exception=error)
+    d.mutate(tx)
+    key, value = d.items.popitem()
+    return TupleValue([ConstantValue(key), value])
+
+
 @method(DictValue, "setdefault")
 def _setdefault(tx, d: DictValue, key: Value, default: Value = NONE) -> Value:
     k = key.constant()

@@ -268,7 +268,7 @@ class DictValue(Value):
         return f"DictValue({self.items!r})"
 
 
-_DICT_METHODS = {"__init__", "get", "items", "keys", "values", "update", "pop", "setdefault", "copy", "clear",
+_DICT_METHODS = {"__init__", "get", "items", "keys", "values", "update", "pop", "popitem", "setdefault", "copy", "clear",
                  "__contains__", "__getitem__", "__len__"}
 
 

@@ -353,6 +353,12 @@ class EnvironMethodValue(Value):
         return value
 
 
+def is_not_implemented(value: Value) -> bool:
+    """Is value NotImplemented (what a binary dunder answers to pass the operation on)?"""
+    return (value.is_constant() and value.constant() is NotImplemented) or \
+        (isinstance(value, ObjectValue) and value.obj is NotImplemented)
+
+
 class BuiltinMethodOfObject(Value):
     """A C-level method such as object.__init__ reached through super()."""
 
@@ -366,6 +372,11 @@ class BuiltinMethodOfObject(Value):
             return ConstantValue(None)
         if self.name == "__setattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
             return tx.store_attribute(self.obj, args[0].constant(), args[1], custom=False)
+        if self.name == "__eq__" and len(args) == 1:  # object's: identity, else NotImplemented
+            return ConstantValue(True) if args[0] is self.obj else tx.wrap_constant_object(NotImplemented)
+        if self.name == "__ne__" and len(args) == 1:  # object's: the negation of type(self).__eq__
+            equal = tx.call_dunder(self.obj, "__eq__", args)
+            return equal if is_not_implemented(equal) else ConstantValue(not equal.truth(tx))
         raise GraphBreak("call", f"object.{self.name} through super()")
 
 
