@@ -390,3 +390,51 @@ def test_extend_and_update_add_each_item_before_reading_the_next():
         return x + 1, y, list(q), sorted(s), d
 
     same(program, torch.zeros(2), fullgraph=True)
+
+
+def test_unpacking_reads_one_item_more_than_it_needs():
+    def program(log, x):
+        def endless():
+            i = 0
+            while True:
+                log.append(i)
+                yield i
+                i += 1
+
+        try:
+            a, b = endless()  # Python reads a third item, then raises ValueError
+        except ValueError:
+            a, b = -1, -1
+        return x + a + b
+
+    same(program, torch.zeros(2), fullgraph=True)
+
+
+class Source:
+    def __init__(self, log):
+        self.log = log
+
+    def __iter__(self):
+        self.log.append("iter")
+        return iter([1, 2, 3])
+
+
+def test_iterators_made_by_c_functions_take_their_inputs_when_made():
+    """C's map, zip, islice... call iter() on their inputs at once, and product/combinations read
+    them whole at once; tee reads lazily, as C's tee does; reversed() refuses an iterator."""
+    def program(log, x):
+        m = map(abs, Source(log))
+        log.append("made")
+        p = itertools.product(counted(log, 2), [0])
+        log.append("product made")
+        first, second = itertools.tee(counted(log, 3))
+        log.append(next(first))
+        log.append(next(second))
+        caught = False
+        try:
+            reversed(counted(log, 2))
+        except TypeError:
+            caught = True
+        return x + next(m) + len(list(p)), caught
+
+    same(program, torch.zeros(2), fullgraph=True)

@@ -578,9 +578,17 @@ HANDLERS["DICT_MERGE"] = DICT_UPDATE
 @opcode()
 def UNPACK_SEQUENCE(f, i):
     value = f.pop()
-    items = f.iterate(value).unpack(f) if not isinstance(value, SequenceValue) else list(value.items)
+    if isinstance(value, SequenceValue):
+        items = list(value.items)
+    else:  # Python reads one item more than it needs, to see that there are no others
+        iterator = f.iterate(value)
+        items = []
+        while len(items) <= i.arg and (item := iterator.next()) is not None:
+            items.append(item)
     if len(items) != i.arg:
-        raise GraphBreak("op-error", f"cannot unpack {len(items)} values into {i.arg}")
+        error = ValueError(f"too many values to unpack (expected {i.arg})" if len(items) > i.arg else
+                           f"not enough values to unpack (expected {i.arg}, got {len(items)})")
+        raise GraphBreak("op-error", str(error), exception=error)
     for item in reversed(items):
         f.push(item)
 

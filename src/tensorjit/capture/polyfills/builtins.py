@@ -59,7 +59,10 @@ def _calls_python(args, kwargs) -> bool:
 @polyfill(builtins.zip, applies=has_lazy_input,
           samples=[([1, 2], "abc"), (), Sample([1, 2], "ab", strict=True), Sample([1], strict=True)])
 def zip_(*iterables, strict=False):
-    iterators = [iter(iterable) for iterable in iterables]
+    return _zip([iter(iterable) for iterable in iterables], strict)  # iter() at once, as C's zip
+
+
+def _zip(iterators, strict):
     marker = []
     while iterators:
         group = []
@@ -86,21 +89,33 @@ def _strict_end(iterators, index, marker):
 
 @polyfill(builtins.enumerate, applies=has_lazy_input, samples=[("abc",), ("ab", 5)])
 def enumerate_(iterable, start=0):
+    return _enumerate(iter(iterable), start)
+
+
+def _enumerate(iterator, start):
     index = start
-    for item in iterable:
+    for item in iterator:
         yield index, item
         index += 1
 
 
 @polyfill(builtins.map, applies=_calls_python, samples=[(abs, [-1, 2]), (pow, [1, 2], [3, 4, 5])])
 def map_(function, *iterables):
-    for args in zip_(*iterables):
+    return _map(function, zip_(*iterables))
+
+
+def _map(function, groups):
+    for args in groups:
         yield function(*args)
 
 
 @polyfill(builtins.filter, applies=_calls_python, samples=[(None, [0, 1, 2, 0]), (abs, [0, -1, 2])])
 def filter_(function, iterable):
-    for item in iterable:
+    return _filter(function, iter(iterable))
+
+
+def _filter(function, iterator):
+    for item in iterator:
         if (item if function is None else function(item)):
             yield item
 

@@ -311,6 +311,9 @@ def _zip(tx, *iterables: Value, strict: Value = ConstantValue(False)) -> Value:
 def _reversed(tx, seq: Value) -> Value:
     if seq.is_constant() and isinstance(seq.constant(), range):
         return IteratorValue([ConstantValue(v) for v in reversed(seq.constant())])
+    if isinstance(seq, IteratorValue):  # iterators (a generator, zip, map) are not reversible
+        error = TypeError(f"'{seq.python_type().__name__}' object is not reversible")
+        raise GraphBreak("op-error", str(error), exception=error)
     return IteratorValue(list(reversed(tx.iterate(seq).unpack(tx))))
 
 
