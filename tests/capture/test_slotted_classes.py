@@ -100,3 +100,34 @@ def test_operators_answering_not_implemented_raise_type_error_for_the_program():
     out = tensorjit.compile(fn, fullgraph=True)(x)
     torch.testing.assert_close(out[0], expected[0])
     assert out[1:] == expected[1:]
+
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+
+class NeverEqual:
+    def __eq__(self, other):
+        return False
+
+
+def test_list_remove_compares_with_identity_then_the_items_eq():
+    def fn(x):
+        p = [AlwaysEqual()]
+        p.remove(NeverEqual())  # AlwaysEqual.__eq__ is asked: removed
+        item = NeverEqual()
+        q = [item]
+        q.remove(item)  # identity first
+        r = [NeverEqual()]
+        try:
+            r.remove(NeverEqual())
+        except ValueError:
+            x = x + 1
+        return x, len(p), len(q), len(r)
+
+    x = torch.zeros(1)
+    expected = fn(x)
+    out = tensorjit.compile(fn, fullgraph=True)(x)
+    torch.testing.assert_close(out[0], expected[0])
+    assert out[1:] == expected[1:]

@@ -152,16 +152,23 @@ def _reverse(tx, lst: ListValue) -> Value:
 
 @method(ListValue, "remove")
 def _remove(tx, lst: ListValue, value: Value) -> Value:
-    target = value.constant()
+    """CPython's order: the first item that is x, or that answers `item == x` (its __eq__ first)."""
+    from .tensors import TensorValue
     for i, item in enumerate(lst.items):
-        if item.is_constant() and item.constant() == target:
+        if item is value:
+            equal = True
+        elif item.is_constant() and value.is_constant():
+            equal = item.constant() == value.constant()
+        elif isinstance(item, TensorValue) or isinstance(value, TensorValue):
+            raise GraphBreak("data-dependent-op", "list.remove comparing a tensor reads its values")
+        else:
+            equal = tx.binary_op(operator.eq, item, value).truth(tx)
+        if equal:
             lst.mutate(tx)
             del lst.items[i]
             return NONE
-    if all(item.is_constant() for item in lst.items):  # no item could compare equal in another way
-        error = ValueError("list.remove(x): x not in list")
-        raise GraphBreak("op-error", str(error), exception=error)
-    raise GraphBreak("op-error", "list.remove(x): x not found among the items capture can compare")
+    error = ValueError("list.remove(x): x not in list")
+    raise GraphBreak("op-error", str(error), exception=error)
 
 
 @method(ListValue, "sort")
