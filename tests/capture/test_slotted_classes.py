@@ -131,3 +131,23 @@ def test_list_remove_compares_with_identity_then_the_items_eq():
     out = tensorjit.compile(fn, fullgraph=True)(x)
     torch.testing.assert_close(out[0], expected[0])
     assert out[1:] == expected[1:]
+
+
+def test_a_set_of_functions_from_outside_is_guarded_by_its_items():
+    s = {torch._C._set_grad_enabled, "hello", torch.amp._exit_autocast, torch.sin}
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    @tensorjit.compile(backend=backend, fullgraph=True)
+    def fn(x, s):
+        return x.sin() if torch.amp._exit_autocast in s else x.cos()
+
+    x = torch.randn(2)
+    torch.testing.assert_close(fn(x, s), x.sin())
+    s.remove(torch.amp._exit_autocast)
+    s.add(torch._C._set_fwd_grad_enabled)
+    torch.testing.assert_close(fn(x, s), x.cos())
+    assert len(graphs) == 2

@@ -9,7 +9,7 @@ code generator writes its final contents back after the graph runs.
 
 from __future__ import annotations
 
-
+import types
 from typing import Any
 
 import torch
@@ -279,7 +279,7 @@ class SetValue(Value):
         self.cls = cls
         self.items: dict[Any, Value] = {}
         for v in items:
-            self.items[v.constant()] = v
+            self.items[identity_key(v)] = v
         self.exact = exact
         """The real set this value was made from at capture time (set algebra on constants), while
         unchanged: rebuilt from its items, a set can iterate in another order than the one the
@@ -328,10 +328,17 @@ class SetValue(Value):
         return f"{{{items}}}" if items else "set()"
 
 
+def identity_key(value: Value) -> Any:
+    """The object a value stands for, as a dict or set key: its constant, or the Python function
+    it wraps (functions hash and compare by identity)."""
+    fn = getattr(value, "fn", None)
+    return fn if isinstance(fn, types.FunctionType) and not value.is_constant() else value.constant()
+
+
 def hash_key(value: Value, coerce_sets: bool) -> Any:
     """The key `value` looks up in a dict or set. A set looks up a set as the equal frozenset, as
     CPython's set does; anything else unhashable raises the TypeError Python raises."""
-    key = value.constant()
+    key = identity_key(value)
     try:
         hash(key)
     except TypeError as error:
