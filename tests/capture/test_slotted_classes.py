@@ -151,3 +151,17 @@ def test_a_set_of_functions_from_outside_is_guarded_by_its_items():
     s.add(torch._C._set_fwd_grad_enabled)
     torch.testing.assert_close(fn(x, s), x.cos())
     assert len(graphs) == 2
+
+
+def test_comparisons_pass_to_the_reflected_method():
+    """`{1} != OrderedSet([1])`: set.__ne__ answers NotImplemented for a Python class, so Python
+    asks OrderedSet.__ne__; objects without __eq__ compare by identity."""
+    def fn(x):
+        s = OrderedSet([1])
+        plain = Point(1)
+        return x + 1, {1} != s, {1} == s, {2} != s, plain == plain, plain != Point(1)
+
+    x = torch.zeros(1)
+    expected = fn(x)
+    out = tensorjit.compile(fn, fullgraph=True)(x)
+    assert out[1:] == expected[1:]

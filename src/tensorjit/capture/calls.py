@@ -435,6 +435,8 @@ _DUNDERS = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__m
             operator.ge: "__ge__", operator.getitem: "__getitem__", operator.and_: "__and__",
             operator.or_: "__or__", operator.xor: "__xor__", operator.lshift: "__lshift__",
             operator.rshift: "__rshift__"}
+_REFLECTED_COMPARISONS = {operator.eq: "__eq__", operator.ne: "__ne__", operator.lt: "__gt__",
+                          operator.le: "__ge__", operator.gt: "__lt__", operator.ge: "__le__"}
 _REFLECTED_BITS = {operator.and_: "__rand__", operator.or_: "__ror__", operator.xor: "__rxor__",
                    operator.lshift: "__rlshift__", operator.rshift: "__rrshift__"}
 
@@ -449,7 +451,7 @@ def _dunder_binary(tx, op, a: Value, b: Value) -> Value:
         attempts.append((a, "__i" + name[2:], b))
     if name:
         attempts.append((a, name, b))
-    reflected = _REFLECTED.get(base) or _REFLECTED_BITS.get(base)
+    reflected = _REFLECTED.get(base) or _REFLECTED_BITS.get(base) or _REFLECTED_COMPARISONS.get(base)
     if reflected:
         attempts.append((b, reflected, a))
     asked_all = True  # every method there was is Python's and answered NotImplemented
@@ -465,6 +467,8 @@ def _dunder_binary(tx, op, a: Value, b: Value) -> Value:
         result = tx.call_dunder(obj, dunder, [other])
         if not is_not_implemented(result):
             return result
+    if asked_all and attempts and base in (operator.eq, operator.ne):  # Python's last resort: identity
+        return ConstantValue((a is b) == (base is operator.eq))
     message = f"{getattr(op, '__name__', op)} on {a.python_type().__name__} and {b.python_type().__name__}"
     symbol = _SYMBOLS.get(base)
     if asked_all and symbol is not None and attempts:  # Python raises TypeError, which the program may catch
