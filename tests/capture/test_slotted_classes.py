@@ -165,3 +165,17 @@ def test_comparisons_pass_to_the_reflected_method():
     expected = fn(x)
     out = tensorjit.compile(fn, fullgraph=True)(x)
     assert out[1:] == expected[1:]
+
+
+def test_a_set_of_mixed_constants_from_outside_is_guarded_by_its_items():
+    import math
+    s = {"PyTorch", 3.3, 1j, math.nan}
+
+    @tensorjit.compile(fullgraph=True)
+    def fn(x, s):
+        return x.sin() if "PyTorch" in s else x.cos()
+
+    x = torch.randn(2)
+    torch.testing.assert_close(fn(x, s), x.sin())
+    s.remove("PyTorch")
+    torch.testing.assert_close(fn(x, s), x.cos())

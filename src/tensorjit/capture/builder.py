@@ -149,7 +149,7 @@ def _guard_closure(tx, fn: types.FunctionType, source: Source) -> None:
 _SEQUENCE_ITERATORS = {type(iter([])), type(iter(())), type(iter(range(0)))}
 
 
-_PLAIN_SET_ITEMS = (int, str, bool, float, bytes, type(None))
+_PLAIN_SET_ITEMS = (int, str, bool, float, complex, bytes, type(None))
 _SET_ITEM_TYPES = _PLAIN_SET_ITEMS + (types.FunctionType, types.BuiltinFunctionType, type)
 
 
