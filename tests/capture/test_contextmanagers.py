@@ -126,3 +126,45 @@ def test_contextmanager_decorated_inside_the_function():
     x = torch.randn(2)
     torch.testing.assert_close(tensorjit.compile(fn, backend="eager", fullgraph=True)(x), x * 3)
     assert EVENTS == ["closed"]
+
+
+def test_a_graph_break_inside_autocast_in_a_called_function_leaves_no_autocast_behind():
+    """Capture enters autocast for real (fake tensors get its dtypes); a capture that ended inside
+    the block left it entered, so the graph and everything after ran under bfloat16 autocast."""
+    def inner(x, y):
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            z = torch.mm(x, y)
+            print("a graph break")
+            return torch.sin(z)
+
+    def fn(x, y):
+        return torch.mm(x, y) + inner(x, y)
+
+    x, y = torch.rand(3, 3), torch.rand(3, 3)
+    expected = fn(x, y)
+    out = tensorjit.compile(fn, backend="eager")(x, y)
+    assert not torch.is_autocast_enabled("cpu")
+    assert out.dtype == expected.dtype == torch.float32
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("make", [
+    lambda f: torch.no_grad()(f), lambda f: torch.no_grad(f), lambda f: torch.enable_grad()(f),
+    lambda f: torch.set_grad_enabled(False)(f), lambda f: torch.set_grad_enabled(True)(f)])
+def test_grad_mode_decorating_a_function_inside_the_compiled_function(make):
+    def fn(x):
+        def inner(x):
+            return x.sin(), torch.is_grad_enabled()
+
+        with torch.set_grad_enabled(True):
+            inner = make(inner)
+            outside = torch.is_grad_enabled()  # decorating does not change the mode
+        y, inside = inner(x)
+        return y, y.requires_grad, inside, outside, torch.is_grad_enabled()
+
+    x = torch.zeros(3, requires_grad=True)
+    backend = Counting()
+    out = tensorjit.compile(fn, backend=backend, fullgraph=True)(x)
+    expected = fn(x)
+    torch.testing.assert_close(out[0], expected[0])
+    assert out[1:] == expected[1:] and backend.graphs == 1

@@ -84,12 +84,14 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         with _items_of(tx, source, obj):
             items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
         return DictValue(items, type(obj), source)
-    if type(obj) in (set, frozenset) and all(type(v) in (int, str, bool, float, bytes, type(None)) for v in obj):
-        # A set of plain constants (names to skip, ids seen): its contents are guarded, and a
-        # set changed in the function is written back like a list or dict.
+    if type(obj) in (set, frozenset) and all(type(v) in _SET_ITEM_TYPES for v in obj):
+        # A set of plain constants, functions and classes (names to skip, ids seen, ops to
+        # treat specially): its contents are guarded (functions and classes by identity), and
+        # a set changed in the function is written back like a list or dict.
         guard(Guard(source, "type", type(obj)))
         guard(Guard(source, "set_items", tuple(obj)))
-        value = SetValue([ConstantValue(v) for v in obj], type(obj))
+        value = SetValue([ConstantValue(v) if type(v) in _PLAIN_SET_ITEMS else wrap_constant_object(tx, v)
+                          for v in obj], type(obj))
         value.source = source
         value.mutated = False
         return value
@@ -163,6 +165,10 @@ def _guard_closure(tx, fn: types.FunctionType, source: Source) -> None:
 
 
 _SEQUENCE_ITERATORS = {type(iter([])), type(iter(())), type(iter(range(0)))}
+
+
+_PLAIN_SET_ITEMS = (int, str, bool, float, complex, bytes, type(None))
+_SET_ITEM_TYPES = _PLAIN_SET_ITEMS + (types.FunctionType, types.BuiltinFunctionType, type)
 
 
 def _wrap_iterator(tx, obj: Any, source: Source) -> Value:

@@ -28,11 +28,11 @@ from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
 from .contextmanagers import HELPER_CODE, ContextManagerFactoryValue, GeneratorContextValue
 from .values.container_subclasses import container_base, instantiate as instantiate_container
-from .values.containers import BIRTHS, DictValue, ListValue, SequenceValue, TupleValue, SetValue, hash_key
+from .values.containers import DictValue, IteratorValue, ListValue, SequenceValue, TupleValue, SetValue, hash_key
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
-                             UserObjectValue, lookup_static)
+                             UserObjectValue, is_not_implemented, lookup_static)
 from .values.records import RecordValue, is_record_class
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
@@ -86,7 +86,8 @@ def _bad_call(message: str) -> GraphBreak:
 
 
 def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    from .interpreter import Frame, GeneratorValue
+    from .generators import GeneratorValue
+    from .interpreter import Frame
     from .skipfiles import check_inlinable
     if fn.code is HELPER_CODE:  # calling a @contextlib.contextmanager function
         return GeneratorContextValue(fn, list(args), dict(kwargs))
@@ -105,52 +106,15 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
     for name, cell in zip(code.co_freevars, fn.closure_cells(tx)):
         cells[name] = cell
     frame = Frame(tx.capture, code, fn.globals, tx, bound, cells)
-    if code.co_flags & CO_GENERATOR:
-        before, born = _visible_effects(tx.output), next(BIRTHS)
-        writes = len(tx.output.container_writes)
-        frame.yielded = []
-        try:
-            frame.run()
-        except GraphBreak as e:
-            if isinstance(e.exception, StopIteration):  # PEP 479: it leaves a generator as RuntimeError
-                error = RuntimeError("generator raised StopIteration")
-                error.__cause__ = e.exception
-                e.exception = error
-            raise
-        effectful = _visible_effects(tx.output) != before or \
-            any(b < born for b in tx.output.container_writes[writes:])
-        if effectful and not _consumed_whole(tx):
-            # Capture runs a generator to its end when it is called. Without side effects that
-            # is unobservable; with them, a caller that reads only part of it (a loop that
-            # breaks, next() once) would see effects eager never makes.
-            raise GraphBreak("generator", f"{code.co_name}() is a generator with side effects; capture "
-                             "would run all of them even where the caller reads only part of it",
-                             "it runs in Python; move the side effects out of the generator to capture it")
-        return GeneratorValue(frame.yielded)
+    if code.co_flags & CO_GENERATOR:  # runs lazily, as far as the program reads it
+        frame.is_generator = True
+        return GeneratorValue(frame, fn, list(args), dict(kwargs))
     try:
         return frame.run()
     except GraphBreak as e:
         if e.is_error is None:  # the innermost frame marked with error_on_graph_break decides
             e.is_error = break_is_error(code)
         raise
-
-
-def _consumed_whole(tx) -> bool:
-    """Does the caller hand the generator it is creating straight to `yield from`, which reads
-    every item at once? (nn.Module.named_modules passes its memo set to the generators of its
-    children this way.)"""
-    following = tx.instructions[tx.ip] if tx.ip < len(tx.instructions) else None
-    return following is not None and following.opname == "GET_YIELD_FROM_ITER"
-
-
-def _visible_effects(output) -> tuple[int, frozenset]:
-    """What a caller could observe of code run so far: Python-visible writes replayed after the
-    graph (attributes, globals, cells), and writes to the storage of the graph's inputs.
-    (Writes to containers are told apart by the containers' births.)"""
-    from .aliasing import storage_key
-    inputs = {storage_key(gi.node.meta["example_value"]) for gi in output.inputs
-              if isinstance(gi.node.meta.get("example_value"), torch.Tensor)}
-    return len(output.side_effects), frozenset(output.writes.written & inputs)
 
 
 def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -191,11 +155,11 @@ def _referent(tx, value: ObjectValue) -> Value:
 
 
 def _no_grad(tx, args, kwargs):
-    return GradModeValue(False)
+    return GradModeValue(False).call(tx, args, kwargs) if args else GradModeValue(False)  # torch.no_grad(f)
 
 
 def _enable_grad(tx, args, kwargs):
-    return GradModeValue(True)
+    return GradModeValue(True).call(tx, args, kwargs) if args else GradModeValue(True)
 
 
 def _set_grad_enabled(tx, args, kwargs):
@@ -292,11 +256,12 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
 
 
 def _plain_python_class(cls: type) -> bool:
-    """A class torch writes in Python like user code (lr_scheduler's `_enable_get_lr_call`): made as
-    user classes are. Classes with C slots, a custom __new__ or metaclass stay refused."""
+    """A class torch writes in Python like user code (lr_scheduler's `_enable_get_lr_call`,
+    utils._ordered_set.OrderedSet with its __slots__): made as user classes are. Classes from
+    torch._C, with a custom __new__ or metaclass stay refused."""
     return cls.__new__ is object.__new__ and type(cls) in (type, abc.ABCMeta) \
         and isinstance(lookup_static(cls, "__init__")[0], types.FunctionType) \
-        and all(base.__module__ != "torch._C" and "__slots__" not in vars(base) for base in cls.__mro__[:-1])
+        and all(base.__module__ != "torch._C" for base in cls.__mro__[:-1])
 
 
 # -- operators ----------------------------------------------------------------------------
@@ -432,16 +397,25 @@ def _contains(tx, container: Value, item: Value) -> Value:
         return ConstantValue(hash_key(item, True) in container.items)
     if isinstance(container, SequenceValue):
         return _contains_item(container.items, item)
+    if isinstance(container, IteratorValue):  # reads up to the first match, as Python does
+        return _contains_lazily(container, item)
     if container.is_constant() and item.is_constant():
         return ConstantValue(item.constant() in container.constant())
     if isinstance(container, (ObjectValue, UserObjectValue, NNModuleValue)):
         if lookup_static(container.python_type(), "__contains__")[0] is None and \
                 lookup_static(container.python_type(), "__iter__")[0] is not None:
-            return _contains_item(tx.iterate(container).unpack(tx), item)  # Python's fallback: iterate
+            return _contains_lazily(tx.iterate(container), item)  # Python's fallback: iterate
         return tx.call_dunder(container, "__contains__", [item])
     if isinstance(item, TensorValue):
         raise GraphBreak("data-dependent-op", "`in` on a tensor depends on its values")
     raise GraphBreak("unsupported-operation", f"`in` on {container!r}")
+
+
+def _contains_lazily(iterator: IteratorValue, item: Value) -> Value:
+    while (v := iterator.next()) is not None:
+        if _contains_item([v], item).constant():
+            return ConstantValue(True)
+    return ConstantValue(False)
 
 
 def _contains_item(items: list[Value], item: Value) -> Value:
@@ -459,16 +433,52 @@ _DUNDERS = {operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__m
             operator.pow: "__pow__", operator.matmul: "__matmul__", operator.eq: "__eq__",
             operator.ne: "__ne__", operator.lt: "__lt__", operator.le: "__le__", operator.gt: "__gt__",
             operator.ge: "__ge__", operator.getitem: "__getitem__", operator.and_: "__and__",
-            operator.or_: "__or__"}
+            operator.or_: "__or__", operator.xor: "__xor__", operator.lshift: "__lshift__",
+            operator.rshift: "__rshift__"}
+_REFLECTED_COMPARISONS = {operator.eq: "__eq__", operator.ne: "__ne__", operator.lt: "__gt__",
+                          operator.le: "__ge__", operator.gt: "__lt__", operator.ge: "__le__"}
+_REFLECTED_BITS = {operator.and_: "__rand__", operator.or_: "__ror__", operator.xor: "__rxor__",
+                   operator.lshift: "__rlshift__", operator.rshift: "__rrshift__"}
 
 
 def _dunder_binary(tx, op, a: Value, b: Value) -> Value:
+    """Python's order for `a op b` through Python dunders: for `a op= b` first a.__iop__(b); then
+    a.__op__(b); then b.__rop__(a); each answering NotImplemented passes to the next."""
     base = _INPLACE.get(op, op)
     name = _DUNDERS.get(base)
-    if name and isinstance(lookup_static(a.python_type(), name)[0], types.FunctionType):
-        return tx.call_dunder(a, name, [b])
-    reflected = _REFLECTED.get(base)
-    if reflected and isinstance(lookup_static(b.python_type(), reflected)[0], types.FunctionType):
-        return tx.call_dunder(b, reflected, [a])
-    raise GraphBreak("unsupported-operation",
-                     f"{getattr(op, '__name__', op)} on {a.python_type().__name__} and {b.python_type().__name__}")
+    attempts = []
+    if op in _INPLACE and name:
+        attempts.append((a, "__i" + name[2:], b))
+    if name:
+        attempts.append((a, name, b))
+    reflected = _REFLECTED.get(base) or _REFLECTED_BITS.get(base) or _REFLECTED_COMPARISONS.get(base)
+    if reflected:
+        attempts.append((b, reflected, a))
+    asked_all = True  # every method there was is Python's and answered NotImplemented
+    for obj, dunder, other in attempts:
+        method = lookup_static(obj.python_type(), dunder)[0]
+        if method is None:
+            continue
+        if not isinstance(method, types.FunctionType):
+            # A C method of a builtin type answers NotImplemented for an object of a Python class;
+            # any other C method might not, so no TypeError can be claimed.
+            asked_all = asked_all and obj.python_type() in _BUILTIN_OPERANDS and isinstance(other, UserObjectValue)
+            continue
+        result = tx.call_dunder(obj, dunder, [other])
+        if not is_not_implemented(result):
+            return result
+    if asked_all and attempts and base in (operator.eq, operator.ne):  # Python's last resort: identity
+        return ConstantValue((a is b) == (base is operator.eq))
+    message = f"{getattr(op, '__name__', op)} on {a.python_type().__name__} and {b.python_type().__name__}"
+    symbol = _SYMBOLS.get(base)
+    if asked_all and symbol is not None and attempts:  # Python raises TypeError, which the program may catch
+        error = TypeError(f"unsupported operand type(s) for {symbol}{'=' if op in _INPLACE else ''}: "
+                          f"'{a.python_type().__name__}' and '{b.python_type().__name__}'")
+        raise GraphBreak("op-error", str(error), exception=error)
+    raise GraphBreak("unsupported-operation", message)
+
+
+_BUILTIN_OPERANDS = {int, float, complex, bool, str, bytes, type(None), tuple, list, dict, set, frozenset}
+_SYMBOLS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.floordiv: "//",
+            operator.mod: "%", operator.pow: "** or pow()", operator.matmul: "@", operator.and_: "&",
+            operator.or_: "|", operator.xor: "^", operator.lshift: "<<", operator.rshift: ">>"}

@@ -67,7 +67,11 @@ def make_function(code, globals_, name, defaults, kwdefaults, cells):
 
 def new_object(cls, attributes):
     obj = object.__new__(cls)
-    obj.__dict__.update(attributes)
+    for name, value in attributes.items():
+        if isinstance(getattr(cls, name, None), types.MemberDescriptorType):  # a __slots__ entry
+            object.__setattr__(obj, name, value)
+        else:
+            obj.__dict__[name] = value
     return obj
 
 
@@ -87,7 +91,15 @@ def replace_contents(container, new):
         container.update(new)
 
 
+def exhausted_generator():
+    """A finished generator, standing for one that finished during capture."""
+    generator = (item for item in ())
+    next(generator, None)
+    return generator
+
+
 HELPERS = {
+    "exhausted_generator": exhausted_generator,
     "make_function": make_function, "new_object": new_object, "MethodType": types.MethodType,
     "CellType": types.CellType, "enter_grad_mode": enter_grad_mode, "replace_contents": replace_contents,
     "advanced_iterator": advanced_iterator, "new_container": new_container,

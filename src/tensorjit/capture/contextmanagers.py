@@ -2,8 +2,7 @@
 
 Calling such a function makes a `GeneratorContextValue` instead of contextlib's object. Its
 `__enter__` runs the generator's frame symbolically up to its `yield` and keeps the frame
-suspended there (the one place capture suspends a generator: elsewhere generators run to their
-end when called); `__exit__` resumes it to its end. Setup and teardown therefore land in the
+suspended there, as generators.py does for every generator; `__exit__` resumes it to its end. Setup and teardown therefore land in the
 graph exactly where Python runs them, around the body of the `with`.
 
 Not modelled, each a graph break: an exception leaving the `with` body (it would be thrown into
@@ -29,7 +28,7 @@ HELPER_CODE = _probe.__code__  # contextlib's `helper`, shared by every decorate
 
 
 class Suspended(Exception):
-    """Raised by YIELD_VALUE in a frame that suspends at its yield (`Frame.suspend_on_yield`)."""
+    """Raised by YIELD_VALUE: the generator's frame stops there and keeps its place."""
 
     def __init__(self, value: Value) -> None:
         self.value = value
@@ -87,8 +86,7 @@ class GeneratorContextValue(Value):
         for name, cell in zip(code.co_freevars, fn.closure_cells(tx)):
             cells[name] = cell
         frame = self.frame = Frame(tx.capture, code, fn.globals, tx, bound, cells)
-        frame.yielded = []
-        frame.suspend_on_yield = True
+        frame.is_generator = True
         try:
             frame.run()
         except Suspended as suspended:

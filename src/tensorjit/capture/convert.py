@@ -26,6 +26,7 @@ from . import markers
 from .aliasing import check_aliasing
 from .breaks import BreakReason, CaptureError, CompilerUsageError, GraphBreak, GraphBreakError
 from .codegen import RestoreFunction
+from .generators import unclosed_protected
 from .guard_filter import filter_guards
 from .guards import CompiledGuards, global_state_guards, saved_guards
 from .interpreter import Capture, Frame, StopCapture
@@ -81,9 +82,15 @@ def capture_entry(owner, L: tuple) -> CacheEntry:
             raise GraphBreakError(stop.reason, "fullgraph=True" if owner.fullgraph else
                                   "error_on_graph_break(True)") from None
         logs.graph_break(stop.reason)
-        entry = _attempt(owner, L, stop.step)
-        entry.break_reason = stop.reason
-        return entry
+        step = stop.step
+        while True:
+            try:
+                entry = _attempt(owner, L, step)
+            except _BreakAt as earlier:  # the state at `step` cannot be rebuilt, at an earlier step it can
+                step = earlier.step
+                continue
+            entry.break_reason = stop.reason
+            return entry
 
 
 def _root_frame(owner, L: tuple, capture: Capture) -> Frame:
@@ -118,11 +125,18 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
     try:
         frame = _root_frame(owner, L, capture)
         result = frame.run()
+        if _unclosed_generator(owner, capture, frame):
+            return eager_entry(fn, _build_guards(owner, output), output)
         return _finish_return(owner, output, result, grad_before, frame.location())
     except StopCapture:
+        if _unclosed_generator(owner, capture, frame):
+            return eager_entry(fn, _build_guards(owner, output), output)
         try:
             return _finish_break(owner, output, frame, grad_before)
-        except GraphBreak as e:  # the state at the break cannot be rebuilt: run this call pattern eagerly
+        except GraphBreak as e:
+            if e.root_step is not None and e.root_step < break_at:  # a generator before it started
+                raise _BreakAt(e.root_step, e.reason) from None
+            # the state at the break cannot be rebuilt: run this call pattern eagerly
             logs.emit("graph_breaks", f"{frame.location()}: cannot resume after the break ({e}); running eagerly")
             return eager_entry(fn, _build_guards(owner, output), output)
     except GraphBreak as e:
@@ -140,8 +154,25 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
         location = _deepest_location(e, frame)
         raise CaptureError(location, e) from e
     finally:
+        for context in reversed(capture.open_contexts):  # a capture that ended inside the block
+            context.exit_real()
         torch._C._set_grad_enabled(grad_before)
         markers.error_on_graph_break = strict_before
+
+
+def _unclosed_generator(owner, capture: Capture, frame: Frame) -> bool:
+    """Is a generator left suspended inside a try/with block? Python runs that block's cleanup
+    when the generator is dropped, at a point capture cannot place: this call runs eagerly."""
+    generator = unclosed_protected(capture)
+    if generator is None:
+        return False
+    explanation = f"{generator.frame.code.co_name}() is left suspended inside a try or with block, " \
+                  "whose cleanup Python runs when the generator is dropped"
+    if owner.fullgraph:
+        raise GraphBreakError(BreakReason("generator", explanation, "read the generator to its end or close() it",
+                                          [generator.frame.location()]))
+    logs.emit("graph_breaks", f"{frame.location()}: {explanation}; running eagerly")
+    return True
 
 
 def _constraint_violation() -> type:

@@ -110,6 +110,8 @@ class Capture:
         self.output = output
         self.break_at = break_at
         self.steps = 0
+        self.generators: list = []  # every GeneratorValue made, checked for unclosed cleanup at the end
+        self.open_contexts: list = []  # autocast/inference_mode blocks entered for real and not yet left
 
 
 class Frame:
@@ -133,8 +135,8 @@ class Frame:
         self.ip = 0
         self.current: Instruction | None = None
         self.kw_names: tuple | None = None
-        self.yielded: list[Value] | None = None
-        self.suspend_on_yield = False  # a @contextmanager generator: YIELD_VALUE suspends the frame
+        self.is_generator = False  # a generator's frame: YIELD_VALUE suspends it (see generators.py)
+        self.delegate: Value | None = None  # the iterator a suspended `yield from` reads
         self.current_builtin = None
         self.current_method = None  # the container method being called (handlers shared by several names)
         self.is_root = parent is None
@@ -291,10 +293,6 @@ class Frame:
         if isinstance(obj, (NNModuleValue, ObjectValue, UserObjectValue)) and \
                 lookup_static(obj.python_type(), "__iter__")[0] is not None:
             return self.iterate(self.call_dunder(obj, "__iter__", []))
-        if isinstance(obj, GeneratorValue):
-            iterator = IteratorValue(obj.items)
-            iterator.from_generator = True  # its body has run to the end: see polyfills.registry
-            return iterator
         return live_iterator(obj) or IteratorValue(obj.unpack(self))
 
     def store_attribute(self, obj: Value, name: str, value: Value, custom: bool = True) -> Value:
@@ -336,15 +334,3 @@ class Frame:
             return capture_region(self, lambda: inline_function(self, marked, args, kwargs))
         return inline_function(self, fn, args, kwargs)
 
-
-class GeneratorValue(Value):
-    """A generator run to completion during capture: its yielded values in order."""
-
-    def __init__(self, items: list[Value]) -> None:
-        self.items = items
-
-    def python_type(self) -> type:
-        return types.GeneratorType
-
-    def unpack(self, tx) -> list[Value]:
-        return list(self.items)

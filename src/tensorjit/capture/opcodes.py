@@ -17,14 +17,16 @@ from . import cpython
 from .breaks import GraphBreak
 from .contextmanagers import Suspended
 from .cpython import PY, PY311, PY312, PY313, PY314
-from .interpreter import Frame, GeneratorValue, Instruction, Return
+from .generators import GeneratorValue
+from .interpreter import Frame, Instruction, Return
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
-from .values.builtins import BuiltinValue
+from .values.builtins import BuiltinValue, object_text
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
-                                SetValue, SliceValue, TupleValue)
+                                SetValue, SliceValue, TupleValue, hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue
+from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue,
+                             lookup_static)
 from .values.records import RecordValue
 from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
 
@@ -397,6 +399,9 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
         # code can do with it, which a list of the same submodules answers alike.
         children = f.iterate(f.getattr(f.getattr(obj, "_modules"), "values").call(f, [], {})).unpack(f)
         return ListValue(children[index.constant()])
+    if obj.is_constant() and isinstance(obj.constant(), type) and isinstance(index, ObjectValue) and \
+            hasattr(obj.constant(), "__class_getitem__"):
+        return f.wrap_constant_object(obj.constant()[index.obj])  # a generic alias (OrderedSet[T]): pure
     if obj.is_constant() and index.is_constant():
         try:
             return f.wrap_constant_object(obj.constant()[index.constant()])
@@ -443,8 +448,9 @@ def setitem(f: Frame, obj: Value, index: Value, value: Value) -> None:
         else:
             obj.items[key] = value
     elif isinstance(obj, DictValue):
+        key = hash_key(index, False)  # an unhashable key raises TypeError for the program
         obj.mutate(f)
-        obj.items[index.constant()] = value
+        obj.items[key] = value
     elif isinstance(obj, (ObjectValue, UserObjectValue)):
         f.call_dunder(obj, "__setitem__", [index, value])
     else:
@@ -572,9 +578,17 @@ HANDLERS["DICT_MERGE"] = DICT_UPDATE
 @opcode()
 def UNPACK_SEQUENCE(f, i):
     value = f.pop()
-    items = f.iterate(value).unpack(f) if not isinstance(value, SequenceValue) else list(value.items)
+    if isinstance(value, SequenceValue):
+        items = list(value.items)
+    else:  # Python reads one item more than it needs, to see that there are no others
+        iterator = f.iterate(value)
+        items = []
+        while len(items) <= i.arg and (item := iterator.next()) is not None:
+            items.append(item)
     if len(items) != i.arg:
-        raise GraphBreak("op-error", f"cannot unpack {len(items)} values into {i.arg}")
+        error = ValueError(f"too many values to unpack (expected {i.arg})" if len(items) > i.arg else
+                           f"not enough values to unpack (expected {i.arg}, got {len(items)})")
+        raise GraphBreak("op-error", str(error), exception=error)
     for item in reversed(items):
         f.push(item)
 
@@ -604,20 +618,31 @@ def _format_constant(value: Value, conversion: int, spec: str) -> Value:
     return lazy or ConstantValue(format(convert(value.constant()), spec))
 
 
+def _format(f: Frame, value: Value, conversion: int, spec: str) -> Value:
+    """format(value, spec) after the conversion (!s, !r); an object whose class writes its text in
+    Python (`object_text`) gives its str() or repr(), formatted then as a string."""
+    if isinstance(value, UserObjectValue) and conversion in (0, 1, 2):
+        plain = conversion or lookup_static(value.python_type(), "__format__")[0] is object.__format__
+        text = object_text(f, value, repr if conversion == 2 else str) if plain else None
+        if text is not None:
+            return _format_constant(text, 0, spec)
+    return _format_constant(value, conversion, spec)
+
+
 @opcode(*UP_TO_312)
 def FORMAT_VALUE(f, i):
     spec = f.pop().constant() if (i.arg & 0x04) else ""
-    f.push(_format_constant(f.pop(), i.arg & 0x03, spec))
+    f.push(_format(f, f.pop(), i.arg & 0x03, spec))
 
 
 @opcode(*FROM_313)
 def CONVERT_VALUE(f, i):
-    f.push(_format_constant(f.pop(), i.arg, ""))
+    f.push(_format(f, f.pop(), i.arg, ""))
 
 
 @opcode(*FROM_313)
 def FORMAT_SIMPLE(f, i):
-    f.push(_format_constant(f.pop(), 0, ""))
+    f.push(_format(f, f.pop(), 0, ""))
 
 
 @opcode(*FROM_313)
@@ -818,50 +843,55 @@ def RETURN_VALUE(f, i):
 
 
 def _return(f: Frame, value: Value) -> None:
-    if f.yielded is not None:
-        raise Return(GeneratorValue(f.yielded))
     raise Return(value)
 
 
 @opcode()
 def RETURN_GENERATOR(f, i):
-    if f.yielded is None:
+    if not f.is_generator:
         raise GraphBreak("generator", "a generator function at the top level")
     f.push(ConstantValue(None))
 
 
 @opcode()
 def YIELD_VALUE(f, i):
+    """Suspend the generator's frame (see generators.py); send() replaces the placeholder."""
     value = f.pop()
-    f.push(ConstantValue(None))  # what send() gives back when the frame resumes
-    if f.suspend_on_yield:
-        raise Suspended(value)
-    f.yielded.append(value)
+    f.push(ConstantValue(None))
+    raise Suspended(value)
 
 
 @opcode()
 def GET_YIELD_FROM_ITER(f, i):
-    """`yield from it` inside an inlined generator: capture runs generators to completion,
-    so the delegation is done here at once, every item of `it` becoming one of this
-    generator's; the SEND loop that follows then finds the sub-iterator exhausted."""
-    if f.yielded is None:
+    if not f.is_generator:
         raise GraphBreak("generator", "yield from in a generator at the top level")
-    iterator = f.iterate(f.pop())
-    while (item := iterator.next()) is not None:
-        f.yielded.append(item)
-    f.push(iterator)
+    value = f.pop()
+    f.push(value if isinstance(value, GeneratorValue) else f.iterate(value))
 
 
 @opcode()
 def SEND(f, i):
-    """Only reached after GET_YIELD_FROM_ITER (generators are not resumed during capture):
-    the sub-iterator is exhausted, so `yield from` evaluates to None and jumps past the loop."""
-    f.pop()
-    if not isinstance(f.stack[-1], IteratorValue):
-        raise GraphBreak("generator", "send() to a generator or awaiting a coroutine")
+    """One step of `yield from`: send the value to the sub-iterator; its item goes on to the
+    YIELD_VALUE that follows, and its end jumps past the loop with its return value."""
+    sent = f.pop()
+    receiver = f.stack[-1]
+    if isinstance(receiver, GeneratorValue):
+        item = receiver.send(sent)
+    elif isinstance(receiver, IteratorValue):
+        if not (sent.is_constant() and sent.constant() is None):
+            error = AttributeError(f"'{receiver.python_type().__name__}' object has no attribute 'send'")
+            raise GraphBreak("op-error", str(error), exception=error)
+        item = receiver.next()
+    else:
+        raise GraphBreak("generator", "awaiting a coroutine")
+    if item is not None:
+        f.delegate = receiver
+        f.push(item)
+        return
+    f.delegate = None
     if cpython.SEND_POPS_RECEIVER:
         f.pop()
-    f.push(ConstantValue(None))
+    f.push(receiver.return_value if isinstance(receiver, GeneratorValue) else ConstantValue(None))
     f.jump(i)
 
 

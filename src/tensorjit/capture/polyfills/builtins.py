@@ -1,15 +1,19 @@
 """Builtins in Python for the calls capture's own handlers do not cover.
 
-min/max with key= or default=, zip over an endless iterator, enumerate and map
-over one, and dict.fromkeys. Calls the handlers in values/builtins.py answer
-(min of constants, zip of lists) never get here: each entry declines them.
+min/max with key= or default=, dict.fromkeys, and the lazy builtins where
+laziness shows: zip, enumerate, any and all over an input that runs code when
+read (a generator, an endless iterator), map and filter calling a Python
+function (it may have side effects, which must interleave with the consumer's).
+Calls the handlers in values/builtins.py answer (min of constants, zip of
+lists) never get here: each entry declines them.
 """
 
 from __future__ import annotations
 
 import builtins
 
-from .iterators import has_endless
+from ..values.builtins import BuiltinValue
+from .iterators import has_lazy_input
 from .registry import Sample, polyfill
 
 
@@ -46,32 +50,90 @@ def max_(*args, key=None, **rest):
     return _extreme(items, key, rest, "max", False)
 
 
-@polyfill(builtins.zip, applies=has_endless, samples=[([1, 2], "abc"), ()], stops_early=True)
-def zip_(*iterables):
-    iterators = [iter(iterable) for iterable in iterables]
+def _calls_python(args, kwargs) -> bool:
+    """map/filter: an input read lazily, or a function that is not a builtin (it may have effects)."""
+    return has_lazy_input(args, kwargs) or (bool(args) and type(args[0]) is not BuiltinValue and
+                                            not (args[0].is_constant() and args[0].constant() is None))
+
+
+@polyfill(builtins.zip, applies=has_lazy_input,
+          samples=[([1, 2], "abc"), (), Sample([1, 2], "ab", strict=True), Sample([1], strict=True)])
+def zip_(*iterables, strict=False):
+    return _zip([iter(iterable) for iterable in iterables], strict)  # iter() at once, as C's zip
+
+
+def _zip(iterators, strict):
     marker = []
     while iterators:
         group = []
-        for iterator in iterators:
+        for index, iterator in enumerate(iterators):
             item = next(iterator, marker)
             if item is marker:
+                if strict:
+                    _strict_end(iterators, index, marker)
                 return
             group.append(item)
         yield tuple(group)
 
 
-@polyfill(builtins.enumerate, applies=has_endless, samples=[("abc",), ("ab", 5)])
+def _strict_end(iterators, index, marker):
+    """zip(strict=True) when iterator `index` ended: every other one must end there too."""
+    if index:
+        plural = " " if index == 1 else "s 1-"
+        raise ValueError(f"zip() argument {index + 1} is shorter than argument{plural}{index}")
+    for other in range(1, len(iterators)):
+        if next(iterators[other], marker) is not marker:
+            plural = " " if other == 1 else "s 1-"
+            raise ValueError(f"zip() argument {other + 1} is longer than argument{plural}{other}")
+
+
+@polyfill(builtins.enumerate, applies=has_lazy_input, samples=[("abc",), ("ab", 5)])
 def enumerate_(iterable, start=0):
+    return _enumerate(iter(iterable), start)
+
+
+def _enumerate(iterator, start):
     index = start
-    for item in iterable:
+    for item in iterator:
         yield index, item
         index += 1
 
 
-@polyfill(builtins.map, applies=has_endless, samples=[(abs, [-1, 2]), (pow, [1, 2], [3, 4, 5])])
+@polyfill(builtins.map, applies=_calls_python, samples=[(abs, [-1, 2]), (pow, [1, 2], [3, 4, 5])])
 def map_(function, *iterables):
-    for args in zip_(*iterables):
+    return _map(function, zip_(*iterables))
+
+
+def _map(function, groups):
+    for args in groups:
         yield function(*args)
+
+
+@polyfill(builtins.filter, applies=_calls_python, samples=[(None, [0, 1, 2, 0]), (abs, [0, -1, 2])])
+def filter_(function, iterable):
+    return _filter(function, iter(iterable))
+
+
+def _filter(function, iterator):
+    for item in iterator:
+        if (item if function is None else function(item)):
+            yield item
+
+
+@polyfill(builtins.any, applies=has_lazy_input, samples=[([0, 1],), ([],), ([0, 0],)])
+def any_(iterable):
+    for item in iterable:
+        if item:
+            return True
+    return False
+
+
+@polyfill(builtins.all, applies=has_lazy_input, samples=[([1, 0],), ([],), ([1, 2],)])
+def all_(iterable):
+    for item in iterable:
+        if not item:
+            return False
+    return True
 
 
 def _symbolic_items(args, kwargs) -> bool:

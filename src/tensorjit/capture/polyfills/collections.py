@@ -14,7 +14,7 @@ from typing import Any
 from ..breaks import GraphBreak
 from ..values.base import ConstantValue, Value
 from ..values.container_methods import method
-from ..values.containers import ContainerMethodValue, DictValue, ListValue
+from ..values.containers import ContainerMethodValue, DictValue, ListValue, each_item
 from .registry import capture_rule
 
 NONE = ConstantValue(None)
@@ -267,14 +267,14 @@ def _deque_appendleft(tx, q: DequeValue, value: Value) -> Value:
 
 @method(DequeValue, "extend")
 def _deque_extend(tx, q: DequeValue, other: Value) -> Value:
-    for value in tx.iterate(other).unpack(tx):
+    for value in each_item(tx, other):
         _deque_append(tx, q, value)
     return NONE
 
 
 @method(DequeValue, "extendleft")
 def _deque_extendleft(tx, q: DequeValue, other: Value) -> Value:
-    for value in tx.iterate(other).unpack(tx):
+    for value in each_item(tx, other):
         _deque_appendleft(tx, q, value)
     return NONE
 

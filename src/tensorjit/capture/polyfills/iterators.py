@@ -76,9 +76,16 @@ def _repeat(tx, value: Value, times: Value | None = None) -> Value:
                                 lambda cg, i: f"{cg.constant(itertools.repeat)}({value.reconstruct(cg)})")
 
 
-def has_endless(args, kwargs) -> bool:
-    """Whether a call gets an endless iterator: the eager handlers (zip, map, enumerate) would never end."""
-    return any(isinstance(a, EndlessIteratorValue) for a in args)
+def runs_code(value: Value) -> bool:
+    """Is value an iterator whose next() runs code (a generator made during capture) or that never
+    ends? The eager handlers read every item at once, which such an iterator only allows lazily."""
+    from ..generators import GeneratorValue
+    return isinstance(value, (EndlessIteratorValue, GeneratorValue))
+
+
+def has_lazy_input(args, kwargs) -> bool:
+    """Whether a call (zip, enumerate, chain) gets an input that must be read lazily (`runs_code`)."""
+    return any(runs_code(a) for a in args)
 
 
 # -- groupby --------------------------------------------------------------------------------
@@ -118,12 +125,14 @@ class GroupbyValue(IteratorValue):
         return f"{cg.constant(itertools.groupby)}([{', '.join(v.reconstruct(cg) for v in items)}], {key})"
 
 
-def _no_user_generator(args, kwargs) -> bool:
-    from .registry import _runs_generator
-    return not any(_runs_generator(a) for a in args)
+def _reads_fixed_items(args, kwargs) -> bool:
+    """The rule reads every item at once: only for inputs whose reading runs no code. (It also
+    calls a Python key on every item at once, where C's groupby calls it as it advances: the
+    same answer unless the key has effects; see docs/correctness/capture-breadth-2.md.)"""
+    return not any(runs_code(a) for a in args)
 
 
-@capture_rule(itertools.groupby, applies=_no_user_generator)
+@capture_rule(itertools.groupby, applies=_reads_fixed_items)
 def _groupby(tx, iterable: Value, key: Value | None = None) -> Value:
     import operator
     from ..values.containers import TupleValue

@@ -2,7 +2,10 @@
 
 Each function yields exactly the items of its C original in the same order and
 consumes its inputs as far as the original does (islice and takewhile stop
-pulling as soon as they are done). count, cycle and repeat live in iterators.py.
+pulling as soon as they are done), at the same time: what the C constructor does
+at once (iter() of the inputs, product and combinations reading their pools) the
+polyfill does before it returns its generator, the rest as items are asked for.
+count, cycle and repeat live in iterators.py.
 """
 
 from __future__ import annotations
@@ -30,14 +33,17 @@ def chain_from_iterable(iterables):
 
 
 @polyfill(itertools.islice, samples=[(range(10), 3), (range(10), 2, 8, 3), (range(10), 1, None),
-                                     (range(4), 0, 9, 2), (range(10), 5, 2)], stops_early=True)
+                                     (range(4), 0, 9, 2), (range(10), 5, 2)])
 def islice(iterable, *bounds):
     start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (list(bounds) + [None])[:3]
     start = 0 if start is None else start
     step = 1 if step is None else step
     if start < 0 or (stop is not None and stop < 0) or step <= 0:
         raise ValueError("Indices for islice() must be None or an int in range")
-    iterator = iter(iterable)
+    return _islice(iter(iterable), start, stop, step)
+
+
+def _islice(iterator, start, stop, step):
     if stop is not None and stop <= 0:
         return
     index = 0
@@ -54,7 +60,10 @@ def islice(iterable, *bounds):
 @polyfill(itertools.zip_longest, samples=[([1, 2, 3], "ab"), ([1], [2, 3], []),
                                          Sample([1], "abc", fillvalue=0)])
 def zip_longest(*iterables, fillvalue=None):
-    iterators = [iter(iterable) for iterable in iterables]
+    return _zip_longest([iter(iterable) for iterable in iterables], fillvalue)
+
+
+def _zip_longest(iterators, fillvalue):
     marker = []
     while iterators:
         group = []
@@ -73,7 +82,10 @@ def zip_longest(*iterables, fillvalue=None):
 
 @polyfill(itertools.product, samples=[([1, 2], "ab"), (range(2),), (), Sample("ab", repeat=2)])
 def product(*iterables, repeat=1):
-    pools = [tuple(iterable) for iterable in iterables] * repeat
+    return _product([tuple(iterable) for iterable in iterables] * repeat)
+
+
+def _product(pools):
     results = [()]
     for pool in pools:
         results = [partial + (item,) for partial in results for item in pool]
@@ -83,7 +95,10 @@ def product(*iterables, repeat=1):
 
 @polyfill(itertools.combinations, samples=[(_NUMBERS, 2), ("abcd", 3), ([1, 2], 3), ([1, 2], 0)])
 def combinations(iterable, r):
-    pool = tuple(iterable)
+    return _combinations(tuple(iterable), r)
+
+
+def _combinations(pool, r):
     n = len(pool)
     if r > n:
         return
@@ -102,7 +117,10 @@ def combinations(iterable, r):
 
 @polyfill(itertools.combinations_with_replacement, samples=[([1, 2, 3], 2), ("ab", 3)])
 def combinations_with_replacement(iterable, r):
-    pool = tuple(iterable)
+    return _combinations_with_replacement(tuple(iterable), r)
+
+
+def _combinations_with_replacement(pool, r):
     n = len(pool)
     for indices in product(range(n), repeat=r):
         if list(indices) == sorted(indices):
@@ -112,8 +130,11 @@ def combinations_with_replacement(iterable, r):
 @polyfill(itertools.permutations, samples=[([1, 2, 3],), ("abcd", 2), ([1], 2)])
 def permutations(iterable, r=None):
     pool = tuple(iterable)
+    return _permutations(pool, len(pool) if r is None else r)
+
+
+def _permutations(pool, r):
     n = len(pool)
-    r = n if r is None else r
     for indices in product(range(n), repeat=r):
         if len(set(indices)) == r:
             yield tuple([pool[i] for i in indices])
@@ -122,7 +143,10 @@ def permutations(iterable, r=None):
 @polyfill(itertools.accumulate, samples=[(_NUMBERS,), (_NUMBERS, operator.mul), ([],), ([2, 3], None),
                                             Sample([1, 2], initial=10), Sample([], initial=0)])
 def accumulate(iterable, func=None, *, initial=None):
-    iterator = iter(iterable)
+    return _accumulate(iter(iterable), func, initial)
+
+
+def _accumulate(iterator, func, initial):
     total = initial
     if initial is None:
         marker = []
@@ -137,7 +161,10 @@ def accumulate(iterable, func=None, *, initial=None):
 
 @polyfill(itertools.pairwise, samples=[(_NUMBERS,), ([1],), ("abc",)])
 def pairwise(iterable):
-    iterator = iter(iterable)
+    return _pairwise(iter(iterable))
+
+
+def _pairwise(iterator):
     marker = []
     previous = next(iterator, marker)
     if previous is marker:
@@ -149,13 +176,21 @@ def pairwise(iterable):
 
 @polyfill(itertools.starmap, samples=[(operator.mul, [(1, 2), (3, 4)]), (max, [(1, 5, 2)])])
 def starmap(function, iterable):
-    for args in iterable:
+    return _starmap(function, iter(iterable))
+
+
+def _starmap(function, iterator):
+    for args in iterator:
         yield function(*args)
 
 
-@polyfill(itertools.takewhile, samples=[(bool, [1, 2, 0, 3]), (bool, [])], stops_early=True)
+@polyfill(itertools.takewhile, samples=[(bool, [1, 2, 0, 3]), (bool, [])])
 def takewhile(predicate, iterable):
-    for item in iterable:
+    return _takewhile(predicate, iter(iterable))
+
+
+def _takewhile(predicate, iterator):
+    for item in iterator:
         if not predicate(item):
             return
         yield item
@@ -163,7 +198,10 @@ def takewhile(predicate, iterable):
 
 @polyfill(itertools.dropwhile, samples=[(bool, [1, 2, 0, 3]), (bool, [])])
 def dropwhile(predicate, iterable):
-    iterator = iter(iterable)
+    return _dropwhile(predicate, iter(iterable))
+
+
+def _dropwhile(predicate, iterator):
     for item in iterator:
         if not predicate(item):
             yield item
@@ -174,13 +212,21 @@ def dropwhile(predicate, iterable):
 
 @polyfill(itertools.filterfalse, samples=[(bool, [1, 0, 2, 0]), (None, [1, 0, 2])])
 def filterfalse(predicate, iterable):
-    for item in iterable:
+    return _filterfalse(predicate, iter(iterable))
+
+
+def _filterfalse(predicate, iterator):
+    for item in iterator:
         if not (bool(item) if predicate is None else predicate(item)):
             yield item
 
 
-@polyfill(itertools.compress, samples=[("abcd", [1, 0, 1]), ([1, 2], [0, 0, 1])], stops_early=True)
+@polyfill(itertools.compress, samples=[("abcd", [1, 0, 1]), ([1, 2], [0, 0, 1])])
 def compress(data, selectors):
+    return _compress(iter(data), iter(selectors))
+
+
+def _compress(data, selectors):
     for item, selected in zip(data, selectors):
         if selected:
             yield item
@@ -188,5 +234,22 @@ def compress(data, selectors):
 
 @polyfill(itertools.tee, samples=[([1, 2, 3],), ([1, 2], 3), ([], 0)])
 def tee(iterable, n=2):
-    items = list(iterable)
-    return tuple([iter(items) for _ in range(n)])
+    """Lazy, as the C tee: an item is read from the input when the first copy asks for it and kept
+    until every copy has taken it."""
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    iterator = iter(iterable)
+    queues = [[] for _ in range(n)]
+    return tuple([_tee_copy(iterator, queues, queue) for queue in queues])
+
+
+def _tee_copy(iterator, queues, queue):
+    marker = []
+    while True:
+        if not queue:
+            item = next(iterator, marker)
+            if item is marker:
+                return
+            for other in queues:
+                other.append(item)
+        yield queue.pop(0)

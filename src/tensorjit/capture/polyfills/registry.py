@@ -15,14 +15,13 @@ callable (the target) and says what to do instead:
 
 Either kind may take `applies(args, kwargs) -> bool` to decline a call, which
 then takes the ordinary path (a handler, constant folding or a graph break).
-A polyfill that may leave items of an input unread says `stops_early=True`
-and declines inputs that iterate a user's generator (see `_runs_generator`).
+A polyfill written as a generator runs lazily as C's iterator does (see
+capture/generators.py): it reads its inputs only as far as its consumer reads it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
 from typing import Any, Callable
 
 from ..values.base import Value
@@ -41,7 +40,6 @@ class Polyfill:
     inlined: bool                      # a Python function to inline, else a capture rule
     samples: list = dataclasses.field(default_factory=list)
     applies: Callable | None = None
-    stops_early: bool = False          # may leave items of an input unread (islice, takewhile, isdisjoint)
 
 
 class Sample:
@@ -62,13 +60,12 @@ def _register(entry: Polyfill) -> None:
     _TABLE[entry.target] = entry
 
 
-def polyfill(target: Any, samples: list | None = None, applies: Callable | None = None,
-             stops_early: bool = False):
+def polyfill(target: Any, samples: list | None = None, applies: Callable | None = None):
     """Register the decorated Python function as target's implementation, inlined by capture.
 
     samples: argument tuples (or `Sample(*args, **kwargs)`) the completeness test calls both with."""
     def register(fn: Callable) -> Callable:
-        _register(Polyfill(target, fn, True, list(samples or []), applies, stops_early))
+        _register(Polyfill(target, fn, True, list(samples or []), applies))
         return fn
     return register
 
@@ -103,18 +100,7 @@ def find(fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Polyfill | N
         return None
     if entry is None or (entry.applies is not None and not entry.applies(args, kwargs)):
         return None
-    if entry.stops_early and any(_runs_generator(a) for a in [getattr(fn, "owner", None), *args]):
-        return None
     return entry
-
-
-def _runs_generator(value) -> bool:
-    """Whether value iterates a generator of the user's, which capture ran to its end when it was called.
-
-    Its side effects have all happened then, so a polyfill that reads only part of it would answer
-    differently from eager; the call takes the ordinary path (a graph break) instead."""
-    return value is not None and (value.python_type() is types.GeneratorType or
-                                  getattr(value, "from_generator", False))
 
 
 def call(tx, entry: Polyfill, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -122,8 +108,8 @@ def call(tx, entry: Polyfill, fn: Value, args: list[Value], kwargs: dict[str, Va
         args = [fn.owner, *args]
     if not entry.inlined:
         return entry.implementation(tx, *args, **kwargs)
-    from ..values.containers import IteratorValue
+    from ..generators import GeneratorValue
     result = tx.inline_function(FunctionValue(entry.implementation), args, kwargs)
-    if result.python_type() is types.GeneratorType:  # a generator polyfill: an iterator, as the C one returns
-        return IteratorValue(result.unpack(tx))
+    if isinstance(result, GeneratorValue) and isinstance(entry.target, type):
+        result.presented_type = entry.target  # type(zip(...)) is zip
     return result

@@ -54,7 +54,7 @@ def set_symmetric_difference(self, other):
     return result
 
 
-@polyfill(set.isdisjoint, samples=_PAIRS, stops_early=True)
+@polyfill(set.isdisjoint, samples=_PAIRS)
 def set_isdisjoint(self, other):
     for item in other:
         if item in self:
@@ -71,7 +71,7 @@ def set_issubset(self, other):
     return True
 
 
-@polyfill(set.issuperset, samples=_PAIRS, stops_early=True)
+@polyfill(set.issuperset, samples=_PAIRS)
 def set_issuperset(self, other):
     for item in other:
         if item not in self:

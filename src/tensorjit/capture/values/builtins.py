@@ -326,6 +326,9 @@ def _zip(tx, *iterables: Value, strict: Value = ConstantValue(False)) -> Value:
 def _reversed(tx, seq: Value) -> Value:
     if seq.is_constant() and isinstance(seq.constant(), range):
         return IteratorValue([ConstantValue(v) for v in reversed(seq.constant())])
+    if isinstance(seq, IteratorValue):  # iterators (a generator, zip, map) are not reversible
+        error = TypeError(f"'{seq.python_type().__name__}' object is not reversible")
+        raise GraphBreak("op-error", str(error), exception=error)
     return IteratorValue(list(reversed(tx.iterate(seq).unpack(tx))))
 
 
@@ -565,11 +568,41 @@ def _round(tx, value: Value, ndigits: Value | None = None) -> Value:
     return ConstantValue(round(value.constant(), *( [ndigits.constant()] if ndigits else [])))
 
 
+def object_text(tx, value: Value, how) -> Value | None:
+    """str(value) or repr(value) (`how`: py.str or py.repr) of an object made in the function whose
+    class answers in Python (a Python __str__ or __repr__, inlined); None for anything else."""
+    from .objects import UserObjectValue, lookup_static
+    if not isinstance(value, UserObjectValue):
+        return None
+    cls = value.python_type()
+    if how is py.str:
+        method = lookup_static(cls, "__str__")[0]
+        if isinstance(method, types.FunctionType):
+            return tx.call_dunder(value, "__str__", [])
+        if method is not object.__str__:
+            return None
+    if isinstance(lookup_static(cls, "__repr__")[0], types.FunctionType):  # object.__str__ calls repr
+        return tx.call_dunder(value, "__repr__", [])
+    return None
+
+
+@builtin(py.repr)
+def _repr(tx, value: Value) -> Value:
+    if value.is_constant():
+        return ConstantValue(repr(value.constant()))
+    text = object_text(tx, value, py.repr)
+    if text is None:
+        raise GraphBreak("unsupported-call", f"repr() of {value!r}")
+    return text
+
+
 @builtin(py.float, py.int, py.bool, py.str)
 def _scalar_conversion(tx, value: Value | None = None, *rest: Value) -> Value:
     fn = tx.current_builtin
     if value is None:
         return ConstantValue(fn())
+    if fn is py.str and not rest and (text := object_text(tx, value, py.str)) is not None:
+        return text
     if isinstance(value, TensorValue):
         raise GraphBreak("data-dependent-op", f"{fn.__name__}() of a tensor reads its value into Python")
     if value.is_constant():

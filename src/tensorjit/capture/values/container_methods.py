@@ -13,7 +13,7 @@ from typing import Callable
 
 from ..breaks import GraphBreak
 from .base import ConstantValue, Value
-from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, TupleValue, hash_key
+from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, TupleValue, each_item, hash_key
 
 _METHODS: dict[tuple[type, str], Callable] = {}
 
@@ -111,9 +111,10 @@ def _append(tx, lst: ListValue, value: Value) -> Value:
 
 @method(ListValue, "extend")
 def _extend(tx, lst: ListValue, other: Value) -> Value:
-    items = other.unpack(tx)
+    items = other.unpack(tx) if isinstance(other, (ListValue, TupleValue)) else each_item(tx, other)
     lst.mutate(tx)
-    lst.items.extend(items)
+    for item in items:
+        lst.items.append(item)
     return NONE
 
 
@@ -151,16 +152,23 @@ def _reverse(tx, lst: ListValue) -> Value:
 
 @method(ListValue, "remove")
 def _remove(tx, lst: ListValue, value: Value) -> Value:
-    target = value.constant()
+    """CPython's order: the first item that is x, or that answers `item == x` (its __eq__ first)."""
+    from .tensors import TensorValue
     for i, item in enumerate(lst.items):
-        if item.is_constant() and item.constant() == target:
+        if item is value:
+            equal = True
+        elif item.is_constant() and value.is_constant():
+            equal = item.constant() == value.constant()
+        elif isinstance(item, TensorValue) or isinstance(value, TensorValue):
+            raise GraphBreak("data-dependent-op", "list.remove comparing a tensor reads its values")
+        else:
+            equal = tx.binary_op(operator.eq, item, value).truth(tx)
+        if equal:
             lst.mutate(tx)
             del lst.items[i]
             return NONE
-    if all(item.is_constant() for item in lst.items):  # no item could compare equal in another way
-        error = ValueError("list.remove(x): x not in list")
-        raise GraphBreak("op-error", str(error), exception=error)
-    raise GraphBreak("op-error", "list.remove(x): x not found among the items capture can compare")
+    error = ValueError("list.remove(x): x not in list")
+    raise GraphBreak("op-error", str(error), exception=error)
 
 
 @method(ListValue, "sort")
@@ -251,7 +259,7 @@ def _update(tx, d: DictValue, other: Value = None, **extra: Value) -> Value:
     if isinstance(other, DictValue):
         d.items.update(other.items)
     elif other is not None:
-        for pair in other.unpack(tx):
+        for pair in each_item(tx, other):
             k, v = pair.unpack(tx)
             d.items[k.constant()] = v
     d.items.update(extra)
@@ -267,6 +275,16 @@ def _dict_pop(tx, d: DictValue, key: Value, default: Value | None = None) -> Val
     if default is None:
         raise GraphBreak("op-error", f"KeyError: {k!r}", exception=KeyError(k))
     return default
+
+
+@method(DictValue, "popitem")
+def _popitem(tx, d: DictValue) -> Value:
+    if not d.items:
+        error = KeyError("popitem(): dictionary is empty")
+        raise GraphBreak("op-error", str(error), exception=error)
+    d.mutate(tx)
+    key, value = d.items.popitem()
+    return TupleValue([ConstantValue(key), value])
 
 
 @method(DictValue, "setdefault")
@@ -383,7 +401,7 @@ def _ordered(old: dict, keys: set) -> list:
 def _set_update(tx, s: SetValue, *others: Value) -> Value:
     s.mutate(tx)
     for other in others:
-        for v in other.unpack(tx):
+        for v in each_item(tx, other):
             s.items[v.constant()] = v
     return NONE
 

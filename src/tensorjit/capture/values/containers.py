@@ -9,8 +9,7 @@ code generator writes its final contents back after the graph runs.
 
 from __future__ import annotations
 
-import itertools
-
+import types
 from typing import Any
 
 import torch
@@ -20,15 +19,9 @@ from ..sources import ItemSource
 from .base import ConstantValue, Value
 
 
-BIRTHS = itertools.count()
-"""Creation order of mutable containers: a generator's side effects are writes to containers
-born before it ran (`calls.inline_function`)."""
-
-
 def _record_mutation(container, tx) -> None:
-    """A list, dict or set changed: note the write (by the container's birth), and if it came from
-    outside the function, write its contents back after the graph."""
-    tx.output.container_writes.append(getattr(container, "birth", -1))
+    """A list, dict or set changed: if it came from outside the function, write its contents back
+    after the graph."""
     if container.source is not None and not container.mutated:
         container.mutated = True
         tx.output.record_mutation(container)
@@ -181,7 +174,6 @@ def _is_namedtuple(cls: type) -> bool:
 
 class ListValue(SequenceValue):
     def __init__(self, items: list[Value], source=None) -> None:
-        self.birth = next(BIRTHS)
         self.items = list(items)
         self.source = source
         self.mutated = False
@@ -222,7 +214,6 @@ class DictValue(Value):
     """A dict (or OrderedDict) whose keys are compile-time constants."""
 
     def __init__(self, items: dict[Any, Value], cls: type = dict, source=None) -> None:
-        self.birth = next(BIRTHS)
         self.items = dict(items)
         self.cls = cls
         self.source = source
@@ -277,7 +268,7 @@ class DictValue(Value):
         return f"DictValue({self.items!r})"
 
 
-_DICT_METHODS = {"__init__", "get", "items", "keys", "values", "update", "pop", "setdefault", "copy", "clear",
+_DICT_METHODS = {"__init__", "get", "items", "keys", "values", "update", "pop", "popitem", "setdefault", "copy", "clear",
                  "__contains__", "__getitem__", "__len__"}
 
 
@@ -285,11 +276,10 @@ class SetValue(Value):
     """A set or frozenset (`cls`) of constants, keyed by their values."""
 
     def __init__(self, items: list[Value], cls: type = set, exact: Any = None) -> None:
-        self.birth = next(BIRTHS)
         self.cls = cls
         self.items: dict[Any, Value] = {}
         for v in items:
-            self.items[v.constant()] = v
+            self.items[identity_key(v)] = v
         self.exact = exact
         """The real set this value was made from at capture time (set algebra on constants), while
         unchanged: rebuilt from its items, a set can iterate in another order than the one the
@@ -338,10 +328,17 @@ class SetValue(Value):
         return f"{{{items}}}" if items else "set()"
 
 
+def identity_key(value: Value) -> Any:
+    """The object a value stands for, as a dict or set key: its constant, or the Python function
+    it wraps (functions hash and compare by identity)."""
+    fn = getattr(value, "fn", None)
+    return fn if isinstance(fn, types.FunctionType) and not value.is_constant() else value.constant()
+
+
 def hash_key(value: Value, coerce_sets: bool) -> Any:
     """The key `value` looks up in a dict or set. A set looks up a set as the equal frozenset, as
     CPython's set does; anything else unhashable raises the TypeError Python raises."""
-    key = value.constant()
+    key = identity_key(value)
     try:
         hash(key)
     except TypeError as error:
@@ -475,6 +472,18 @@ class IteratorValue(Value):
 
 def _size(container: Value) -> int:
     return len(container.mapping.items) if isinstance(container, DictViewValue) else len(container.items)
+
+
+def each_item(tx, iterable: Value):
+    """The items of `iterable` one at a time, as list.extend, set.update and dict.update read an
+    iterator: each is added before the next is read, which a generator's body may observe (it may
+    read the container being filled). Fixed items are read at once."""
+    iterator = tx.iterate(iterable)
+    if type(iterator) is IteratorValue:
+        yield from iterator.unpack(tx)
+        return
+    while (item := iterator.next()) is not None:
+        yield item
 
 
 def live_iterator(container: Value) -> IteratorValue | None:

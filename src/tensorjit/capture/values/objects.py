@@ -159,6 +159,9 @@ class UserObjectValue(Value):
             return MethodValue(self, FunctionValue(static, None))
         if isinstance(static, property) and static.fget is not None:
             return tx.call(FunctionValue(static.fget), [self], {})
+        if isinstance(static, types.MemberDescriptorType):  # a __slots__ entry not yet set
+            error = AttributeError(f"'{self.cls.__name__}' object has no attribute '{name}'")
+            raise GraphBreak("attribute-error", str(error), exception=error)
         if static is not None and not hasattr(static, "__get__"):
             return tx.wrap_constant_object(static)
         if name == "__dataclass_fields__" or static is not None:
@@ -169,8 +172,12 @@ class UserObjectValue(Value):
         self.attributes[name] = value
 
     def truth(self, tx) -> bool:
-        if lookup_static(self.cls, "__bool__")[0] or lookup_static(self.cls, "__len__")[0]:
-            raise GraphBreak("truth", "truth of an object with __bool__/__len__")
+        for name in ("__bool__", "__len__"):  # Python's order: __bool__, else __len__ != 0
+            if lookup_static(self.cls, name)[0] is not None:
+                answer = tx.call_dunder(self, name, [])
+                if not answer.is_constant():
+                    raise GraphBreak("truth", f"{self.cls.__name__}.{name} answered a value known only at run time")
+                return bool(answer.constant())
         return True
 
     def reconstruct(self, cg) -> str:
@@ -346,6 +353,12 @@ class EnvironMethodValue(Value):
         return value
 
 
+def is_not_implemented(value: Value) -> bool:
+    """Is value NotImplemented (what a binary dunder answers to pass the operation on)?"""
+    return (value.is_constant() and value.constant() is NotImplemented) or \
+        (isinstance(value, ObjectValue) and value.obj is NotImplemented)
+
+
 class BuiltinMethodOfObject(Value):
     """A C-level method such as object.__init__ reached through super()."""
 
@@ -359,6 +372,11 @@ class BuiltinMethodOfObject(Value):
             return ConstantValue(None)
         if self.name == "__setattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
             return tx.store_attribute(self.obj, args[0].constant(), args[1], custom=False)
+        if self.name == "__eq__" and len(args) == 1:  # object's: identity, else NotImplemented
+            return ConstantValue(True) if args[0] is self.obj else tx.wrap_constant_object(NotImplemented)
+        if self.name == "__ne__" and len(args) == 1:  # object's: the negation of type(self).__eq__
+            equal = tx.call_dunder(self.obj, "__eq__", args)
+            return equal if is_not_implemented(equal) else ConstantValue(not equal.truth(tx))
         raise GraphBreak("call", f"object.{self.name} through super()")
 
 
@@ -411,8 +429,13 @@ class GradModeValue(Value):
         raise GraphBreak("getattr", f"attribute {name!r} of a grad-mode context")
 
     def call(self, tx, args, kwargs) -> Value:
-        # `@torch.no_grad()` used as a decorator inside the compiled function.
-        raise GraphBreak("call", "grad-mode context used as a decorator inside a compiled function")
+        """`@torch.no_grad()` used as a decorator inside the compiled function."""
+        if self.kind != "grad" or len(args) != 1 or kwargs:
+            raise GraphBreak("call", "an inference_mode context (or a call with other arguments) used as a "
+                             "decorator inside a compiled function")
+        if self.previous is not None and torch.is_grad_enabled() != self.previous:
+            tx.set_grad_enabled(self.previous)  # set_grad_enabled(b) took effect when made; decorating undoes it
+        return GradModeFunctionValue(self.enabled, args[0])
 
     def reconstruct(self, cg) -> str:
         if self.kind == "inference":
@@ -421,6 +444,32 @@ class GradModeValue(Value):
 
     def reconstruct_entered_exit(self, cg) -> str:
         return f"{cg.helper('enter_grad_mode')}({self.enabled!r}, {self.previous!r})"
+
+
+class GradModeFunctionValue(Value):
+    """A function decorated with a grad-mode context: each call runs it under that mode."""
+
+    def __init__(self, enabled: bool, fn: Value) -> None:
+        self.enabled = enabled
+        self.fn = fn
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def call(self, tx, args, kwargs) -> Value:
+        mode = GradModeValue(self.enabled)
+        mode.enter(tx)
+        try:
+            result = tx.call(self.fn, list(args), dict(kwargs))
+        except GraphBreak:
+            mode.exit(tx)  # an exception the program may catch leaves the function: the mode is restored
+            raise
+        mode.exit(tx)
+        return result
+
+    def reconstruct(self, cg) -> str:
+        factory = torch.enable_grad if self.enabled else torch.no_grad
+        return f"{cg.constant(factory)}()({cg.value(self.fn)})"
 
 
 class _GradModeFactory:
@@ -456,7 +505,8 @@ class GlobalContextValue(Value):
     """torch.autocast(...) or torch.inference_mode(...): entered and exited by graph nodes.
 
     The context is also entered for real while capturing, so that fake tensors get
-    the dtypes and flags it implies."""
+    the dtypes and flags it implies; a capture that ends inside it (a graph break) exits it
+    for real then (`Capture.open_contexts`), so that the state does not leak into what runs next."""
 
     def __init__(self, enter_fn, exit_fn, arguments: tuple) -> None:
         self.enter_fn = enter_fn
@@ -468,12 +518,17 @@ class GlobalContextValue(Value):
     def enter(self, tx) -> Value:
         self.node = tx.output.create_node("call_function", self.enter_fn, self.arguments, {}, None)
         self.real = self.enter_fn(*self.arguments)
+        tx.capture.open_contexts.append(self)
         return ConstantValue(None)
 
     def exit(self, tx) -> Value:
         tx.output.create_node("call_function", self.exit_fn, (self.node,), {}, None)
-        self.exit_fn(self.real)
+        self.exit_real()
+        tx.capture.open_contexts.remove(self)
         return ConstantValue(None)
+
+    def exit_real(self) -> None:
+        self.exit_fn(self.real)
 
     getattr = GradModeValue.getattr
 
