@@ -69,3 +69,32 @@ def test_a_value_read_by_several_externs_through_views_is_computed_once():
     program = _compiled(fn, x, a, b, c)
     kernels = [s for s in program.steps if not isinstance(s, ir.Extern)]
     assert len(kernels) == 1, program
+
+
+def test_split_of_a_buffer_is_views_of_it():
+    """A fused projection split into query, key and value: the parts are views of the product
+    (one as_strided each where an ATen call reads them), not a split call, getitem calls and
+    layout checks; a split of a computed value is slices loaded by its consumers."""
+    def fn(x, w, y):
+        query, key, value = (x @ w).split(8, dim=-1)
+        scores = torch.bmm(query.view(4, 2, 8), key.view(4, 2, 8).transpose(1, 2))
+        first, second = torch.split_with_sizes(y.exp(), [3, 5], dim=1)
+        return torch.bmm(scores, value.view(4, 2, 8)), first * 2, second.sum(1)
+
+    program = _compiled(fn, torch.randn(8, 16), torch.randn(16, 24), torch.randn(4, 8))
+    externs = _externs(program)
+    assert torch.ops.aten.split.Tensor not in externs and torch.ops.aten.split_with_sizes.default not in externs
+    assert externs.count(strided_view) == 3, program
+
+
+def test_matrix_products_are_not_checked_after_they_run():
+    """mm/addmm/bmm always return a new contiguous tensor: no shape or stride check follows them."""
+    def fn(x, w, b):
+        return torch.addmm(b, x, w).relu() @ w.t()
+
+    x, w, b = torch.randn(8, 16), torch.randn(16, 16), torch.randn(16)
+    gm = make_fx(fn, decomposition_table=decompositions())(x, w, b)
+    compiled = compile_aten_graph(gm, [x, w, b])
+    result = compiled(x, w, b)
+    torch.testing.assert_close(result[0] if isinstance(result, (list, tuple)) else result, fn(x, w, b))
+    assert ".stride() !=" not in compiled.wrapper_source and ".shape !=" not in compiled.wrapper_source

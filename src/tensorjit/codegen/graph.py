@@ -43,7 +43,7 @@ COPY_VIEWS = {torch.ops.aten.view_copy.default: torch.ops.aten.view.default,
 VIEW_TARGETS |= set(COPY_VIEWS)
 
 
-TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction}
+TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction, *lowering_views.SPLITS}
 
 
 MAX_SHARED_OPS = 24
@@ -373,8 +373,7 @@ class GraphLowering:
         if node.op == "call_function" and target in LOWERINGS:
             args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
-            if target in VIEW_TARGETS and isinstance(args[0], LazyValue) and \
-                    (args[0].buffer is not None or args[0].alias_of is not None):
+            if target in VIEW_TARGETS and in_memory(args[0]) or self.part_of_split_buffer(node):
                 return self.lower_view_of_buffer(node, meta, args, kwargs)
             try:
                 _check_kernel_dtypes(meta, args, kwargs)
@@ -390,6 +389,14 @@ class GraphLowering:
             except NotLowerable as error:
                 return self.lower_extern(node, meta, str(error))
         return self.lower_extern(node, meta, "no lowering")
+
+    def part_of_split_buffer(self, node) -> bool:
+        """Is `node` a getitem of a split of a buffer in memory (a view of that buffer)?"""
+        if node.target is not operator.getitem or not isinstance(node.args[0], torch.fx.Node):
+            return False
+        split = node.args[0]
+        return split.op == "call_function" and split.target in lowering_views.SPLITS \
+            and isinstance(split.args[0], torch.fx.Node) and in_memory(self.env.get(split.args[0]))
 
     def lower_view_of_buffer(self, node, meta, args, kwargs):
         """Index arithmetic for kernels; an aliasing view if it must exist (see LazyValue.alias_of)."""
@@ -428,6 +435,11 @@ class GraphLowering:
         self.steps.append(ir.Extern(f"extern{len(self.steps)}", target, tuple(args),
                                     tuple(kwargs.items()), buffer.name))
         return ExternObject(buffer.name)
+
+
+def in_memory(value) -> bool:
+    """Is `value` a buffer in memory or a view of one?"""
+    return isinstance(value, LazyValue) and (value.buffer is not None or value.alias_of is not None)
 
 
 def _check_kernel_dtypes(meta, args, kwargs) -> None:
