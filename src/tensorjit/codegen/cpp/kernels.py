@@ -6,12 +6,14 @@ returns (C++ function text, buffer names in pointer order).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from .. import ir
 from ..ops import bind_indirect, evaluate
 from ..schedule import row_index
 from ..values import contiguous_strides
+from .loops import merge_loops
 from .emitter import CTYPES, PARALLEL_THRESHOLD, ScalarEmitter, format_constant, format_index
 
 REDUCTION_INIT = {"sum": "0", "prod": "1", "any": "false"}
@@ -61,21 +63,40 @@ def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> tuple
     # add repeated entries in this order too, so float sums round the same way).
     work = math.prod(kernel.ranges) if kernel.scatter is None else 0
     checks = ir.checks_indices(kernel)
-    loops, indent = loop_nest(kernel.variables, kernel.ranges, work, 0, leave_inner=True, checks=checks)
+    variables, ranges, body, (store_index,) = kernel.variables, kernel.ranges, kernel.body, \
+        (ir.store_index(kernel, buffers[kernel.output]),)
+    if kernel.scatter is None:
+        variables, ranges, body, (store_index,) = merge_loops(variables, ranges, body, (store_index,))
+    loops, indent = loop_nest(variables, ranges, work, 0, leave_inner=True, checks=checks)
     scalar = ScalarEmitter(indent)
     memo: dict = {}
-    value = evaluate(kernel.body, scalar, memo)
-    store_index = ir.store_index(kernel, buffers[kernel.output])
+    value = evaluate(body, scalar, memo)
     bind_indirect(store_index, scalar, memo)
     out_type = CTYPES[buffers[kernel.output].dtype]
     operator = "+=" if kernel.scatter is not None and kernel.scatter.accumulate else "="
     target = f"{kernel.output}[{format_index(store_index, scalar.indirect_names)}]"
     body = scalar.lines + [f"{indent}{target} {operator} ({out_type})({value});"]
     names = sorted(scalar.buffers - {kernel.output}) + [kernel.output]
-    closing = ["  " + "  " * (len(kernel.ranges) - 1 - k) + "}" for k in range(len(kernel.ranges))]
+    closing = ["  " + "  " * (len(ranges) - 1 - k) + "}" for k in range(len(ranges))]
     text = "\n".join(signature(kernel.name, names, buffers, kernel.output, checks) + loops + body + closing
                      + tail(checks))
     return text, names
+
+
+def merged_reduction(kernel: ir.Reduction, outer: bool = True) -> ir.Reduction:
+    """`kernel` with its adjacent reduction loops merged (loops.py), and its outer loops too
+    unless `outer` is False (a group member shares them with the group)."""
+    if kernel.reduction_type in ("argmax", "argmin"):
+        return kernel  # the position it returns counts along one reduced dimension
+    variables, ranges, body = kernel.variables, kernel.ranges, kernel.body
+    if outer:  # the output is contiguous over them: its index stays linear when they merge
+        variables, ranges, body, _ = merge_loops(variables, ranges, body, (),
+                                                 dict(zip((v.name for v in kernel.reduction_variables),
+                                                          kernel.reduction_ranges)))
+    reduction_variables, reduction_ranges, body, _ = merge_loops(
+        kernel.reduction_variables, kernel.reduction_ranges, body, (), dict(zip((v.name for v in variables), ranges)))
+    return dataclasses.replace(kernel, variables=variables, ranges=ranges, body=body,
+                               reduction_variables=reduction_variables, reduction_ranges=reduction_ranges)
 
 
 def combine(reduction_type: str, accumulator: str, value: str, ctype: str, position: str) -> list[str]:
@@ -139,6 +160,7 @@ def reduction_lines(kernel: ir.Reduction, indent: str, emitter_for, store,
 
 
 def emit_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
+    kernel = merged_reduction(kernel)
     work = math.prod(kernel.ranges) * math.prod(kernel.reduction_ranges)
     parallel_work = work if math.prod(kernel.ranges) > 1 else 0
     checks = ir.checks_indices(kernel)
@@ -180,16 +202,20 @@ def member_lines(member, group: ir.LoopGroup, buffers: dict[str, ir.Buffer], ind
         index = row_index(index, outer_names)
     target = f"{member.output}[{format_index(index)}]"
     if isinstance(member, ir.Reduction):
-        return reduction_lines(member, indent, emitter_for, lambda result: f"{target} = ({out_type})({result});",
-                               checks)
+        return reduction_lines(merged_reduction(member, outer=False), indent, emitter_for,
+                               lambda result: f"{target} = ({out_type})({result});", checks)
+    row_sizes = dict(zip((v.name for v in group.variables), group.ranges))
+    variables, ranges, body, (index,) = merge_loops(member.variables[outer:], member.ranges[outer:], member.body,
+                                                    (index,), row_sizes)
+    target = f"{member.output}[{format_index(index)}]"
     lines, level = [], indent
-    for variable, size in zip(member.variables[outer:], member.ranges[outer:]):
+    for variable, size in zip(variables, ranges):
         lines.append(f"{level}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
         level += "  "
     scalar = emitter_for(level)
-    value = evaluate(member.body, scalar)
+    value = evaluate(body, scalar)
     lines += scalar.lines + [f"{level}{target} = ({out_type})({value});"]
-    lines += [indent + "  " * (len(member.ranges) - outer - 1 - k) + "}" for k in range(len(member.ranges) - outer)]
+    lines += [indent + "  " * (len(ranges) - 1 - k) + "}" for k in range(len(ranges))]
     return lines, scalar.buffers
 
 
