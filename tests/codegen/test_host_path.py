@@ -98,3 +98,22 @@ def test_matrix_products_are_not_checked_after_they_run():
     result = compiled(x, w, b)
     torch.testing.assert_close(result[0] if isinstance(result, (list, tuple)) else result, fn(x, w, b))
     assert ".stride() !=" not in compiled.wrapper_source and ".shape !=" not in compiled.wrapper_source
+
+
+def test_a_shared_value_counts_the_work_of_its_indices_and_transcendentals():
+    """T5's relative-position bucket (a log and a dozen integer ops per element, read through
+    an embedding lookup) feeds two attention layers: computed once into memory, not once per
+    layer and head (count_ops saw only the lookup's zero ops and shared it)."""
+    def fn(first, second, table):
+        positions = torch.arange(16)
+        distance = (positions[None, :] - positions[:, None]).abs()
+        bucket = (torch.log(distance.float() + 1.0) * 4.0).long().clamp(max=15)
+        bias = table[bucket].permute(2, 0, 1)  # (heads, 16, 16)
+        return torch.softmax(first + bias, -1), torch.softmax(second + bias, -1)
+
+    inputs = torch.randn(4, 16, 16), torch.randn(4, 16, 16), torch.randn(16, 4)
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    compiled = compile_aten_graph(gm, list(inputs))
+    for got, want in zip(compiled(*inputs), fn(*inputs)):
+        torch.testing.assert_close(got, want)
+    assert compiled.source.count("= tj_log<float>(") == 1, compiled.source

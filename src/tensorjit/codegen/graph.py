@@ -56,12 +56,28 @@ every layer recomputing the whole stream from the embedding on (GPT-2: 14 loads 
 layer's norm, and no two layers' kernels alike)."""
 
 
+TRANSCENDENTAL = frozenset({"exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "asin",
+                            "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "exp2", "log2", "log10",
+                            "erfinv", "lgamma", "pow", "atan2"})
+TRANSCENDENTAL_COST = 20
+"""A transcendental function counts as this many operations: a range reduction, a polynomial
+and the selects for special values (tj_expf and tj_logf are about twenty each)."""
+
+
 def count_ops(expr, seen=None) -> int:
+    """The cost of a scalar expression in simple operations: transcendental functions count
+    TRANSCENDENTAL_COST, and the operations computing the indices it reads through
+    (`ir.IndirectIndex`: T5's position buckets, a log and a dozen more per element) count too."""
     seen = set() if seen is None else seen
-    if expr in seen or not isinstance(expr, ir.Op):
+    if expr in seen:
         return 0
     seen.add(expr)
-    return 1 + sum(count_ops(a, seen) for a in expr.args)
+    if isinstance(expr, (ir.Load, ir.IndexValue)):
+        return sum(count_ops(node.value, seen) for node in ir.indirect_indices(expr.index))
+    if not isinstance(expr, ir.Op):
+        return 0
+    own = TRANSCENDENTAL_COST if expr.name in TRANSCENDENTAL else 1
+    return own + sum(count_ops(a, seen) for a in expr.args)
 
 
 def dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
