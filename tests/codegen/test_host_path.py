@@ -117,3 +117,22 @@ def test_a_shared_value_counts_the_work_of_its_indices_and_transcendentals():
     for got, want in zip(compiled(*inputs), fn(*inputs)):
         torch.testing.assert_close(got, want)
     assert compiled.source.count("= tj_log<float>(") == 1, compiled.source
+
+
+def test_cpu_convolutions_run_channels_last():
+    """oneDNN runs NHWC convolutions natively (an NCHW depthwise convolution reorders its input
+    every call): the C++ path gives every convolution channels-last operands, and the kernels
+    between them store channels-last; the output keeps eager's layout."""
+    def fn(x, w1, w2, scale):
+        y = torch.nn.functional.conv2d(x, w1, padding=1)
+        y = torch.nn.functional.hardswish(y * scale.view(1, -1, 1, 1))
+        return torch.nn.functional.conv2d(y, w2, padding=1, groups=8).mean((2, 3))
+
+    inputs = torch.randn(1, 3, 12, 12), torch.randn(8, 3, 3, 3), torch.randn(8, 1, 3, 3), torch.randn(8)
+    program = _compiled(fn, *inputs)
+    buffers = {b.name: b for b in program.buffers}
+    convolutions = [s for s in program.steps if isinstance(s, ir.Extern) and s.target == torch.ops.aten.convolution.default]
+    assert len(convolutions) == 2
+    for step in convolutions:
+        image = buffers[step.args[0].name]
+        assert image.strides[1] == 1, (image, program)  # channels innermost

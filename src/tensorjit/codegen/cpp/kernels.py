@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import torch
+
 from .. import ir
 from ..ops import bind_indirect, evaluate
 from ..schedule import row_index
 from ..values import contiguous_strides
-from .loops import merge_loops
+from .loops import memory_order, merge_loops
 from .emitter import CTYPES, PARALLEL_THRESHOLD, ScalarEmitter, format_constant, format_index
 
 REDUCTION_INIT = {"sum": "0", "prod": "1", "any": "false"}
@@ -26,9 +28,13 @@ indices in `tj_bad` across threads and SIMD lanes, and return it."""
 
 def loop_nest(variables, ranges, work: int, depth: int, leave_inner: bool,
               checks: bool = False) -> tuple[list[str], str]:
+    """The outer loops of a kernel; parallel where the work is large enough and torch runs on
+    more than one thread when the graph is compiled (as inductor decides): with one thread an
+    OpenMP region only costs its call, and g++ outlines its body into a function where the
+    buffers' __restrict__ is lost (loops then vectorise behind runtime aliasing checks)."""
     lines, indent = [], "  "
     outer = len(ranges) - (1 if leave_inner and len(ranges) > 1 else 0)
-    if work >= PARALLEL_THRESHOLD and outer > 0:
+    if work >= PARALLEL_THRESHOLD and outer > 0 and torch.get_num_threads() > 1:
         lines.append(f"{indent}#pragma omp parallel for" + (f" collapse({outer})" if outer > 1 else "")
                      + (CHECK_CLAUSE if checks else ""))
     for variable, size in zip(variables, ranges):
@@ -66,6 +72,7 @@ def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> tuple
     variables, ranges, body, (store_index,) = kernel.variables, kernel.ranges, kernel.body, \
         (ir.store_index(kernel, buffers[kernel.output]),)
     if kernel.scatter is None:
+        variables, ranges = memory_order(variables, ranges, store_index)
         variables, ranges, body, (store_index,) = merge_loops(variables, ranges, body, (store_index,))
     loops, indent = loop_nest(variables, ranges, work, 0, leave_inner=True, checks=checks)
     scalar = ScalarEmitter(indent)

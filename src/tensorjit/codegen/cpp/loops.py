@@ -1,4 +1,5 @@
-"""Adjacent loops merged into one where every index walks them as one run of memory.
+"""Loop shapes for the C++ kernels: adjacent loops merged into one where every index walks them as
+one run of memory, and a pointwise kernel's loops put in its output's memory order.
 
 Takes a kernel's loop variables and ranges, its body and the indices it stores at;
 returns fewer, longer loops and the body and indices rewritten over them. A
@@ -18,7 +19,19 @@ from __future__ import annotations
 
 from .. import ir
 from ..simplify import simplify, simplify_expr
+from ..schedule import linear_form
 from ..squeeze import substitute
+
+
+def memory_order(variables, ranges, store_index) -> tuple[tuple, tuple]:
+    """A pointwise kernel's loops ordered by the strides it stores at, largest outside: a
+    channels-last output (strides C*H*W, 1, W*C, C) is written in memory order, the channel
+    loop innermost, instead of one element every C."""
+    form = linear_form(store_index)
+    if form is None:
+        return tuple(variables), tuple(ranges)
+    order = sorted(range(len(variables)), key=lambda k: -abs(form[0].get(variables[k].name, 0)))
+    return tuple(variables[k] for k in order), tuple(ranges[k] for k in order)
 
 
 def merge_loops(variables, ranges, body, indices=(), sizes=None):

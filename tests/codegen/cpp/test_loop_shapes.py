@@ -1,6 +1,8 @@
-"""Adjacent loops that every index walks as one run of memory are one loop in the C++ kernels
-(cpp/loops.py): small trailing dimensions (7x7 feature maps) vectorise instead of running
-thousands of 7-element loops; loops a broadcast or a transpose reads differently stay apart."""
+"""Loop shapes of the C++ kernels (cpp/loops.py, kernels.loop_nest): adjacent loops that every
+index walks as one run of memory are one loop (7x7 feature maps vectorise instead of running
+thousands of 7-element loops; loops a broadcast or a transpose reads differently stay apart),
+a pointwise kernel iterates in its output's memory order, and OpenMP regions appear only when
+torch runs on several threads."""
 
 import re
 import shutil
@@ -41,8 +43,10 @@ def test_a_broadcast_keeps_its_loop_apart():
 
 
 def test_a_transposed_read_is_not_merged():
-    source = _compiled(lambda x: x.transpose(1, 2) + 1, torch.randn(3, 5, 7))
+    source = _compiled(lambda x: (x.transpose(1, 2) + 1).contiguous(), torch.randn(3, 5, 7))
     assert _loop_sizes(source) == [3, 7, 5]
+    # eager lays the sum of a transposed tensor out as its operand: stored in memory order, one loop
+    assert _loop_sizes(_compiled(lambda x: x.transpose(1, 2) + 1, torch.randn(3, 5, 7))) == [105]
 
 
 def test_reduction_loops_and_group_members_merge():
@@ -52,3 +56,22 @@ def test_reduction_loops_and_group_members_merge():
 
     source = _compiled(fn, torch.randn(2, 6, 7, 7), torch.randn(6))
     assert 7 not in _loop_sizes(source) and 49 in _loop_sizes(source), source
+
+
+def test_a_channels_last_output_is_written_in_memory_order():
+    def fn(x):
+        return (x.relu() * 2).contiguous(memory_format=torch.channels_last)
+
+    source = _compiled(fn, torch.randn(1, 5, 6, 7))
+    assert _loop_sizes(source) == [6 * 7, 5], source  # channels innermost: the store is contiguous
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_parallel_regions_only_with_several_threads(threads):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        source = _compiled(lambda x: x.exp() + 1, torch.randn(256, 256))
+    finally:
+        torch.set_num_threads(before)
+    assert ("#pragma omp parallel" in source) == (threads > 1)
