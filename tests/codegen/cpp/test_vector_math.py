@@ -311,3 +311,14 @@ def test_long_fused_chain_vectorises():
     vectorised = vectorised_lines(vectorisation_report(compiled.source, "g++"))
     for start, end in zip(starts, starts[1:] + [len(lines) + 1]):
         assert any(start < line < end for line in vectorised), f"{lines[start - 1]} did not vectorise"
+
+
+@pytest.mark.skipif("avx512f" not in open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else True,
+                    reason="needs AVX-512")
+def test_kernels_use_the_full_vector_width_on_avx512():
+    """g++ tunes recent Intel cores for 256-bit vectors; the kernels ask for the full 512 bits
+    (a ViT layer's GELU ran 1.5x faster)."""
+    source = VECTOR_MATH + '\nextern "C" void apply(const float* __restrict in, float* __restrict out, long n) {\n' \
+        "  for (long i = 0; i < n; ++i) out[i] = tj_erff(in[i]);\n}\n"
+    report = vectorisation_report(source, "g++")
+    assert "loop vectorized using 64 byte vectors" in report, report[-2000:]
