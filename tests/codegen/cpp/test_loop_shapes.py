@@ -75,3 +75,17 @@ def test_parallel_regions_only_with_several_threads(threads):
     finally:
         torch.set_num_threads(before)
     assert ("#pragma omp parallel" in source) == (threads > 1)
+
+
+def test_column_sums_accumulate_a_row_of_outputs_at_once():
+    """A sum over the leading dimension (a bias gradient over tokens, a channels-last spatial
+    mean) reads one element every row per output; it accumulates whole rows instead, the inner
+    loop contiguous over the outputs. Other reductions keep their row loops."""
+    def fn(x, y):
+        return x.sum(0), (y * 2).mean((2, 3)), x.amax(0), x.sum(1)
+
+    x = torch.randn(33, 40)
+    y = torch.randn(2, 24, 5, 6).contiguous(memory_format=torch.channels_last)
+    source = _compiled(fn, x, y)
+    assert source.count("acc[") >= 6, source
+    assert source.count("double acc[") == 2, source  # the two sums over leading dims; amax and the row sum not

@@ -13,7 +13,8 @@ import torch
 
 from .. import ir
 from ..ops import bind_indirect, evaluate
-from ..schedule import row_index
+from ..memory import expression_loads
+from ..schedule import linear_form, row_index
 from ..values import contiguous_strides
 from .loops import memory_order, merge_loops
 from .emitter import CTYPES, PARALLEL_THRESHOLD, ScalarEmitter, format_constant, format_index
@@ -168,6 +169,8 @@ def reduction_lines(kernel: ir.Reduction, indent: str, emitter_for, store,
 
 def emit_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
     kernel = merged_reduction(kernel)
+    if column_reduction(kernel):
+        return emit_column_reduction(kernel, buffers)
     work = math.prod(kernel.ranges) * math.prod(kernel.reduction_ranges)
     parallel_work = work if math.prod(kernel.ranges) > 1 else 0
     checks = ir.checks_indices(kernel)
@@ -180,6 +183,51 @@ def emit_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple
     names = sorted(read - {kernel.output}) + [kernel.output]
     text = "\n".join(signature(kernel.name, names, buffers, kernel.output, checks) + body + tail(checks))
     return text, names
+
+
+MAX_COLUMNS = 4096  # accumulators of a column reduction, on the stack (32 KiB of doubles)
+
+
+def column_reduction(kernel: ir.Reduction) -> bool:
+    """Is `kernel` a sum whose reads are contiguous along its last output dimension and strided
+    along the reduced ones (a channels-last spatial mean, a bias gradient summed over tokens)?
+    Reduced row by row, each output reads one element every stride; emit_column_reduction
+    accumulates a whole row of outputs at once instead, its inner loop contiguous."""
+    if kernel.reduction_type != "sum" or not kernel.variables or ir.checks_indices(kernel) \
+            or kernel.ranges[-1] > MAX_COLUMNS or kernel.ranges[-1] < 8:
+        return False
+    column, row = kernel.variables[-1].name, kernel.reduction_variables[-1].name
+    forms = [linear_form(load.index) for load in expression_loads(kernel.body)]
+    if not forms or any(form is None or form[0].get(column, 0) not in (0, 1) for form in forms):
+        return False
+    return any(form[0].get(column) == 1 and form[0].get(row, 0) not in (0, 1) for form in forms)
+
+
+def emit_column_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
+    """for each row of outputs: acc[column] = 0; over the reduced loops, acc[column] += body for
+    the whole row (a contiguous, vectorised inner loop); store acc / divisor."""
+    acc_type = "double" if kernel.dtype == "float32" else CTYPES[kernel.dtype]
+    *outer, column = kernel.variables
+    *outer_ranges, columns = kernel.ranges
+    loops, indent = loop_nest(outer, outer_ranges, 0, 0, leave_inner=False)
+    lines = loops + [f"{indent}{acc_type} acc[{columns}];",
+                     f"{indent}for (int64_t {column} = 0; {column} < {columns}L; ++{column}) acc[{column}] = 0;"]
+    inner = indent
+    for variable, size in zip(kernel.reduction_variables, kernel.reduction_ranges):
+        lines.append(f"{inner}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
+        inner += "  "
+    lines += [f"{inner}#pragma omp simd", f"{inner}for (int64_t {column} = 0; {column} < {columns}L; ++{column}) {{"]
+    scalar = ScalarEmitter(inner + "  ")
+    value = evaluate(kernel.body, scalar)
+    lines += scalar.lines + [f"{inner}  acc[{column}] += {value};", f"{inner}}}"]
+    lines += [indent + "  " * (len(kernel.reduction_ranges) - 1 - k) + "}" for k in range(len(kernel.reduction_ranges))]
+    store_index = format_index(ir.strided_index(kernel.variables, contiguous_strides(kernel.ranges)))
+    result = f"acc[{column}]" if kernel.divisor == 1 else f"(acc[{column}] / ({acc_type}){kernel.divisor})"
+    lines.append(f"{indent}for (int64_t {column} = 0; {column} < {columns}L; ++{column}) "
+                 f"{kernel.output}[{store_index}] = ({CTYPES[kernel.dtype]})({result});")
+    lines += ["  " + "  " * (len(outer) - 1 - k) + "}" for k in range(len(outer))]
+    names = sorted(scalar.buffers - {kernel.output}) + [kernel.output]
+    return "\n".join(signature(kernel.name, names, buffers, kernel.output) + lines + ["}"]), names
 
 
 class RowEmitter(ScalarEmitter):
