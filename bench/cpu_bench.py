@@ -225,9 +225,11 @@ def _token_ids():
     return torch.randint(0, _Tokens.vocabulary, (1, _Tokens.length))
 
 
-def _Field(model, argument: str, field: str, **fixed):
-    """An nn.Module calling `model(argument=x, **fixed)` and returning `.field` (a tensor)."""
+def _Field(model, arguments: str | tuple[str, ...], field: str, **fixed):
+    """An nn.Module calling `model(argument=x for each of arguments, **fixed)` and returning
+    `.field` (a tensor)."""
     nn, _ = _modules()
+    names = (arguments,) if isinstance(arguments, str) else arguments
 
     class Field(nn.Module):
         def __init__(self):
@@ -235,7 +237,7 @@ def _Field(model, argument: str, field: str, **fixed):
             self.inner = model
 
         def forward(self, x):
-            return getattr(self.inner(**{argument: x}, **fixed), field)
+            return getattr(self.inner(**{name: x for name in names}, **fixed), field)
 
     return Field()
 
@@ -277,18 +279,8 @@ def build_t5_small():
                         vocab_size=_Tokens.vocabulary, dropout_rate=0.0, decoder_start_token_id=0,
                         attn_implementation="eager")
     # The decoder reads the same ids as the encoder (shifted ids would add nothing to measure).
-    model = T5ForConditionalGeneration(settings)
-    nn, _ = _modules()
-
-    class Logits(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = model
-
-        def forward(self, ids):
-            return self.inner(input_ids=ids, decoder_input_ids=ids, use_cache=False).logits
-
-    return Logits(), [_token_ids()]
+    return _Field(T5ForConditionalGeneration(settings), ("input_ids", "decoder_input_ids"), "logits",
+                  use_cache=False), [_token_ids()]
 
 
 # -- worker: one workload, one system, fresh process ------------------------------
