@@ -193,7 +193,8 @@ def column_reduction(kernel: ir.Reduction) -> bool:
     along the reduced ones (a channels-last spatial mean, a bias gradient summed over tokens)?
     Reduced row by row, each output reads one element every stride; emit_column_reduction
     accumulates a whole row of outputs at once instead, its inner loop contiguous."""
-    if kernel.reduction_type != "sum" or not kernel.variables or ir.checks_indices(kernel) \
+    if kernel.reduction_type != "sum" or not kernel.variables or not kernel.reduction_variables \
+            or ir.checks_indices(kernel) \
             or kernel.ranges[-1] > MAX_COLUMNS or kernel.ranges[-1] < 8:
         return False
     column, row = kernel.variables[-1].name, kernel.reduction_variables[-1].name
@@ -209,7 +210,8 @@ def emit_column_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -
     acc_type = "double" if kernel.dtype == "float32" else CTYPES[kernel.dtype]
     *outer, column = kernel.variables
     *outer_ranges, columns = kernel.ranges
-    loops, indent = loop_nest(outer, outer_ranges, 0, 0, leave_inner=False)
+    work = math.prod(kernel.ranges) * math.prod(kernel.reduction_ranges) if outer else 0
+    loops, indent = loop_nest(outer, outer_ranges, work, 0, leave_inner=False)
     lines = loops + [f"{indent}{acc_type} acc[{columns}];",
                      f"{indent}for (int64_t {column} = 0; {column} < {columns}L; ++{column}) acc[{column}] = 0;"]
     inner = indent
