@@ -43,7 +43,7 @@ COPY_VIEWS = {torch.ops.aten.view_copy.default: torch.ops.aten.view.default,
 VIEW_TARGETS |= set(COPY_VIEWS)
 
 
-TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction}
+TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction, *lowering_views.SPLITS}
 
 
 MAX_SHARED_OPS = 24
@@ -56,12 +56,28 @@ every layer recomputing the whole stream from the embedding on (GPT-2: 14 loads 
 layer's norm, and no two layers' kernels alike)."""
 
 
+TRANSCENDENTAL = frozenset({"exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "asin",
+                            "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "exp2", "log2", "log10",
+                            "erfinv", "lgamma", "pow", "atan2"})
+TRANSCENDENTAL_COST = 20
+"""A transcendental function counts as this many operations: a range reduction, a polynomial
+and the selects for special values (tj_expf and tj_logf are about twenty each)."""
+
+
 def count_ops(expr, seen=None) -> int:
+    """The cost of a scalar expression in simple operations: transcendental functions count
+    TRANSCENDENTAL_COST, and the operations computing the indices it reads through
+    (`ir.IndirectIndex`: T5's position buckets, a log and a dozen more per element) count too."""
     seen = set() if seen is None else seen
-    if expr in seen or not isinstance(expr, ir.Op):
+    if expr in seen:
         return 0
     seen.add(expr)
-    return 1 + sum(count_ops(a, seen) for a in expr.args)
+    if isinstance(expr, (ir.Load, ir.IndexValue)):
+        return sum(count_ops(node.value, seen) for node in ir.indirect_indices(expr.index))
+    if not isinstance(expr, ir.Op):
+        return 0
+    own = TRANSCENDENTAL_COST if expr.name in TRANSCENDENTAL else 1
+    return own + sum(count_ops(a, seen) for a in expr.args)
 
 
 def dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
@@ -376,8 +392,7 @@ class GraphLowering:
         if node.op == "call_function" and target in LOWERINGS:
             args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
-            if target in VIEW_TARGETS and isinstance(args[0], LazyValue) and \
-                    (args[0].buffer is not None or args[0].alias_of is not None):
+            if target in VIEW_TARGETS and in_memory(args[0]) or self.part_of_split_buffer(node):
                 return self.lower_view_of_buffer(node, meta, args, kwargs)
             try:
                 _check_kernel_dtypes(meta, args, kwargs)
@@ -393,6 +408,14 @@ class GraphLowering:
             except NotLowerable as error:
                 return self.lower_extern(node, meta, str(error))
         return self.lower_extern(node, meta, "no lowering")
+
+    def part_of_split_buffer(self, node) -> bool:
+        """Is `node` a getitem of a split of a buffer in memory (a view of that buffer)?"""
+        if node.target is not operator.getitem or not isinstance(node.args[0], torch.fx.Node):
+            return False
+        split = node.args[0]
+        return split.op == "call_function" and split.target in lowering_views.SPLITS \
+            and isinstance(split.args[0], torch.fx.Node) and in_memory(self.env.get(split.args[0]))
 
     def lower_view_of_buffer(self, node, meta, args, kwargs):
         """Index arithmetic for kernels; an aliasing view if it must exist (see LazyValue.alias_of)."""
@@ -431,6 +454,11 @@ class GraphLowering:
         self.steps.append(ir.Extern(f"extern{len(self.steps)}", target, tuple(args),
                                     tuple(kwargs.items()), buffer.name))
         return ExternObject(buffer.name)
+
+
+def in_memory(value) -> bool:
+    """Is `value` a buffer in memory or a view of one?"""
+    return isinstance(value, LazyValue) and (value.buffer is not None or value.alias_of is not None)
 
 
 def _check_kernel_dtypes(meta, args, kwargs) -> None:

@@ -133,6 +133,20 @@ def lower_slice(meta, x, dim=0, start=None, end=None, step=1):
     return LazyValue(shape, x.dtype, loader)
 
 
+SPLITS = (aten.split.Tensor, aten.split_with_sizes.default)
+
+
+@lowering(*SPLITS)
+def lower_split(meta, x, sizes, dim=0):
+    """A tuple of slices (a fused attention projection split into query, key and value)."""
+    x = _require(x)
+    dim = dim % len(x.shape)
+    starts = [0]
+    for part in meta:
+        starts.append(starts[-1] + part.shape[dim])
+    return tuple(lower_slice(part, x, dim, start, end) for part, start, end in zip(meta, starts, starts[1:]))
+
+
 @lowering(aten.select.int, aten.select_copy.int)
 def lower_select(meta, x, dim, position):
     x = _require(x)

@@ -18,6 +18,7 @@ from ..pipeline import compile_graph
 from ..report import timed
 from ..wrapper import CppLaunch
 from ...runtime.disk_cache import UntrustedCache
+from ..triton.layout import prefer_channels_last
 from .compiler import CompilerMissing, load_library
 from .kernels import emit_program
 
@@ -32,7 +33,8 @@ class CppEmitter:
     device = torch.device("cpu")
 
     def prepare_graph(self, gm, example_inputs) -> None:
-        pass
+        if any(_grouped(node) for node in gm.graph.nodes):
+            prefer_channels_last(gm, example_inputs, require_cuda=False)
 
     def prepare(self, program):
         return program
@@ -56,6 +58,15 @@ class CppEmitter:
         hook = CppLaunch(library, orders)
         hook.source = source
         return hook
+
+
+def _grouped(node) -> bool:
+    """A grouped (depthwise) convolution: oneDNN runs those NHWC natively and reorders an NCHW
+    input on every call, so a graph with them runs channels-last (MobileNetV3-small's 52
+    convolutions: 1.37 ms NHWC, 1.81 ms NCHW, one thread). Dense convolutions are not faster
+    NHWC on the CPU (ResNet-18's 20: 9.5 ms NHWC, 8.8 ms NCHW), so other graphs keep eager's layout."""
+    return node.op == "call_function" and node.target is torch.ops.aten.convolution.default \
+        and len(node.args) > 8 and node.args[8] > 1
 
 
 def compile_cpu_graph(gm, example_inputs, config):

@@ -15,7 +15,12 @@ import subprocess
 
 from ...runtime.disk_cache import get_or_build
 
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-w")
+FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
+         "-fno-math-errno", "-w")
+"""-mprefer-vector-width=512: g++ tunes recent Intel cores for 256-bit vectors; on AVX-512 machines
+the full width ran the GELU (erf) kernel of a ViT layer 1.5x faster (262 -> 174 us) and an
+attention softmax group 7.5 -> 5.0 us, as inductor's 512-bit code does. Without AVX-512 it
+changes nothing."""
 
 
 class CompilerMissing(RuntimeError):

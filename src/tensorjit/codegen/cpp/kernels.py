@@ -6,12 +6,17 @@ returns (C++ function text, buffer names in pointer order).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+
+import torch
 
 from .. import ir
 from ..ops import bind_indirect, evaluate
-from ..schedule import row_index
+from ..memory import expression_loads
+from ..schedule import linear_form, row_index
 from ..values import contiguous_strides
+from .loops import memory_order, merge_loops
 from .emitter import CTYPES, PARALLEL_THRESHOLD, ScalarEmitter, format_constant, format_index
 
 REDUCTION_INIT = {"sum": "0", "prod": "1", "any": "false"}
@@ -24,9 +29,13 @@ indices in `tj_bad` across threads and SIMD lanes, and return it."""
 
 def loop_nest(variables, ranges, work: int, depth: int, leave_inner: bool,
               checks: bool = False) -> tuple[list[str], str]:
+    """The outer loops of a kernel; parallel where the work is large enough and torch runs on
+    more than one thread when the graph is compiled (as inductor decides): with one thread an
+    OpenMP region only costs its call, and g++ outlines its body into a function where the
+    buffers' __restrict__ is lost (loops then vectorise behind runtime aliasing checks)."""
     lines, indent = [], "  "
     outer = len(ranges) - (1 if leave_inner and len(ranges) > 1 else 0)
-    if work >= PARALLEL_THRESHOLD and outer > 0:
+    if work >= PARALLEL_THRESHOLD and outer > 0 and torch.get_num_threads() > 1:
         lines.append(f"{indent}#pragma omp parallel for" + (f" collapse({outer})" if outer > 1 else "")
                      + (CHECK_CLAUSE if checks else ""))
     for variable, size in zip(variables, ranges):
@@ -61,21 +70,41 @@ def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> tuple
     # add repeated entries in this order too, so float sums round the same way).
     work = math.prod(kernel.ranges) if kernel.scatter is None else 0
     checks = ir.checks_indices(kernel)
-    loops, indent = loop_nest(kernel.variables, kernel.ranges, work, 0, leave_inner=True, checks=checks)
+    variables, ranges, body, (store_index,) = kernel.variables, kernel.ranges, kernel.body, \
+        (ir.store_index(kernel, buffers[kernel.output]),)
+    if kernel.scatter is None:
+        variables, ranges = memory_order(variables, ranges, store_index)
+        variables, ranges, body, (store_index,) = merge_loops(variables, ranges, body, (store_index,))
+    loops, indent = loop_nest(variables, ranges, work, 0, leave_inner=True, checks=checks)
     scalar = ScalarEmitter(indent)
     memo: dict = {}
-    value = evaluate(kernel.body, scalar, memo)
-    store_index = ir.store_index(kernel, buffers[kernel.output])
+    value = evaluate(body, scalar, memo)
     bind_indirect(store_index, scalar, memo)
     out_type = CTYPES[buffers[kernel.output].dtype]
     operator = "+=" if kernel.scatter is not None and kernel.scatter.accumulate else "="
     target = f"{kernel.output}[{format_index(store_index, scalar.indirect_names)}]"
     body = scalar.lines + [f"{indent}{target} {operator} ({out_type})({value});"]
     names = sorted(scalar.buffers - {kernel.output}) + [kernel.output]
-    closing = ["  " + "  " * (len(kernel.ranges) - 1 - k) + "}" for k in range(len(kernel.ranges))]
+    closing = ["  " + "  " * (len(ranges) - 1 - k) + "}" for k in range(len(ranges))]
     text = "\n".join(signature(kernel.name, names, buffers, kernel.output, checks) + loops + body + closing
                      + tail(checks))
     return text, names
+
+
+def merged_reduction(kernel: ir.Reduction, outer: bool = True) -> ir.Reduction:
+    """`kernel` with its adjacent reduction loops merged (loops.py), and its outer loops too
+    unless `outer` is False (a group member shares them with the group)."""
+    if kernel.reduction_type in ("argmax", "argmin"):
+        return kernel  # the position it returns counts along one reduced dimension
+    variables, ranges, body = kernel.variables, kernel.ranges, kernel.body
+    if outer:  # the output is contiguous over them: its index stays linear when they merge
+        variables, ranges, body, _ = merge_loops(variables, ranges, body, (),
+                                                 dict(zip((v.name for v in kernel.reduction_variables),
+                                                          kernel.reduction_ranges)))
+    reduction_variables, reduction_ranges, body, _ = merge_loops(
+        kernel.reduction_variables, kernel.reduction_ranges, body, (), dict(zip((v.name for v in variables), ranges)))
+    return dataclasses.replace(kernel, variables=variables, ranges=ranges, body=body,
+                               reduction_variables=reduction_variables, reduction_ranges=reduction_ranges)
 
 
 def combine(reduction_type: str, accumulator: str, value: str, ctype: str, position: str) -> list[str]:
@@ -139,6 +168,9 @@ def reduction_lines(kernel: ir.Reduction, indent: str, emitter_for, store,
 
 
 def emit_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
+    kernel = merged_reduction(kernel)
+    if column_reduction(kernel):
+        return emit_column_reduction(kernel, buffers)
     work = math.prod(kernel.ranges) * math.prod(kernel.reduction_ranges)
     parallel_work = work if math.prod(kernel.ranges) > 1 else 0
     checks = ir.checks_indices(kernel)
@@ -151,6 +183,53 @@ def emit_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple
     names = sorted(read - {kernel.output}) + [kernel.output]
     text = "\n".join(signature(kernel.name, names, buffers, kernel.output, checks) + body + tail(checks))
     return text, names
+
+
+MAX_COLUMNS = 4096  # accumulators of a column reduction, on the stack (32 KiB of doubles)
+
+
+def column_reduction(kernel: ir.Reduction) -> bool:
+    """Is `kernel` a sum whose reads are contiguous along its last output dimension and strided
+    along the reduced ones (a channels-last spatial mean, a bias gradient summed over tokens)?
+    Reduced row by row, each output reads one element every stride; emit_column_reduction
+    accumulates a whole row of outputs at once instead, its inner loop contiguous."""
+    if kernel.reduction_type != "sum" or not kernel.variables or not kernel.reduction_variables \
+            or ir.checks_indices(kernel) \
+            or kernel.ranges[-1] > MAX_COLUMNS or kernel.ranges[-1] < 8:
+        return False
+    column, row = kernel.variables[-1].name, kernel.reduction_variables[-1].name
+    forms = [linear_form(load.index) for load in expression_loads(kernel.body)]
+    if not forms or any(form is None or form[0].get(column, 0) not in (0, 1) for form in forms):
+        return False
+    return any(form[0].get(column) == 1 and form[0].get(row, 0) not in (0, 1) for form in forms)
+
+
+def emit_column_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
+    """for each row of outputs: acc[column] = 0; over the reduced loops, acc[column] += body for
+    the whole row (a contiguous, vectorised inner loop); store acc / divisor."""
+    acc_type = "double" if kernel.dtype == "float32" else CTYPES[kernel.dtype]
+    *outer, column = kernel.variables
+    *outer_ranges, columns = kernel.ranges
+    work = math.prod(kernel.ranges) * math.prod(kernel.reduction_ranges) if outer else 0
+    loops, indent = loop_nest(outer, outer_ranges, work, 0, leave_inner=False)
+    lines = loops + [f"{indent}{acc_type} acc[{columns}];",
+                     f"{indent}for (int64_t {column} = 0; {column} < {columns}L; ++{column}) acc[{column}] = 0;"]
+    inner = indent
+    for variable, size in zip(kernel.reduction_variables, kernel.reduction_ranges):
+        lines.append(f"{inner}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
+        inner += "  "
+    lines += [f"{inner}#pragma omp simd", f"{inner}for (int64_t {column} = 0; {column} < {columns}L; ++{column}) {{"]
+    scalar = ScalarEmitter(inner + "  ")
+    value = evaluate(kernel.body, scalar)
+    lines += scalar.lines + [f"{inner}  acc[{column}] += {value};", f"{inner}}}"]
+    lines += [indent + "  " * (len(kernel.reduction_ranges) - 1 - k) + "}" for k in range(len(kernel.reduction_ranges))]
+    store_index = format_index(ir.strided_index(kernel.variables, contiguous_strides(kernel.ranges)))
+    result = f"acc[{column}]" if kernel.divisor == 1 else f"(acc[{column}] / ({acc_type}){kernel.divisor})"
+    lines.append(f"{indent}for (int64_t {column} = 0; {column} < {columns}L; ++{column}) "
+                 f"{kernel.output}[{store_index}] = ({CTYPES[kernel.dtype]})({result});")
+    lines += ["  " + "  " * (len(outer) - 1 - k) + "}" for k in range(len(outer))]
+    names = sorted(scalar.buffers - {kernel.output}) + [kernel.output]
+    return "\n".join(signature(kernel.name, names, buffers, kernel.output) + lines + ["}"]), names
 
 
 class RowEmitter(ScalarEmitter):
@@ -180,16 +259,20 @@ def member_lines(member, group: ir.LoopGroup, buffers: dict[str, ir.Buffer], ind
         index = row_index(index, outer_names)
     target = f"{member.output}[{format_index(index)}]"
     if isinstance(member, ir.Reduction):
-        return reduction_lines(member, indent, emitter_for, lambda result: f"{target} = ({out_type})({result});",
-                               checks)
+        return reduction_lines(merged_reduction(member, outer=False), indent, emitter_for,
+                               lambda result: f"{target} = ({out_type})({result});", checks)
+    row_sizes = dict(zip((v.name for v in group.variables), group.ranges))
+    variables, ranges, body, (index,) = merge_loops(member.variables[outer:], member.ranges[outer:], member.body,
+                                                    (index,), row_sizes)
+    target = f"{member.output}[{format_index(index)}]"
     lines, level = [], indent
-    for variable, size in zip(member.variables[outer:], member.ranges[outer:]):
+    for variable, size in zip(variables, ranges):
         lines.append(f"{level}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
         level += "  "
     scalar = emitter_for(level)
-    value = evaluate(member.body, scalar)
+    value = evaluate(body, scalar)
     lines += scalar.lines + [f"{level}{target} = ({out_type})({value});"]
-    lines += [indent + "  " * (len(member.ranges) - outer - 1 - k) + "}" for k in range(len(member.ranges) - outer)]
+    lines += [indent + "  " * (len(ranges) - 1 - k) + "}" for k in range(len(ranges))]
     return lines, scalar.buffers
 
 

@@ -102,11 +102,15 @@ static inline tj_reduced tj_reduce_ln2(float x) {
   return {r, (int32_t)(tj_bits(t) - tj_bits(shifter))};
 }
 static inline float tj_expf(float x) {
-  // Clamp so that k stays in [-150, 129]; the clamped ends still overflow to inf / underflow to 0.
-  const float xc = tj_selectf(x != x, 0.0f, tj_selectf(x < -104.0f, -104.0f, tj_selectf(x > 89.0f, 89.0f, x)));
+  // Clamp so that k stays in [-150, 129]; the top end still overflows to inf. Below -104 the
+  // result rounds to 0: it is selected, not computed from a clamped input, because underflowing
+  // to zero takes a microcode assist per vector on x86 (a masked softmax's -FLT_MAX entries made
+  // it ten times slower).
+  const bool zero = x < -104.0f;
+  const float xc = tj_selectf((x != x) | zero, 0.0f, tj_selectf(x > 89.0f, 89.0f, x));
   const tj_reduced red = tj_reduce_ln2(xc);
   const float y = tj_scale2f(1.0f + tj_expm1_reduced(red.r), red.k);
-  return tj_selectf(x != x, x, y);
+  return tj_selectf(x != x, x, tj_selectf(zero, 0.0f, y));
 }
 static inline float tj_expm1f(float x) {
   // expm1(x) = 2^k (e + 1) - 1 = fma(2^k, e, 2^k - 1), with 2^k - 1 exact for -24 <= k <= 24.
