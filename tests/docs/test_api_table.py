@@ -31,9 +31,11 @@ def defined_tests() -> set[str]:
 
 
 def test_every_torch_compiler_name_has_a_row_and_exists():
+    # The table follows torch 2.14's list; an older torch (2.11 on the GPU machine) has fewer names.
     names = [name for name, _ in table_rows("## torch.compiler.__all__")]
-    assert sorted(names) == sorted(torch.compiler.__all__)
-    assert [name for name in torch.compiler.__all__ if not hasattr(tensorjit.compiler, name)] == []
+    assert len(names) == len(set(names))
+    assert sorted(set(torch.compiler.__all__) - set(names)) == []
+    assert [name for name in names if not hasattr(tensorjit.compiler, name)] == []
 
 
 def test_every_named_test_exists():

@@ -154,6 +154,26 @@ def _static_while_loop(condition: LoopBody, body: LoopBody, carried: tuple, addi
     return tuple(torch.empty_like(c) for c in carried)
 
 
+_SCAN_LAYOUT: list[bool] = []
+
+
+def _scan_puts_outputs_back_at_dim() -> bool:
+    """Does the installed torch's scan stack its outputs along `dim` (2.13) or along dim 0 (2.11,
+    "a stacked output along first dim")? Read from its source, which moves them back with
+    `movedim(elem, 0, dim)` where it does: running it is no option (torch 2.13's eager scan
+    compiles its function with Dynamo)."""
+    if not _SCAN_LAYOUT:
+        import importlib
+        import inspect
+
+        try:
+            source = inspect.getsource(importlib.import_module("torch._higher_order_ops.scan").scan)
+        except (OSError, TypeError):
+            source = "movedim(elem, 0, dim)"  # no source: assume the newer behaviour
+        _SCAN_LAYOUT.append("movedim(elem, 0, dim)" in source.replace(" ", "").replace(",", ", "))
+    return _SCAN_LAYOUT[0]
+
+
 class ScanValue(CallableConstant):
     def call(self, tx, args, kwargs) -> Value:
         from .values.base import ConstantValue
@@ -184,7 +204,7 @@ class ScanValue(CallableConstant):
         carry, ys = items[:count], items[count:]
         if reverse:
             ys = [record_call(tx, torch.flip, [y, ConstantValue([0])], {}) for y in ys]
-        if dim != 0:
+        if dim != 0 and _scan_puts_outputs_back_at_dim():
             ys = [record_call(tx, torch.movedim, [y, ConstantValue(0), ConstantValue(dim)], {})
                   if dim < y.example.dim() else y for y in ys]
         from .values.containers import TupleValue

@@ -392,7 +392,7 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
     except Exception as e:
         raise GraphBreak("op-error", f"{_describe(target)} raised {type(e).__name__}: {e}",
                          "the same call fails eagerly; it runs in Python so the error is raised there")
-    if tx.output.shape_env is not None and _symbolic_shapes().free_unbacked_symbols(result) - tx.output.symbols.keys():
+    if tx.output.shape_env is not None and _new_unbacked_symbols(result) - tx.output.symbols.keys():
         # a new unbacked size (nonzero, item); those of mark_unbacked inputs are graph inputs
         raise GraphBreak("data-dependent-op", f"{_describe(target)} has an output shape that depends on data")
     node = tx.output.create_node(op, fn if op == "call_function" else target, node_args, node_kwargs, result)
@@ -406,6 +406,14 @@ def _symbolic_dispatch(output):
     if output.shape_env is None:
         return contextlib.nullcontext()
     return enable_python_dispatcher()
+
+
+def _new_unbacked_symbols(result) -> set:
+    """Unbacked symbols in the tensors and symbolic numbers of `result` (a call may also return
+    strings, devices...: torch 2.11's free_unbacked_symbols asserts on those)."""
+    leaves = [leaf for leaf in pytree.tree_leaves(result)
+              if isinstance(leaf, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool))]
+    return _symbolic_shapes().free_unbacked_symbols(leaves) if leaves else set()
 
 
 def _describe(target) -> str:
