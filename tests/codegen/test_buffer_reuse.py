@@ -18,6 +18,9 @@ def chain(x):
 
 @pytest.mark.parametrize("emitter", EMITTERS)
 def test_dead_temporaries_are_handed_to_later_outputs(emitter):
+    # seeded: cos/sin of sums up to ~50 amplify rounding ~1000x, and some inputs exceeded the
+    # tolerance on any compiler (about 1 run in 8)
+    torch.manual_seed(0)
     [x] = on_device(emitter, (torch.randn(16, 24),))
     compiled = compile_with(emitter, chain, x)
     plan = memory.reuses(compiled.program)
