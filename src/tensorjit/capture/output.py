@@ -51,6 +51,7 @@ class OutputGraph:
         self.inputs_by_id: dict[int, Any] = {}
         self.guards = GuardSet()
         self.side_effects: list[SideEffect] = []
+        self.container_writes = 0  # writes to lists, dicts and sets so far (regions.py: a region that writes stays inline)
         self.attribute_overlay: dict[tuple[int, str], Any] = {}
         self.module_table_writes: set[tuple[int, str]] = set()  # overlay keys nn.Module.__setattr__ put in a table
         self.keep_alive: list[Any] = []

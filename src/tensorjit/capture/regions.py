@@ -48,20 +48,28 @@ def region_function(fn_value):
 
 def capture_region(tx, inline: Callable[[], Any]):
     """`inline()` (the call, inlined), with the nodes it made outlined into a shared subgraph."""
-    from .calls import _visible_effects
     output = tx.output
     before = set(output.graph.nodes)
-    effects = _visible_effects(output)
-    writes = len(output.container_writes)
+    effects, writes = _visible_effects(output), output.container_writes
     result = inline()
     made = [n for n in output.graph.nodes if n not in before and n.op != "placeholder"]
-    if not made or _visible_effects(output) != effects or len(output.container_writes) != writes:
+    if not made or _visible_effects(output) != effects or output.container_writes != writes:
         return result
     leaves = _tensor_leaves(result)
     if leaves is None or any(not _pure(n) for n in made):
         return result
     _outline(output, made, leaves)
     return result
+
+
+def _visible_effects(output) -> tuple[int, frozenset]:
+    """What a caller could observe of code run so far: Python-visible writes replayed after the
+    graph (attributes, globals, cells, containers from outside), and writes to the storage of
+    the graph's inputs."""
+    from .aliasing import storage_key
+    inputs = {storage_key(gi.node.meta["example_value"]) for gi in output.inputs
+              if isinstance(gi.node.meta.get("example_value"), torch.Tensor)}
+    return len(output.side_effects), frozenset(output.writes.written & inputs)
 
 
 def _tensor_leaves(value) -> list | None:

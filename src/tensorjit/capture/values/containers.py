@@ -20,8 +20,9 @@ from .base import ConstantValue, Value
 
 
 def _record_mutation(container, tx) -> None:
-    """A list, dict or set changed: if it came from outside the function, write its contents back
-    after the graph."""
+    """A list, dict or set changed: count the write, and if it came from outside the function,
+    write its contents back after the graph."""
+    tx.output.container_writes += 1
     if container.source is not None and not container.mutated:
         container.mutated = True
         tx.output.record_mutation(container)
