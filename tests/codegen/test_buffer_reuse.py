@@ -11,16 +11,15 @@ from two_emitters import EMITTERS, on_device, compile_with
 def chain(x):
     # three row-group stages whose (16, 24) temporaries die one after another
     a = (x * 0.1).exp()
-    b = (a * a.sum(0) + a.sum(1, keepdim=True)).cos()
-    c = (b * b.sum(0) + b.sum(1, keepdim=True)).sin()
+    # means, not sums: cos/sin of sums up to ~50 amplified rounding ~1000x (some random inputs
+    # then missed the tolerance on any compiler)
+    b = (a * a.mean(0) + a.mean(1, keepdim=True)).cos()
+    c = (b * b.mean(0) + b.mean(1, keepdim=True)).sin()
     return c.sum(0), c.sum(1)
 
 
 @pytest.mark.parametrize("emitter", EMITTERS)
 def test_dead_temporaries_are_handed_to_later_outputs(emitter):
-    # seeded: cos/sin of sums up to ~50 amplify rounding ~1000x, and some inputs exceeded the
-    # tolerance on any compiler (about 1 run in 8)
-    torch.manual_seed(0)
     [x] = on_device(emitter, (torch.randn(16, 24),))
     compiled = compile_with(emitter, chain, x)
     plan = memory.reuses(compiled.program)
