@@ -10,9 +10,12 @@ allocating (one allocator call less per pair on every call of the graph).
 
 from __future__ import annotations
 
+import math
+
 from torch.utils._pytree import tree_leaves
 
 from . import ir
+from .values import contiguous_strides
 
 
 def expression_loads(expr: ir.Expr) -> list[ir.Load]:
@@ -56,12 +59,8 @@ def returned_names(program: ir.Program) -> set[str]:
 def last_uses(program: ir.Program) -> list[list[str]]:
     kinds = {b.name: b.kind for b in program.buffers}
     kept = returned_names(program)
-    last: dict[str, int] = {}
-    for position, step in enumerate(program.steps):
-        for name in names_read(step) | set(names_written(step)):
-            last[name] = position
     frees: list[list[str]] = [[] for _ in program.steps]
-    for name, position in last.items():
+    for name, position in last_uses_by_name(program).items():
         if kinds.get(name) in ("temp", "extern") and name not in kept:
             frees[position].append(name)
     return frees
@@ -139,8 +138,6 @@ def last_uses_by_name(program: ir.Program) -> dict[str, int]:
 
 
 def _dense(buffer: ir.Buffer) -> bool:
-    from .values import contiguous_strides
-
     return tuple(buffer.strides) == contiguous_strides(buffer.shape)
 
 
@@ -154,24 +151,8 @@ def _take(free: dict[tuple, list[str]], receiver: ir.Buffer) -> str | None:
         return donors.pop()
     if not _dense(receiver):
         return None
-    size = 1
-    for extent in receiver.shape:
-        size *= extent
     for (shape, strides, dtype), names in free.items():
-        if names and dtype == receiver.dtype and _numel(shape) == size and \
-                tuple(strides) == _contiguous(shape):
+        if names and dtype == receiver.dtype and math.prod(shape) == math.prod(receiver.shape) and \
+                tuple(strides) == contiguous_strides(shape):
             return names.pop()
     return None
-
-
-def _numel(shape) -> int:
-    size = 1
-    for extent in shape:
-        size *= extent
-    return size
-
-
-def _contiguous(shape) -> tuple[int, ...]:
-    from .values import contiguous_strides
-
-    return contiguous_strides(shape)

@@ -87,8 +87,9 @@ class CppLaunch:
         return f"{kernel}({pointers}({', '.join(f'{n}.data_ptr()' for n in names)}))"
 
 
-def _kernel_lines(source: _Source, step, hook, outputs: list[ir.Buffer], parameters: str,
+def _kernel_lines(source: _Source, step, hook, buffers: dict[str, ir.Buffer], parameters: str,
                   reused: dict[str, str]) -> None:
+    outputs = [buffers[name] for name in names_written(step)]
     device = f", device={source.constant(hook.device, 'device')}" if hook.device is not None else ""
     scatter = getattr(step, "scatter", None)
     if scatter is not None:  # the kernel updates its base in place: the same tensor, renamed
@@ -97,7 +98,8 @@ def _kernel_lines(source: _Source, step, hook, outputs: list[ir.Buffer], paramet
     for output in outputs:
         if output.name in reused:  # a dead tensor of this layout or size (memory.reuses)
             donor = reused[output.name]
-            view = "" if source.layouts[donor] == (output.shape, output.strides) else f".view({tuple(output.shape)!r})"
+            same = (buffers[donor].shape, buffers[donor].strides) == (output.shape, output.strides)
+            view = "" if same else f".view({tuple(output.shape)!r})"
             source.lines.append(f"{output.name} = {donor}{view}; del {donor}")
             continue
         dtype = source.constant(IR_TO_TORCH[output.dtype], "dtype")
@@ -179,7 +181,6 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
     profile=True names each step in torch.profiler (`record_function`)."""
     buffers = {b.name: b for b in program.buffers}
     source = _Source()
-    source.layouts = {b.name: (b.shape, b.strides) for b in program.buffers}
     for name, tensor in constants.items():
         source.lines.append(f"{name} = {source.constant(tensor, 'tensor')}")
     parameters = ", ".join(program.inputs)
@@ -191,7 +192,7 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
             _extern_lines(source, step, buffers[step.output], parameters)
             label = f"tensorjit extern {getattr(step.target, '__name__', step.target)} -> {step.output}"
         else:
-            _kernel_lines(source, step, hook, [buffers[n] for n in names_written(step)], parameters, reused)
+            _kernel_lines(source, step, hook, buffers, parameters, reused)
             label = f"tensorjit {step.name}"
         if profile:
             record = source.constant(torch.profiler.record_function, "record")
