@@ -1,4 +1,4 @@
-"""CUDA graphs benchmark: eager vs torch.compile vs tensorjit under mode="reduce-overhead".
+"""Modes benchmark: eager vs torch.compile vs tensorjit under mode="reduce-overhead" (and any other mode).
 
 Per workload, in one process: eager, torch.compile(mode="reduce-overhead"),
 tensorjit.compile(mode="reduce-overhead"), and tensorjit's default mode for
@@ -9,7 +9,8 @@ tensorjit's "cudagraphs" log lines (recordings and refusals) are printed per
 workload, so a missing recording shows up with its reason.
 
     python bench/cudagraph_bench.py                    # every workload
-    python bench/cudagraph_bench.py tiny_block mlp --budget 60
+    python bench/cudagraph_bench.py tiny_block mlp --profile
+    python bench/cudagraph_bench.py mlp --sides torch_ma,tj_ma,torch_default,tj_default
 
 torch.compile is called here only as the reference to beat (allowed in bench).
 """
@@ -96,18 +97,21 @@ def make_step(function, model, inputs, train):
     return step
 
 
+SIDE_MODES = {"default": None, "ro": "reduce-overhead", "ma": "max-autotune",
+              "manc": "max-autotune-no-cudagraphs"}
+"""A side is "<compiler>_<mode>": torch_ro, tj_ro, tj_default, torch_ma, tj_manc, ..."""
+
+
 def compiled_side(side, model):
     import tensorjit
 
     torch._dynamo.reset()
     tensorjit.reset()
-    if side == "torch_ro":
-        return torch.compile(model, mode="reduce-overhead")
-    if side == "tj_ro":
-        return tensorjit.compile(model, mode="reduce-overhead")
-    if side == "tj_default":
-        return tensorjit.compile(model)
-    raise KeyError(side)
+    compiler, _, mode = side.partition("_")
+    if compiler not in ("torch", "tj") or mode not in SIDE_MODES:
+        raise KeyError(f"side {side!r}: want <torch|tj>_<{'|'.join(SIDE_MODES)}>")
+    compile_function = torch.compile if compiler == "torch" else tensorjit.compile
+    return compile_function(model, mode=SIDE_MODES[mode])
 
 
 def median_ms(step):
@@ -180,7 +184,7 @@ def run(name, sides):
             row[f"{side}_ms"] = median_ms(step)
             if PROFILE:
                 row[f"{side}_gpu_ms"] = round(gpu_ms(step), 3)
-            if HOST_PROFILE and side == "tj_ro":
+            if HOST_PROFILE and side.startswith("tj"):
                 host_profile(step, f"{name} {side}")
         except Exception as error:  # noqa: BLE001 - report and go on
             row[f"{side}_error"] = f"{type(error).__name__}: {str(error)[:300]}"
@@ -221,12 +225,14 @@ def main(argv=None):
                 handle.write(json.dumps(row) + "\n")
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}  torch {torch.__version__}")
-    print(f"{'workload':<20}{'eager':>9}" + "".join(f"{s:>12}" for s in sides) + f"{'tj_ro/torch_ro':>16}")
+    pairs = [mode for mode in SIDE_MODES if f"torch_{mode}" in sides and f"tj_{mode}" in sides]
+    print(f"{'workload':<20}{'eager':>9}" + "".join(f"{s:>12}" for s in sides)
+          + "".join(f"{'tj/torch ' + mode:>16}" for mode in pairs))
     for row in rows:
         cells = "".join(f"{row.get(f'{s}_ms', float('nan')):>12.3f}" for s in sides)
-        ratio = row.get("torch_ro_ms", float("nan")) / row.get("tj_ro_ms", float("nan"))
-        print(f"{row['workload']:<20}{row.get('eager_ms', float('nan')):>9.3f}{cells}{ratio:>16.2f}")
-
+        ratios = "".join(f"{row.get(f'torch_{m}_ms', float('nan')) / row.get(f'tj_{m}_ms', float('nan')):>16.2f}"
+                         for m in pairs)
+        print(f"{row['workload']:<20}{row.get('eager_ms', float('nan')):>9.3f}{cells}{ratios}")
 
 if __name__ == "__main__":
     main()
