@@ -215,3 +215,16 @@ def test_backward_gets_tangents_in_the_traced_layout():
     compiled(x)[0].sum().backward()
     assert seen[-1] == [(4, 1)], "the backward saw the tangent contiguous, as traced"
     torch.testing.assert_close(x.grad, torch.full((2, 12), 2.0))
+
+
+def test_many_mutated_inputs_are_written_back_in_batches():
+    """Batch-norm statistics of many layers (mixed dtypes, one mismatched shape) written back."""
+    from tensorjit.autograd.runtime import _write_back
+
+    inputs = [torch.zeros(3) for _ in range(5)] + [torch.zeros((), dtype=torch.long), torch.zeros(2, 2)]
+    values = [torch.full((3,), float(i)) for i in range(5)] + [torch.tensor(7), torch.ones(2)]
+    _write_back(inputs, list(range(7)), values)
+    for i in range(5):
+        assert torch.equal(inputs[i], torch.full((3,), float(i)))
+    assert inputs[5].item() == 7 and torch.equal(inputs[6], torch.ones(2, 2))  # broadcast like copy_
+    assert all(t._version == 1 for t in inputs)

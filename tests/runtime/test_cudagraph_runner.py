@@ -107,13 +107,37 @@ def test_key_holds_addresses_of_inputs_read_in_place_only():
     x = torch.randn(4)
     assert [cudagraphs.read_in_place(v) for v in (parameter, x, 3)] == [True, False, False]
     key = recording_key([parameter, x, 3])
-    assert key[1][4] == parameter.data_ptr() and key[2][4] is None and key[3] == (int, 3)
+    assert key[1] == parameter.data_ptr() and key[2] == (x.shape, x.stride(), x.dtype, -1) and key[3] == (int, 3)
     assert cudagraphs.in_place_of(key) == [True, False, False]
     assert shape_of(key) == shape_of(recording_key([torch.nn.Parameter(torch.randn(4)), x, 3]))
     assert recording_key([x]) != recording_key([x.t()[None]])  # shape differs
     with torch.inference_mode():
         inference_key = recording_key([x])
     assert inference_key != recording_key([x])
+
+
+def test_key_of_module_state_is_its_address():
+    """Inputs the capture read from module state are keyed by address (their layout is guarded)."""
+    buffer, x = torch.randn(4), torch.randn(4)
+    key = recording_key([buffer, x], static_input_indices=frozenset({0}))
+    assert key[1] == buffer.data_ptr() and cudagraphs.in_place_of(key) == [True, False]
+    assert recording_key([torch.randn(4), x], static_input_indices=frozenset({0})) != key  # moved: another key
+
+
+def test_clone_plan_batches_gradients_and_keeps_layouts():
+    outputs = [torch.randn(3, 4) for _ in range(9)] + [torch.randn(4, 3).t(), None, torch.randn(2).half()]
+    plan = cudagraphs.ClonePlan.of(outputs, batched=True)
+    assert [len(positions) for positions, _ in plan.batches] == [9] and plan.single == [9, 11]
+    copies = plan.copy(outputs)
+    for original, copy in zip(outputs, copies):
+        if original is None:
+            assert copy is None
+            continue
+        assert copy.data_ptr() != original.data_ptr() and copy.stride() == original.stride()
+        torch.testing.assert_close(copy, original)
+    outputs[0].add_(1)  # the next replay writes the originals: the copies keep their values
+    assert not torch.equal(copies[0], outputs[0])
+    assert cudagraphs.ClonePlan.of(outputs, batched=False).batches == []
 
 
 def test_warm_up_refusals():
@@ -364,7 +388,7 @@ def test_training_steps_match_eager_and_backward_reads_saved_activations_in_plac
     assert backward_recording.pool == forward_recording.pool  # one pool per step
     in_place = [key for key in backward.recordings][0][1:]
     saved = {forward_recording.static_outputs[i].data_ptr() for i in forward_recording.protected}
-    assert saved <= {part[4] for part in in_place}  # the backward's key holds their addresses: read in place
+    assert saved <= {part for part in in_place if type(part) is int}  # the backward's key holds their addresses: read in place
     assert len(backward_recording.copied) == 1  # the tangent alone is copied (a saved weight is read in place)
 
 

@@ -20,11 +20,27 @@ from ..runtime.persist import set_reduce
 
 
 def _write_back(inputs, mutated: list[int], values) -> None:
+    """Copy the new values of mutated inputs into them. Same-shaped pairs go through one
+    `_foreach_copy_` per dtype (a model's batch-norm statistics are hundreds of small tensors:
+    one copy kernel each otherwise); any other pair through its own `copy_`."""
+    batches: dict = {}
     with torch.no_grad():
         for index, value in zip(mutated, values):
             target = inputs[index]
-            if target is not value:
+            if target is value:
+                continue
+            if isinstance(value, torch.Tensor) and value.shape == target.shape and value.dtype == target.dtype \
+                    and value.device == target.device:
+                targets, sources = batches.setdefault((value.dtype, value.device), ([], []))
+                targets.append(target)
+                sources.append(value)
+            else:
                 target.copy_(value)
+        for targets, sources in batches.values():
+            if len(targets) == 1:
+                targets[0].copy_(sources[0])
+            else:
+                torch._foreach_copy_(targets, sources)
 
 
 def _as_traced(tangent):

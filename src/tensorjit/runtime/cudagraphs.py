@@ -185,10 +185,16 @@ STRUCTURED = ("structured",)
 
 def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = frozenset(),
                   device_type: str | None = None) -> tuple | None:
-    """Shapes, strides, dtypes, devices and number values; addresses of the inputs read in place
-    (`read_in_place`, and `static_input_indices`). None when `ungraphable_reason` has a reason: the
-    same checks, made in this one pass over the inputs because it runs on every call. `STRUCTURED`
-    when an input is a tuple or list."""
+    """What tells one recording's calls apart: per input, the address of an input read in place
+    (an int), or the shape, stride, dtype and device of a copied tensor, or a number's type and
+    value. None when `ungraphable_reason` has a reason (the cheap part of those checks, made in
+    this one pass because it runs on every call); `STRUCTURED` when an input is a tuple or list.
+
+    Inputs read in place are keyed by address alone. Their layout cannot change under one
+    address without another key: module state (`static_input_indices`) and parameters are graph
+    inputs whose layout the capture's guards check, and a saved activation's address lies in the
+    pool of the one forward recording that made it, which fixes its layout. Checking only the
+    address keeps the key cheap for models with hundreds of parameters and saved activations."""
     saved = _saved_buffers
     parameter = torch.nn.Parameter
     want_cuda = device_type == "cuda"
@@ -198,13 +204,17 @@ def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = 
     for index, value in enumerate(inputs):
         if isinstance(value, torch.Tensor):
             tensors += 1
-            if device_type is not None and (value.is_cuda is not want_cuda or grad and value.requires_grad):
+            if grad and value.requires_grad and device_type is not None:
                 return None
             address = value.data_ptr()
             # (Parameter's isinstance goes through a Python __instancecheck__: last, and only for subclasses.)
-            fixed = (index in static_input_indices or address in saved
-                     or type(value) is not torch.Tensor and isinstance(value, parameter))
-            parts.append((value.shape, value.stride(), value.dtype, value.get_device(), address if fixed else None))
+            if (index in static_input_indices or address in saved
+                    or type(value) is not torch.Tensor and isinstance(value, parameter)):
+                parts.append(address)
+                continue
+            if device_type is not None and value.is_cuda is not want_cuda:
+                return None
+            parts.append((value.shape, value.stride(), value.dtype, value.get_device()))
         elif isinstance(value, NUMBER_TYPES):
             parts.append((type(value), value))
         elif type(value) in (tuple, list):
@@ -218,12 +228,12 @@ def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = 
 
 def in_place_of(key: tuple) -> list[bool]:
     """Which inputs a key reads in place."""
-    return [len(part) == 5 and part[4] is not None for part in key[1:]]
+    return [type(part) is int for part in key[1:]]
 
 
 def shape_of(key: tuple) -> tuple:
     """The key without the addresses of inputs read in place."""
-    return tuple(part[:4] if len(part) == 5 else part for part in key[1:])
+    return tuple(None if type(part) is int else part for part in key[1:])
 
 
 # -- recordings ------------------------------------------------------------------
@@ -248,6 +258,8 @@ class Recording:
     (new values of mutated inputs) or saves them for the backward."""
     first_saved: int
     """Outputs from this index on are the forward's saved activations."""
+    clone_plan: "ClonePlan | None" = None
+    """How the outputs before `first_uncloned` are copied out after each replay."""
     protected: list[int] = dataclasses.field(default_factory=list)
     """Of those, the ones a replay writes (not parameters): their version counters are bumped."""
     step_token: Callable[[], "StepToken | None"] = lambda: None
@@ -375,6 +387,10 @@ class CudaGraphRunner:
     # -- recording --
 
     def _new_recording(self, key: tuple, inputs: Sequence[Any], in_place: Sequence[bool]) -> Recording | None:
+        reason = ungraphable_reason(inputs, self.device_type)  # the key checks copied inputs only
+        if reason is not None:
+            self.refuse(reason)
+            return None
         shape = shape_of(key)
         if shape not in self.shapes and len(self.shapes) >= self.settings.max_shapes:
             self.refuse(f"more than {self.settings.max_shapes} input shapes (dynamic shapes); raise "
@@ -409,6 +425,7 @@ class CudaGraphRunner:
         recording = Recording(graph, pool, static_inputs, copied, mutated, flat_outputs, rebuild,
                               first_uncloned=self._flat_index(outputs, self.kept_outputs, flat_outputs),
                               first_saved=self._flat_index(outputs, self._first_saved(outputs), flat_outputs))
+        recording.clone_plan = ClonePlan.of(flat_outputs[:recording.first_uncloned], batched=self.kind == "backward")
         self._protect(recording, static_inputs, in_place)
         for index, fixed in enumerate(in_place):
             # Read in place: the key holds their address, and a replay happens only when a caller's
@@ -505,8 +522,7 @@ class CudaGraphRunner:
             if not static_outputs[index].is_inference():
                 # Backwards still holding the previous replay's activations now fail loudly.
                 torch.autograd.graph.increment_version(static_outputs[index])
-        outputs = [value.clone(memory_format=torch.preserve_format) if isinstance(value, torch.Tensor) else value
-                   for value in static_outputs[:recording.first_uncloned]]
+        outputs = recording.clone_plan.copy(static_outputs[:recording.first_uncloned])
         outputs += static_outputs[recording.first_uncloned:]
         if recording.protected:
             token = self._step_token = StepToken()
@@ -515,6 +531,54 @@ class CudaGraphRunner:
 
 
 _MISSING = object()
+
+
+@dataclasses.dataclass
+class ClonePlan:
+    """Copies of a replay's outputs that the caller keeps (the next replay overwrites the originals).
+
+    A backward hands out one gradient per parameter: hundreds of small tensors,
+    each a clone, an allocation and a kernel launch. Contiguous ones of one dtype
+    are copied in one batch instead (one concatenating copy into a fresh buffer,
+    handed out as views of it: `torch._utils`' flatten/unflatten, two C++ calls).
+    Only gradients are batched: views of one buffer as outputs of an autograd
+    Function's forward would refuse in-place changes that a clone allows."""
+
+    batches: list[tuple[list[int], list[torch.Tensor]]]
+    """(output positions, static outputs) copied together."""
+    single: list[int]
+    """Positions cloned one by one (other layouts, small groups)."""
+
+    MIN_BATCH = 8
+
+    @classmethod
+    def of(cls, outputs: Sequence[Any], batched: bool) -> "ClonePlan":
+        by_dtype: dict[Any, list[int]] = {}
+        single = []
+        for index, value in enumerate(outputs):
+            if not isinstance(value, torch.Tensor):
+                continue
+            if batched and value.is_contiguous() and value.numel() > 0 and not value.requires_grad:
+                by_dtype.setdefault((value.dtype, value.device), []).append(index)
+            else:
+                single.append(index)
+        batches = []
+        for positions in by_dtype.values():
+            if len(positions) >= cls.MIN_BATCH:
+                batches.append((positions, [outputs[i] for i in positions]))
+            else:
+                single.extend(positions)
+        return cls(batches, sorted(single))
+
+    def copy(self, outputs: Sequence[Any]) -> list[Any]:
+        copies = list(outputs)
+        for positions, tensors in self.batches:
+            flat = torch._C._nn.flatten_dense_tensors(tensors)
+            for position, view in zip(positions, torch._C._nn.unflatten_dense_tensors(flat, tensors)):
+                copies[position] = view
+        for position in self.single:
+            copies[position] = outputs[position].clone(memory_format=torch.preserve_format)
+        return copies
 
 
 def warm_up_refusal(in_place: Sequence[bool], mutated: Sequence[int], outputs: Sequence[Any],
