@@ -671,3 +671,14 @@ def test_no_recompile_for_module_list_slice_in_forward():
     for _ in range(4):
         assert_same(model(x), compiled(x))
     assert counter.graph_count == 1
+
+
+def test_storages_unshared_finds_a_shared_buffer_among_many():
+    from tensorjit.capture.guards import storages_unshared
+
+    state = [torch.randn(4) for _ in range(50)]
+    written = tuple(state[::2])
+    assert storages_unshared(written, tuple(state))
+    assert not storages_unshared(written, tuple(state) + (state[10][1:],))  # a view of a written one
+    assert storages_unshared(written, tuple(state) + (state[11][1:],))  # a view of one only read
+    assert storages_unshared((torch.empty(0),), (torch.empty(0), torch.empty(0)))  # no buffer, no sharing

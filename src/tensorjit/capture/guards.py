@@ -27,11 +27,14 @@ from .sources import AttrSource, ItemSource, Source, is_literal_key
 def storages_unshared(written: tuple, tensors: tuple) -> bool:
     """No tensor of `written` shares its buffer with another of `tensors` (which holds them)."""
     pointers = [t.untyped_storage().data_ptr() for t in tensors]
-    for t in written:
-        pointer = t.untyped_storage().data_ptr()
-        if pointer and pointers.count(pointer) > 1:
-            return False
-    return True
+    if len(set(pointers)) == len(pointers):  # the usual case, in one pass
+        return True
+    counts: dict[int, int] = {}
+    for pointer in pointers:
+        counts[pointer] = counts.get(pointer, 0) + 1
+    return all(not pointer or counts[pointer] == 1
+               for pointer in (t.untyped_storage().data_ptr() for t in written))
+
 
 _weakrefable_failures = (TypeError,)
 
