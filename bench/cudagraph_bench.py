@@ -120,8 +120,9 @@ def median_ms(step):
     return float(triton.testing.do_bench(step, warmup=25, rep=200, return_mode="median"))
 
 
-def gpu_ms(step, steps=5):
-    """Device time per step (sum of kernel times under torch.profiler): what is left once the host is off the path."""
+def gpu_ms(step, steps=5, label=None):
+    """Device time per step (sum of kernel times under torch.profiler): what is left once the host is
+    off the path. With KERNELS set, the top kernels of `label` are appended to that file."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -129,13 +130,45 @@ def gpu_ms(step, steps=5):
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    total_us = sum(event.self_device_time_total for event in profiler.key_averages()
-                   if event.device_type == torch.autograd.DeviceType.CUDA)
+    kernels = [event for event in profiler.key_averages() if event.device_type == torch.autograd.DeviceType.CUDA]
+    total_us = sum(event.self_device_time_total for event in kernels)
+    if KERNELS and label:
+        kernels.sort(key=lambda event: -event.self_device_time_total)
+        lines = [f"{event.self_device_time_total / steps / 1000:8.3f} ms {event.count // steps:5d}x {event.key[:100]}"
+                 for event in kernels[:30]]
+        count = sum(event.count for event in kernels) // steps
+        with open(KERNELS, "a") as handle:
+            handle.write(f"== {label}: {total_us / steps / 1000:.3f} ms, {count} kernels per step\n"
+                         + "\n".join(lines) + "\n\n")
     return total_us / steps / 1000
+
+
+KERNELS: str | None = None
 
 
 PROFILE = False
 HOST_PROFILE: str | None = None
+COLD_PROFILE: str | None = None
+
+
+def cold_profile(step, label):
+    """Where the first (compiling) step's host time goes (cProfile, cumulative), and the code
+    generator's own timings, appended to COLD_PROFILE."""
+    import cProfile
+    import io
+    import pstats
+
+    from tensorjit.codegen import report
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    step()
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+    with open(COLD_PROFILE, "a") as handle:
+        handle.write(f"== {label}: first step\n{text.getvalue()}\n{report.timing_report()}\n")
 
 
 def host_profile(step, label, calls=20):
@@ -174,6 +207,8 @@ def run(name, sides):
             start = time.perf_counter()
             compiled = compiled_side(side, model)
             step = make_step(compiled, model, inputs, train)
+            if COLD_PROFILE and side.startswith("tj"):
+                cold_profile(step, f"{name} {side}")
             for _ in range(3):  # compile, warm up, record
                 result = step()
             torch.cuda.synchronize()
@@ -183,7 +218,7 @@ def run(name, sides):
                 row[f"{side}_rel_err"] = float((output - reference).norm() / reference.norm())
             row[f"{side}_ms"] = median_ms(step)
             if PROFILE:
-                row[f"{side}_gpu_ms"] = round(gpu_ms(step), 3)
+                row[f"{side}_gpu_ms"] = round(gpu_ms(step, label=f"{name} {side}"), 3)
             if HOST_PROFILE and side.startswith("tj"):
                 host_profile(step, f"{name} {side}")
         except Exception as error:  # noqa: BLE001 - report and go on
@@ -203,10 +238,14 @@ def main(argv=None):
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile", action="store_true", help="also record device time per step (torch.profiler)")
     parser.add_argument("--host-profile", default=None, help="append cProfile tables of tensorjit's steps to this file")
+    parser.add_argument("--kernels", default=None, help="with --profile: append each side's top kernels here")
+    parser.add_argument("--cold-profile", default=None, help="append cProfile tables of tensorjit's first step here")
     arguments = parser.parse_args(argv)
-    global PROFILE, HOST_PROFILE
+    global PROFILE, HOST_PROFILE, COLD_PROFILE, KERNELS
+    KERNELS = arguments.kernels
     PROFILE = arguments.profile
     HOST_PROFILE = arguments.host_profile
+    COLD_PROFILE = arguments.cold_profile
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     sides = arguments.sides.split(",")
