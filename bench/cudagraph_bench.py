@@ -135,7 +135,7 @@ def gpu_ms(step, steps=5, label=None):
     if KERNELS and label:
         kernels.sort(key=lambda event: -event.self_device_time_total)
         lines = [f"{event.self_device_time_total / steps / 1000:8.3f} ms {event.count // steps:5d}x {event.key[:100]}"
-                 for event in kernels[:30]]
+                 for event in kernels]
         count = sum(event.count for event in kernels) // steps
         with open(KERNELS, "a") as handle:
             handle.write(f"== {label}: {total_us / steps / 1000:.3f} ms, {count} kernels per step\n"
