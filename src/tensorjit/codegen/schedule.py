@@ -249,15 +249,21 @@ def fuse_loops(program: ir.Program, refusals: list | None = None) -> ir.Program:
 def build_steps(runs: list[list], ranges_of: list, program: ir.Program) -> list:
     returned = returned_names(program)
     itemsize = {b.name: ITEMSIZE.get(b.dtype, 8) for b in program.buffers}
+    # What the runs after each group read, gathered once from the end (per group, it was a
+    # pass over every later step: quadratic, 15 of densenet121 training's 21 s of lowering).
+    read_after: list[set[str] | None] = [None] * len(runs)
+    later_reads: set[str] = set(returned)
+    for position in range(len(runs) - 1, -1, -1):
+        if ranges_of[position] is not None and len(runs[position]) > 1:
+            read_after[position] = set(later_reads)
+        for step in runs[position]:
+            later_reads |= names_read(step)
     steps = []
     for position, (run, ranges) in enumerate(zip(runs, ranges_of)):
         if ranges is None or len(run) == 1:
             steps.extend(run)
             continue
-        read_outside = set(returned)
-        for later in runs[position + 1:]:
-            for step in later:
-                read_outside |= names_read(step)
+        read_outside = read_after[position]
         variables = tuple(ir.IndexVar(f"i{d}") for d in range(len(ranges)))
         local = local_buffers(run, len(ranges), read_outside, itemsize)
         steps.append(ir.LoopGroup(f"group{len(steps)}_{run[0].name}", ranges, variables, tuple(run), local))
