@@ -97,7 +97,8 @@ class TritonEmitter:
                 path = source_path(kernel.source, cache_dir)
                 function = load_kernel_file(path, kernel.name)
                 candidates = [KernelLauncher(function, shape) for shape in kernel.shapes]
-                by_name[kernel.name, dtypes] = candidates[0] if len(candidates) == 1 else AutotunedLauncher(candidates)
+                by_name[kernel.name, dtypes] = candidates[0] if len(candidates) == 1 else \
+                    AutotunedLauncher(candidates, choice_path=path)
                 jobs += [CompileJob(path, kernel.name, dtypes, tuple(shape.constants().items()), shape.num_warps,
                                     shape.num_stages) for shape in kernel.shapes]
             launchers[step_name] = by_name[kernel.name, dtypes]

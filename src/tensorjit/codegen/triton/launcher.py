@@ -23,9 +23,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import json
 import os
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -221,12 +223,17 @@ class AutotunedLauncher:
     write nothing they read: every candidate runs several times on the same
     arguments. The code generator's kernels are functional, so that holds.
     Under the interpreter (no GPU timing) the first candidate is kept.
-    """
+
+    The choice is remembered on disk beside the kernel's source (`choice_path`,
+    one file per device name: a kernel's source fixes its sizes, so the same
+    source on the same device chooses the same way), and a later process reads
+    it instead of timing again."""
 
     REPEATS = 5
 
-    def __init__(self, candidates: list[KernelLauncher]):
+    def __init__(self, candidates: list[KernelLauncher], choice_path: str | None = None):
         self.candidates = candidates
+        self.choice_path = choice_path
         self.chosen: KernelLauncher | None = None
         self.timings_ms: list[float] = []
 
@@ -238,6 +245,9 @@ class AutotunedLauncher:
     def _choose(self, arguments: tuple) -> KernelLauncher:
         if len(self.candidates) == 1 or not torch.cuda.is_available():
             return self.candidates[0]
+        remembered = self._remembered()
+        if remembered is not None:
+            return self.candidates[remembered]
         for candidate in self.candidates:
             candidate(*arguments)  # compile and warm up outside the timing
         for candidate in self.candidates:
@@ -248,4 +258,44 @@ class AutotunedLauncher:
             end.record()
             end.synchronize()
             self.timings_ms.append(start.elapsed_time(end) / self.REPEATS)
-        return self.candidates[self.timings_ms.index(min(self.timings_ms))]
+        best = self.timings_ms.index(min(self.timings_ms))
+        self._remember(best)
+        return self.candidates[best]
+
+    def _record_file(self) -> str | None:
+        if self.choice_path is None:
+            return None
+        device = "".join(c if c.isalnum() else "_" for c in torch.cuda.get_device_name())
+        return f"{self.choice_path}.{device}.choice"
+
+    def _shapes_text(self) -> str:
+        return ";".join(repr(candidate.shape) for candidate in self.candidates)
+
+    def _remembered(self) -> int | None:
+        """The index chosen before for these candidates on this device, if recorded."""
+        path = self._record_file()
+        if path is None or not is_owned_file(Path(path)):
+            return None
+        try:
+            with open(path) as handle:
+                record = json.load(handle)
+            index = record["choice"]
+            if record["candidates"] != self._shapes_text() or not 0 <= index < len(self.candidates):
+                return None
+            self.timings_ms = list(record["timings_ms"])
+            return index
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _remember(self, index: int) -> None:
+        path = self._record_file()
+        if path is None:
+            return
+        record = {"choice": index, "timings_ms": self.timings_ms, "candidates": self._shapes_text()}
+        try:
+            directory = os.path.dirname(path)
+            with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as handle:
+                json.dump(record, handle)
+            os.replace(handle.name, path)
+        except OSError:  # an unwritable cache: time again next process
+            pass
