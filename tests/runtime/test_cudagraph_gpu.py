@@ -138,3 +138,30 @@ def test_cpu_tensor_in_graph_is_logged_and_correct():
         x = torch.randn(8, device="cuda")
         torch.testing.assert_close(compiled(x), x.cpu() * 2)
     assert any("on the CPU" in line for line in logs.recent("cudagraphs")), logs.recent("cudagraphs")
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_batched_gradient_copies_and_statistics_match_eager(set_to_none):
+    """Ten parameters (gradients copied out in one batch) and batch-norm statistics (written back
+    with one foreach copy), gradients accumulated over two steps and zeroed in place or dropped."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10)).cuda()
+    reference = copy.deepcopy(model)
+    compiled = tensorjit.compile(model, mode="reduce-overhead")
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=1e-2, momentum=0.9)
+    for step in range(6):
+        x = torch.randn(4, 3, 8, 8, device="cuda")
+        for function, opt in ((compiled, optimizer), (reference, reference_optimizer)):
+            function(x).square().mean().backward()
+            if step % 2:  # gradients of two steps accumulate, then one update
+                opt.step()
+                opt.zero_grad(set_to_none=set_to_none)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    for b, c in zip(model.buffers(), reference.buffers()):
+        torch.testing.assert_close(b, c, rtol=1e-4, atol=1e-5)
+    assert recorded("backward"), logs.recent("cudagraphs")
