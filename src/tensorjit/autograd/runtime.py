@@ -22,7 +22,9 @@ from ..runtime.persist import set_reduce
 def _write_back(inputs, mutated: list[int], values) -> None:
     """Copy the new values of mutated inputs into them. Same-shaped pairs go through one
     `_foreach_copy_` per dtype (a model's batch-norm statistics are hundreds of small tensors:
-    one copy kernel each otherwise); any other pair through its own `copy_`."""
+    one copy kernel each otherwise); any other pair through its own `copy_`. Batching is safe:
+    no two mutated inputs share memory (capture guards it: `guards.storages_unshared`), and a new
+    value is an output of the graph, never one of the inputs it writes."""
     batches: dict = {}
     with torch.no_grad():
         for index, value in zip(mutated, values):
