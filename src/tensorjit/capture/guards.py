@@ -266,16 +266,16 @@ class GuardSet:
         no Guard (which may hold the guarded object) outlives capture, or at the first failure with
         lazy_parts (guards loaded by the warm-start cache, which name no object they could keep alive)."""
         ordered = self.ordered()
-        check, text, weak = _compile_checks(ordered, fn_globals, closure, saved)
+        check, text, weak, read = _compile_checks(ordered, fn_globals, closure, saved)
 
         def parts():
             return [(g.describe(), _compile_checks([g], fn_globals, closure)[0], _explainer(g, fn_globals, closure))
                     for g in ordered]
         if lazy_parts:
-            guards = CompiledGuards(check, text, None, weak)
+            guards = CompiledGuards(check, text, None, weak, read=read)
             guards.build_parts = parts
             return guards
-        return CompiledGuards(check, text, parts() if with_parts else [], weak)
+        return CompiledGuards(check, text, parts() if with_parts else [], weak, read=read)
 
 
 def _explainer(guard: Guard, fn_globals: dict, closure) -> Callable | None:
@@ -326,7 +326,7 @@ def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None):
     for guard in guards:
         _emit_guard(em, guard)
     check, text = _compile_function(em, fn_globals, closure, "check", _CHECK_ENDING, saved)
-    return check, text, em.weak
+    return check, text, em.weak, dict(em.cached)
 
 
 _CHECK_ENDING = "    return True\n"
@@ -455,6 +455,9 @@ class CompiledGuards:
     """(pickled guards, modules they name) for the warm-start cache, or why they cannot be saved."""
     build_parts: Callable | None = None
     """Builds `parts` when they are first needed (`GuardSet.build(lazy_parts=True)`)."""
+    read: dict = field(default_factory=dict)
+    """Source -> the local of `check` that holds its value once read (the fast path hands
+    the graph inputs it read to the restore function instead of reading them again)."""
 
     def all_parts(self) -> list[tuple[str, Callable, Callable | None]]:
         if self.parts is None:
