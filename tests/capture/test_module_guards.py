@@ -204,3 +204,24 @@ def test_an_attribute_moved_to_the_class_is_read_there():
         check_same(net, compiled, x)
     finally:
         del Net.scale
+
+
+def test_a_nan_attribute_does_not_recompile_every_call():
+    """A constant guard compares the object it holds by identity first: a NaN attribute (never
+    equal to itself) that nobody reassigned still passes; an equal NaN object in its place
+    does not (equality fails) and recompiles, as before."""
+    class Fill(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.value = float("nan")
+
+        def forward(self, x):
+            return torch.where(x > 0, x, self.value)
+
+    module = Fill()
+    counter = Counter()
+    compiled = tensorjit.compile(module, backend=counter)
+    x = torch.randn(8)
+    for _ in range(4):
+        torch.testing.assert_close(compiled(x), module(x), equal_nan=True)
+    assert counter.graphs == 1

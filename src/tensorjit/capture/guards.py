@@ -12,6 +12,7 @@ alive; `GuardSet.on_death` tells the cache when such an object is gone.
 from __future__ import annotations
 
 import builtins
+import enum
 import math
 import sys
 import types
@@ -34,6 +35,10 @@ def storages_unshared(written: tuple, tensors: tuple) -> bool:
     return True
 
 _weakrefable_failures = (TypeError,)
+
+GUARDED_INPUTS = "tensorjit_guarded_inputs"
+"""The key of a captured GraphModule's meta that holds, per graph input, the (shape, strides,
+dtype, device) its tensor guard proves before every call, or None (capture/convert.py)."""
 
 
 @dataclass(frozen=True)
@@ -121,11 +126,12 @@ def global_state_guards() -> list[Guard]:
 class _Emitter:
     """Builds the text of the check function and the constants it closes over."""
 
-    def __init__(self) -> None:
+    def __init__(self, in_instance_dict: Callable[[AttrSource], bool] | None = None) -> None:
         self.constants: dict[str, Any] = {}
         self.lines: list[str] = []
         self.weak: list[weakref.ref] = []
         self.cached: dict[Source, str] = {}
+        self.in_instance_dict = in_instance_dict
 
     def constant(self, value: Any, prefix: str = "K") -> str:
         name = f"{prefix}{len(self.constants)}"
@@ -139,6 +145,8 @@ class _Emitter:
         base = source.base()
         if base is None:
             text = source.expression()
+        elif isinstance(source, AttrSource) and self.reads_dict(source):
+            text = f"{self.dict_of(base)}[{source.name!r}]"
         elif isinstance(source, AttrSource):
             of = self.value_of(base)
             text = f"{of}.{source.name}" if source.name.isidentifier() else f"getattr({of}, {source.name!r})"
@@ -154,6 +162,22 @@ class _Emitter:
 
     def check(self, condition: str) -> None:
         self.lines.append(f"    if not ({condition}): return False")
+
+    def reads_dict(self, source: AttrSource) -> bool:
+        """Whether `source` is read from its object's instance dict: a subscript of a dict is
+        about half the cost of an attribute load on an nn.Module (whose class defines
+        __getattr__), and a module's guards read several of its attributes. Capture decides
+        (`in_instance_dict`): the attribute was in the instance dict, no data descriptor of the
+        (type-guarded) class shadows it. Where it has left the dict, the KeyError is a miss."""
+        return self.in_instance_dict is not None and self.in_instance_dict(source)
+
+    def dict_of(self, source: Source) -> str:
+        key = ("__dict__", source)
+        if key not in self.cached:
+            name = f"v{len(self.cached)}"
+            self.lines.append(f"    {name} = {self.value_of(source)}.__dict__")
+            self.cached[key] = name
+        return self.cached[key]
 
 
 def _emit_guard(em: _Emitter, guard: Guard) -> None:
@@ -188,6 +212,11 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         value = guard.payload
         if value is None or isinstance(value, bool):
             em.check(f"{v} is {value!r}")
+        elif type(value) in _IMMUTABLE_CONSTANTS or isinstance(value, enum.Enum):
+            # Mostly the very object read at capture (an attribute nobody assigned since):
+            # identity first, the typed comparison only when it is another object.
+            name = em.constant(value)
+            em.check(f"{v} is {name} or type({v}) is {em.constant(type(value), 'T')} and {v} == {name}")
         else:
             em.check(f"type({v}) is {em.constant(type(value), 'T')} and {v} == {em.constant(value)}")
     elif kind == "tensor":
@@ -204,10 +233,9 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
                  f"{grad} and {v}.dim() == {len(sig.shape)} and {device}")
     elif kind == "no_hooks":  # an inlined module: a hook added later must recompile
-        em.check(f"not ({v}._forward_hooks or {v}._forward_pre_hooks or {v}._backward_hooks "
-                 f"or {v}._backward_pre_hooks)")
+        em.check("not (" + " or ".join(_hook_table(em, guard.source, v, t) for t in _MODULE_HOOK_TABLES) + ")")
     elif kind == "no_backward_hooks":  # a module whose forward hooks were inlined
-        em.check(f"not ({v}._backward_hooks or {v}._backward_pre_hooks)")
+        em.check("not (" + " or ".join(_hook_table(em, guard.source, v, t) for t in _MODULE_HOOK_TABLES[2:]) + ")")
     elif kind == "code":  # a saved identity guard on a code object (runtime/persist.SavedCode)
         em.check(f"{em.constant(guard.payload, 'K')}.matches({v})")
     elif kind == "length":
@@ -220,6 +248,18 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"{v} is {em.value_of(guard.other)}")
     else:
         raise AssertionError(f"unknown guard kind {kind}")
+
+
+_IMMUTABLE_CONSTANTS = frozenset({int, float, str, bytes, complex, torch.dtype, torch.device, torch.Size, range,
+                                   slice, torch.memory_format, torch.layout, type(Ellipsis)})
+"""Constants that cannot change while a guard holds them: the same object is an equal value."""
+
+_MODULE_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def _hook_table(em: _Emitter, source: Source, value: str, table: str) -> str:
+    attribute = AttrSource(source, table)
+    return f"{em.dict_of(source)}[{table!r}]" if em.reads_dict(attribute) else f"{value}.{table}"
 
 
 _GLOBAL_HOOK_TABLES = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
@@ -261,12 +301,12 @@ class GuardSet:
         return sorted(self.guards, key=lambda g: (g.kind in ("aliasing", "expression"), depth(g), _ORDER[g.kind]))
 
     def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True,
-              lazy_parts: bool = False, saved=None) -> "CompiledGuards":
+              lazy_parts: bool = False, saved=None, in_instance_dict=None) -> "CompiledGuards":
         """with_parts: also one check per guard, for naming the guard that failed; built now so that
         no Guard (which may hold the guarded object) outlives capture, or at the first failure with
         lazy_parts (guards loaded by the warm-start cache, which name no object they could keep alive)."""
         ordered = self.ordered()
-        check, text, weak, read = _compile_checks(ordered, fn_globals, closure, saved)
+        check, text, weak, read = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict)
 
         def parts():
             return [(g.describe(), _compile_checks([g], fn_globals, closure)[0], _explainer(g, fn_globals, closure))
@@ -320,9 +360,10 @@ def _dtype_name(dtype: torch.dtype) -> str:
         return str(dtype)
 
 
-def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None):
-    """saved: the check's CompiledText from the warm-start cache, used when the text is the same."""
-    em = _Emitter()
+def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None, in_instance_dict=None):
+    """saved: the check's CompiledText from the warm-start cache, used when the text is the same.
+    in_instance_dict: which attributes to read from their object's __dict__ (`_Emitter.reads_dict`)."""
+    em = _Emitter(in_instance_dict)
     for guard in guards:
         _emit_guard(em, guard)
     check, text = _compile_function(em, fn_globals, closure, "check", _CHECK_ENDING, saved)
