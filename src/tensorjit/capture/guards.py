@@ -224,8 +224,7 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
         grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
         em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
-                 f"{grad} and {v}.shape == {em.constant(sig.shape)} and {v}.stride() == "
-                 f"{em.constant(sig.stride)} and {device}")
+                 f"{grad} and {v}.shape == {em.constant(sig.shape)}{_strides_test(em, v, sig)} and {device}")
     elif kind == "tensor_dynamic":  # sizes and strides are checked by the shape guards
         sig = guard.payload
         device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
@@ -248,6 +247,25 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"{v} is {em.value_of(guard.other)}")
     else:
         raise AssertionError(f"unknown guard kind {kind}")
+
+
+def _strides_test(em: _Emitter, v: str, sig: TensorSignature) -> str:
+    """Given the shape, the test that the strides are the signature's. With every size at least
+    2, the contiguous strides are the only ones is_contiguous() accepts (half the cost of
+    building and comparing the strides tuple); a 0-dim tensor has no strides to test."""
+    if not sig.shape:
+        return ""
+    if min(sig.shape) >= 2 and tuple(sig.stride) == _contiguous_strides(sig.shape):
+        return f" and {v}.is_contiguous()"
+    return f" and {v}.stride() == {em.constant(sig.stride)}"
+
+
+def _contiguous_strides(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
 
 
 _IMMUTABLE_CONSTANTS = frozenset({int, float, str, bytes, complex, torch.dtype, torch.device, torch.Size, range,
