@@ -147,3 +147,24 @@ def test_tensor_guard_strides_through_contiguity_where_that_is_exact():
     check = build(Guard(LocalSource(0, "x"), "tensor", TensorSignature.of(scalar)))
     assert check.check((torch.tensor(2.0),))
     assert not check.check((torch.tensor([2.0]),))
+
+
+def test_a_tuple_of_constants_is_one_guard_with_the_items_types():
+    padding = (1, 2)
+    source = LocalSource(0, "padding")
+    gs = GuardSet()
+    for guard in (Guard(source, "type", tuple), Guard(source, "length", 2),
+                  Guard(ItemSource(source, 0), "constant", padding[0]),
+                  Guard(ItemSource(source, 1), "constant", padding[1])):
+        gs.add(guard)
+    check = gs.build({}, None, captured=lambda s: padding if s == source else None)
+    assert "_same_items" in check.source_text and "len(" not in check.source_text
+    assert check.check((padding,)) and check.check(((1, 2),))
+    for other in ((1, 2.0), (True, 2), [1, 2], (1, 2, 3), (1,), (1, 3)):
+        assert not check.check((other,)), other
+    # An item guard missing (a guard filter dropped it): the guards stay as they were.
+    gs = GuardSet()
+    for guard in (Guard(source, "type", tuple), Guard(source, "length", 2), Guard(ItemSource(source, 0), "constant", 1)):
+        gs.add(guard)
+    check = gs.build({}, None, captured=lambda s: padding if s == source else None)
+    assert "_same_items" not in check.source_text and check.check(((1, 5),))

@@ -64,6 +64,8 @@ class Guard:
             return f"{where} == {self.payload!r}"
         if self.kind == "length":
             return f"len({where}) == {self.payload}"
+        if self.kind == "items":
+            return f"{where} == {self.payload!r}, items of the same types"
         if self.kind == "keys":
             return f"{where}.keys() == {list(self.payload)!r}"
         if self.kind == "set_items":
@@ -239,6 +241,9 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"{em.constant(guard.payload, 'K')}.matches({v})")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
+    elif kind == "items":  # a tuple of plain constants (`_collapse_tuples`): mostly the same object
+        name = em.constant(guard.payload)
+        em.check(f"{v} is {name} or _same_items({v}, {name})")
     elif kind == "keys":
         em.check(f"list({v}.keys()) == {em.constant(list(guard.payload))}")
     elif kind == "set_items":  # the items and their iteration order (equal sets may iterate differently)
@@ -292,7 +297,7 @@ def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
     em.check(f"_storages_unshared(({written_text}), ({inputs_text})) is {unshared}")
 
 
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "keys": 2, "set_items": 2,
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "items": 2, "keys": 2, "set_items": 2,
           "no_hooks": 2, "tensor": 3,
           "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5,
           "no_backward_hooks": 2, "no_global_hooks": 0, "no_global_backward_hooks": 0}
@@ -319,11 +324,12 @@ class GuardSet:
         return sorted(self.guards, key=lambda g: (g.kind in ("aliasing", "expression"), depth(g), _ORDER[g.kind]))
 
     def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True,
-              lazy_parts: bool = False, saved=None, in_instance_dict=None) -> "CompiledGuards":
+              lazy_parts: bool = False, saved=None, in_instance_dict=None,
+              captured: Callable | None = None) -> "CompiledGuards":
         """with_parts: also one check per guard, for naming the guard that failed; built now so that
         no Guard (which may hold the guarded object) outlives capture, or at the first failure with
         lazy_parts (guards loaded by the warm-start cache, which name no object they could keep alive)."""
-        ordered = self.ordered()
+        ordered = self.ordered() if captured is None else _collapse_tuples(self.ordered(), captured)
         check, text, weak, read = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict)
 
         def parts():
@@ -334,6 +340,52 @@ class GuardSet:
             guards.build_parts = parts
             return guards
         return CompiledGuards(check, text, parts() if with_parts else [], weak, read=read)
+
+
+_FLAT_CONSTANTS = (int, float, str, bytes, bool, type(None))
+
+
+def _collapse_tuples(guards: list[Guard], captured: Callable) -> list[Guard]:
+    """A tuple of plain constants (a convolution's padding, a shape) is guarded as its type, its
+    length and each item's value: here one "items" guard instead, on the tuple object capture
+    read (`captured(source)`), which holds exactly when those guards all do. Only where the
+    guards on the tuple and its items are exactly those (a guard filter may have dropped some)."""
+    by_source: dict = {}
+    for guard in guards:
+        by_source.setdefault(guard.source, []).append(guard)
+    tuples = {}
+    for source, own in by_source.items():
+        if source is None or sorted(g.kind for g in own) != ["length", "type"]:
+            continue
+        value = captured(source)
+        if type(value) is not tuple or any(type(item) not in _FLAT_CONSTANTS for item in value):
+            continue
+        if all(_item_guards(by_source, source, index, item) for index, item in enumerate(value)):
+            tuples[source] = value
+    if not tuples:
+        return guards
+    items = {ItemSource(source, index) for source, value in tuples.items() for index in range(len(value))}
+    kept = []
+    for guard in guards:
+        if guard.source in items:
+            continue
+        if guard.source in tuples:
+            if guard.kind == "type":
+                kept.append(Guard(guard.source, "items", tuples[guard.source]))
+            continue
+        kept.append(guard)
+    return kept
+
+
+def _item_guards(by_source: dict, source: Source, index: int, item) -> bool:
+    own = by_source.get(ItemSource(source, index), [])
+    return len(own) == 1 and own[0].kind == "constant" and own[0].payload is item
+
+
+def same_items(value, expected: tuple) -> bool:
+    """`value` is a tuple of the items of `expected`, each of the same type."""
+    return type(value) is tuple and len(value) == len(expected) and all(
+        a is b or type(a) is type(b) and a == b for a, b in zip(value, expected))
 
 
 def _explainer(guard: Guard, fn_globals: dict, closure) -> Callable | None:
@@ -417,7 +469,7 @@ def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
     body = "\n".join(em.lines)
     # math: ShapeEnv's guards on a symbolic float read `not math.isnan(...)`
     for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module),
-                         ("math", math)):
+                         ("math", math), ("_same_items", same_items)):
         if name in body:  # bound only where used: every parameter costs each call a little
             env[name] = helper
     return env
