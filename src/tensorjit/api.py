@@ -319,7 +319,11 @@ def _fast_path(fn: types.FunctionType, entry: CacheEntry) -> Callable | None:
     """One generated function for the common case: bind, check the first entry's guards, run it.
 
     It has fn's signature (so CPython binds the arguments) and the guard statements
-    inline, saving the calls of the general path; on a miss it returns _MISS."""
+    inline, saving the calls of the general path; on a miss it returns _MISS, as it
+    does when a guard raises (an attribute or key it reads is gone: the general path
+    then reads that as a failed guard). The graph inputs the guards read are handed
+    to the entry's restore function, which would otherwise read each through its
+    source again."""
     run = getattr(entry, "run_bound", None)
     check = entry.guards.check
     if run is None:
@@ -328,13 +332,25 @@ def _fast_path(fn: types.FunctionType, entry: CacheEntry) -> Callable | None:
     names = check.__code__.co_varnames[1:check.__code__.co_argcount]
     env = dict(zip(names, check.__defaults__))
     body = entry.guards.source_text.split("\n")[1:]
-    body = [line.replace("return False", "return _MISS") for line in body if line.strip() != "return True"]
+    body = ["    " + line.replace("return False", "return _MISS") for line in body
+            if line.strip() and line.strip() != "return True"]
     header, returned = binder_text.split("\n")[0], binder_text.split("\n")[1].replace("return", "L =", 1)
-    text = "\n".join([header, returned, *[b for b in body if b.strip()], "    return _run(L)"]) + "\n"
+    text = "\n".join([header, returned, "    try:", *(body or ["        pass"]), "    except Exception:",
+                      "        return _MISS", f"    return _run(L{_read_inputs(entry)})"]) + "\n"
     env.update(binder_env, _MISS=_MISS, _run=run)
     namespace: dict = {}
     exec(builtins.compile(text, f"<tensorjit fast path of {fn.__qualname__}>", "exec"), env, namespace)
     return namespace["bind"]
+
+
+def _read_inputs(entry: CacheEntry) -> str:
+    """`, (v3, v7, ...)`: the guard locals holding the restore function's graph inputs, or
+    nothing where the restore function reads no inputs or a guard did not read one of them."""
+    sources = getattr(entry.run_bound, "input_sources", None)
+    read = entry.guards.read
+    if not sources or any(source not in read for source in sources):
+        return ""
+    return f", ({''.join(read[source] + ', ' for source in sources)})"
 
 
 def _fast_path_at_next_call(compiled: CompiledFunction) -> Callable:

@@ -128,3 +128,43 @@ def test_a_dict_whose_getattr_answers_anything_is_not_an_internal_error():
 
     x = torch.randn(2)
     torch.testing.assert_close(tensorjit.compile(fn, backend="eager")(x), x * 2)
+
+
+def test_tensor_guard_strides_through_contiguity_where_that_is_exact():
+    """A contiguous tensor with every size >= 2 is tested with is_contiguous(); sizes of 1 (whose
+    strides is_contiguous() ignores) and other layouts keep the exact strides test."""
+    x = torch.randn(2, 3)
+    check = build(Guard(LocalSource(0, "x"), "tensor", TensorSignature.of(x)))
+    assert "is_contiguous()" in check.source_text
+    assert check.check((torch.randn(2, 3),))
+    assert not check.check((torch.randn(3, 2).t(),))
+    assert not check.check((torch.randn(2, 6)[:, ::2],))
+    unit = torch.randn(4, 1)
+    check = build(Guard(LocalSource(0, "x"), "tensor", TensorSignature.of(unit)))
+    assert check.check((torch.randn(4, 1),))
+    assert not check.check((torch.randn(1, 4).t(),))  # contiguous too, strides (1, 4) instead of (1, 1)
+    scalar = torch.tensor(1.0)
+    check = build(Guard(LocalSource(0, "x"), "tensor", TensorSignature.of(scalar)))
+    assert check.check((torch.tensor(2.0),))
+    assert not check.check((torch.tensor([2.0]),))
+
+
+def test_a_tuple_of_constants_is_one_guard_with_the_items_types():
+    padding = (1, 2)
+    source = LocalSource(0, "padding")
+    gs = GuardSet()
+    for guard in (Guard(source, "type", tuple), Guard(source, "length", 2),
+                  Guard(ItemSource(source, 0), "constant", padding[0]),
+                  Guard(ItemSource(source, 1), "constant", padding[1])):
+        gs.add(guard)
+    check = gs.build({}, None, captured=lambda s: padding if s == source else None)
+    assert "_same_items" in check.source_text and "len(" not in check.source_text
+    assert check.check((padding,)) and check.check(((1, 2),))
+    for other in ((1, 2.0), (True, 2), [1, 2], (1, 2, 3), (1,), (1, 3)):
+        assert not check.check((other,)), other
+    # An item guard missing (a guard filter dropped it): the guards stay as they were.
+    gs = GuardSet()
+    for guard in (Guard(source, "type", tuple), Guard(source, "length", 2), Guard(ItemSource(source, 0), "constant", 1)):
+        gs.add(guard)
+    check = gs.build({}, None, captured=lambda s: padding if s == source else None)
+    assert "_same_items" not in check.source_text and check.check(((1, 5),))

@@ -147,3 +147,49 @@ def test_cpu_graphs_without_grouped_convolutions_keep_eager_layout():
     buffers = {b.name: b for b in program.buffers}
     [convolution] = [s for s in program.steps if isinstance(s, ir.Extern)]
     assert buffers[convolution.args[0].name].strides == (432, 144, 12, 1)
+
+
+def _sin_mul(x, w):
+    return (x.sin() * w).cos()
+
+
+def test_inputs_proven_by_guards_are_not_checked_again():
+    """capture's exact tensor guards prove an input's layout before every call: the wrapper tests
+    only the inputs no guard proves (here `w`), and only where the proven layout is the traced one."""
+    from tensorjit.capture.guards import GUARDED_INPUTS
+    x, w = torch.randn(4, 8), torch.randn(4, 8)
+    gm = make_fx(_sin_mul, decomposition_table=decompositions())(x, w)
+    gm.meta[GUARDED_INPUTS] = ((x.shape, x.stride(), x.dtype, x.device), None)
+    compiled = compile_aten_graph(gm, [x, w])
+    first = compiled.wrapper_source.splitlines()[1]
+    assert "in1.stride()" in first and "in0" not in first
+    torch.testing.assert_close(compiled(x, w), _sin_mul(x, w))
+    wide = torch.randn(8, 4).t()  # w unproven: another layout still falls back, correctly
+    torch.testing.assert_close(compiled(x, wide), _sin_mul(x, wide))
+
+    gm = make_fx(_sin_mul, decomposition_table=decompositions())(x, w)
+    gm.meta[GUARDED_INPUTS] = ((x.shape, (1, 4), x.dtype, x.device), None)  # not the traced strides
+    assert "in0.stride()" in compile_aten_graph(gm, [x, w]).wrapper_source.splitlines()[1]
+
+
+def test_a_compiled_function_with_new_layouts_recompiles_rather_than_trusting_the_wrapper():
+    import tensorjit
+    compiled = tensorjit.compile(_sin_mul)
+    x, w = torch.randn(4, 8), torch.randn(4, 8)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x, w), _sin_mul(x, w))
+    for other in (torch.randn(8, 4).t(), torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 16)[:, ::2]):
+        for _ in range(2):
+            torch.testing.assert_close(compiled(other, w.to(other.dtype)), _sin_mul(other, w.to(other.dtype)))
+
+
+def test_filtered_guards_keep_the_wrapper_check():
+    """A guard_filter_fn that drops tensor guards leaves the wrapper's own check in place: the
+    entry then runs for inputs of other layouts, and the wrapper falls back for them."""
+    import tensorjit
+    compiled = tensorjit.compile(_sin_mul, options={"guard_filter_fn": lambda entries: [
+        entry.guard_type != "TENSOR_MATCH" for entry in entries]})
+    x, w = torch.randn(4, 8), torch.randn(4, 8)
+    compiled(x, w)
+    other = torch.randn(8, 4).t()
+    torch.testing.assert_close(compiled(other, w), _sin_mul(other, w))

@@ -29,6 +29,7 @@ from typing import Callable
 import torch
 
 from .. import logs
+from ..capture.guards import GUARDED_INPUTS
 from .joint import differentiable_outputs, fake_outputs, trace_forward, trace_joint, untraceable
 from .partition import partition as split_joint
 from .runtime import make_inference_function, make_training_function
@@ -42,6 +43,17 @@ def _example_of(node: torch.fx.Node):
 
 def _examples(gm: torch.fx.GraphModule) -> list:
     return [_example_of(n) for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _pass_guarded_inputs(gm: torch.fx.GraphModule, traced: torch.fx.GraphModule, wrapped: bool) -> None:
+    """The layouts capture's guards prove for `gm`'s inputs hold for `traced`'s too, where
+    `traced` (the inference graph, the forward) takes the same inputs in the same order and
+    nothing stands between the runtime's call and the compiled graph (a CUDA graph runner
+    copies inputs into buffers of its own)."""
+    proven = gm.meta.get(GUARDED_INPUTS)
+    placeholders = sum(1 for node in traced.graph.nodes if node.op == "placeholder")
+    if proven is not None and not wrapped and placeholders == len(proven):
+        traced.meta[GUARDED_INPUTS] = proven
 
 
 def _unwrapped(compiled: Callable, kind: str, saved_outputs: int, kept_outputs: int | None) -> Callable:
@@ -72,6 +84,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     except Exception as error:  # noqa: BLE001 - e.g. requires_grad_() inside: autograd runs it eagerly
         return _eagerly(gm, f"{type(error).__name__}: {error}")
     parts = split_joint(traced, partitioner)
+    _pass_guarded_inputs(gm, parts.forward, wrap is not _unwrapped)
     forward = wrap(fw_compiler(parts.forward, _examples(parts.forward)), "forward", parts.num_saved,
                    traced.num_outputs)
     backward = wrap(bw_compiler(parts.backward, _examples(parts.backward)), "backward", 0, None)
@@ -90,6 +103,7 @@ def _inference(gm, example_inputs, inference_compiler, decompositions, wrap) -> 
         traced = trace_forward(gm, example_inputs, decompositions)
     except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
         return _eagerly(gm, f"{type(error).__name__}: {error}")
+    _pass_guarded_inputs(gm, traced.graph_module, wrap is not _unwrapped)
     compiled = wrap(inference_compiler(traced.graph_module, _examples(traced.graph_module)), "inference", 0,
                     traced.num_outputs)
     return make_inference_function(compiled, traced.num_outputs, traced.mutated_inputs)

@@ -219,9 +219,12 @@ class RestoreFunction:
         results = [f"_wrap_callee({r})" if i in wrap_indices else r for i, r in enumerate(results)]
         self.graph_outputs = cg.graph_outputs
         inputs = ", ".join(cg.source(gi.source) for gi in output.inputs)
-        lines = ["def restore(L):"]
+        # __inputs: the graph's inputs, already read by a caller that walked their sources (the
+        # fast path reads them while checking guards); None reads them here.
+        lines = ["def restore(L, __inputs=None):"]
         if call_graph:
-            lines.append(f"    __outs = __graph({inputs})")
+            cg.env["_input_sources"] = tuple(gi.source for gi in output.inputs)
+            lines.append(f"    __outs = __graph({inputs}) if __inputs is None else __graph(*__inputs)")
         if grad_mode_after is not None:
             lines.append(f"    _set_grad({grad_mode_after!r})")
         lines += [f"    {line}" for line in reads]
@@ -252,4 +255,5 @@ def build_restore(text: "str | CompiledText", constants: dict, compiled_graph, f
     exec(code.code(), env, namespace)
     restore = namespace["restore"]
     restore.code = code
+    restore.input_sources = constants.get("_input_sources")  # what `__inputs` holds, in order
     return restore

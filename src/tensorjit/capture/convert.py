@@ -11,6 +11,7 @@ Python and continues in a resume function (see `resume.py`).
 from __future__ import annotations
 
 import dis
+import inspect
 import time
 import types
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from .breaks import BreakReason, CaptureError, CompilerUsageError, GraphBreak, G
 from .codegen import RestoreFunction
 from .generators import unclosed_protected
 from .guard_filter import filter_guards
-from .guards import CompiledGuards, global_state_guards, saved_guards
+from .guards import GUARDED_INPUTS, CompiledGuards, global_state_guards, saved_guards
 from .interpreter import Capture, Frame, StopCapture
 from .opcodes import CALL_ADAPTER
 from .output import OutputGraph
@@ -209,10 +210,30 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
     guard_set = output.guards
     if owner.config.guard_filter_fn is not None:
         guard_set = filter_guards(guard_set, output.wrapped, owner.config.guard_filter_fn)
-    guards = guard_set.build(fn.__globals__, fn.__closure__)
+    guards = guard_set.build(fn.__globals__, fn.__closure__, in_instance_dict=_instance_attributes(output, guard_set),
+                             captured=lambda source: output.wrapped.get(source, (None,))[0])
     guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__)  # now: no Guard outlives capture
     logs.guards(output.fn_name, guards)
     return guards
+
+
+def _instance_attributes(output: OutputGraph, guard_set) -> Callable:
+    """Which attribute sources the guards may read from their module's instance dict
+    (`guards._Emitter.reads_dict`): attributes of an nn.Module whose class a guard checks,
+    found in its __dict__ at capture and shadowed by no data descriptor of the class."""
+    typed = {guard.source: guard.payload for guard in guard_set.guards if guard.kind == "type"}
+
+    def in_instance_dict(source) -> bool:
+        base = source.base()
+        cls = typed.get(base)
+        if cls is None or not issubclass(cls, torch.nn.Module) or cls.__getattribute__ is not object.__getattribute__:
+            return False
+        obj = output.wrapped.get(base, (None,))[0]
+        if type(obj) is not cls or source.name not in getattr(obj, "__dict__", ()):
+            return False
+        shadow = inspect.getattr_static(cls, source.name, None)
+        return not (hasattr(type(shadow), "__set__") or hasattr(type(shadow), "__delete__"))
+    return in_instance_dict
 
 
 def _owner(output: OutputGraph, source):
@@ -226,12 +247,29 @@ def _compile_graph(owner, output: OutputGraph, outputs: list) -> tuple[Callable 
         return None, []
     gm = output.build_module([v.node for v in outputs])
     example_inputs = [gi.example for gi in output.inputs]
+    gm.meta[GUARDED_INPUTS] = _guarded_layouts(owner, output)
     logs.graph_code(output.fn_name, gm)
     start = time.perf_counter()
     compiled = call_backend(owner.backend, owner.backend_name, gm, example_inputs)
     seconds = time.perf_counter() - start
     record = CompiledGraph(gm, [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in example_inputs], compiled, output.op_count(), seconds)
     return compiled, [record]
+
+
+def _guarded_layouts(owner, output: OutputGraph) -> tuple | None:
+    """For each graph input, the (shape, strides, dtype, device) its exact tensor guard
+    proves on every call that reaches the graph, or None where no guard proves one (not a
+    tensor, dynamic sizes, guards filtered by the user). A code generator may then skip
+    checking what the guards already checked (codegen/wrapper.py)."""
+    if owner.config.guard_filter_fn is not None:
+        return None
+    exact = {guard.source: guard.payload for guard in output.guards.guards if guard.kind == "tensor"}
+    layouts = []
+    for graph_input in output.inputs:
+        signature = exact.get(graph_input.source)
+        layouts.append(None if signature is None else
+                       (signature.shape, signature.stride, signature.dtype, signature.device))
+    return tuple(layouts)
 
 
 def _eager_if_aliased(owner, output: OutputGraph, location) -> CacheEntry | None:

@@ -12,6 +12,7 @@ alive; `GuardSet.on_death` tells the cache when such an object is gone.
 from __future__ import annotations
 
 import builtins
+import enum
 import math
 import sys
 import types
@@ -38,6 +39,10 @@ def storages_unshared(written: tuple, tensors: tuple) -> bool:
 
 _weakrefable_failures = (TypeError,)
 
+GUARDED_INPUTS = "tensorjit_guarded_inputs"
+"""The key of a captured GraphModule's meta that holds, per graph input, the (shape, strides,
+dtype, device) its tensor guard proves before every call, or None (capture/convert.py)."""
+
 
 @dataclass(frozen=True)
 class Guard:
@@ -62,6 +67,8 @@ class Guard:
             return f"{where} == {self.payload!r}"
         if self.kind == "length":
             return f"len({where}) == {self.payload}"
+        if self.kind == "items":
+            return f"{where} == {self.payload!r}, items of the same types"
         if self.kind == "keys":
             return f"{where}.keys() == {list(self.payload)!r}"
         if self.kind == "set_items":
@@ -124,11 +131,12 @@ def global_state_guards() -> list[Guard]:
 class _Emitter:
     """Builds the text of the check function and the constants it closes over."""
 
-    def __init__(self) -> None:
+    def __init__(self, in_instance_dict: Callable[[AttrSource], bool] | None = None) -> None:
         self.constants: dict[str, Any] = {}
         self.lines: list[str] = []
         self.weak: list[weakref.ref] = []
         self.cached: dict[Source, str] = {}
+        self.in_instance_dict = in_instance_dict
 
     def constant(self, value: Any, prefix: str = "K") -> str:
         name = f"{prefix}{len(self.constants)}"
@@ -142,6 +150,8 @@ class _Emitter:
         base = source.base()
         if base is None:
             text = source.expression()
+        elif isinstance(source, AttrSource) and self.reads_dict(source):
+            text = f"{self.dict_of(base)}[{source.name!r}]"
         elif isinstance(source, AttrSource):
             of = self.value_of(base)
             text = f"{of}.{source.name}" if source.name.isidentifier() else f"getattr({of}, {source.name!r})"
@@ -157,6 +167,22 @@ class _Emitter:
 
     def check(self, condition: str) -> None:
         self.lines.append(f"    if not ({condition}): return False")
+
+    def reads_dict(self, source: AttrSource) -> bool:
+        """Whether `source` is read from its object's instance dict: a subscript of a dict is
+        about half the cost of an attribute load on an nn.Module (whose class defines
+        __getattr__), and a module's guards read several of its attributes. Capture decides
+        (`in_instance_dict`): the attribute was in the instance dict, no data descriptor of the
+        (type-guarded) class shadows it. Where it has left the dict, the KeyError is a miss."""
+        return self.in_instance_dict is not None and self.in_instance_dict(source)
+
+    def dict_of(self, source: Source) -> str:
+        key = ("__dict__", source)
+        if key not in self.cached:
+            name = f"v{len(self.cached)}"
+            self.lines.append(f"    {name} = {self.value_of(source)}.__dict__")
+            self.cached[key] = name
+        return self.cached[key]
 
 
 def _emit_guard(em: _Emitter, guard: Guard) -> None:
@@ -191,6 +217,11 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         value = guard.payload
         if value is None or isinstance(value, bool):
             em.check(f"{v} is {value!r}")
+        elif type(value) in _IMMUTABLE_CONSTANTS or isinstance(value, enum.Enum):
+            # Mostly the very object read at capture (an attribute nobody assigned since):
+            # identity first, the typed comparison only when it is another object.
+            name = em.constant(value)
+            em.check(f"{v} is {name} or type({v}) is {em.constant(type(value), 'T')} and {v} == {name}")
         else:
             em.check(f"type({v}) is {em.constant(type(value), 'T')} and {v} == {em.constant(value)}")
     elif kind == "tensor":
@@ -198,8 +229,7 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
         grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
         em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
-                 f"{grad} and {v}.shape == {em.constant(sig.shape)} and {v}.stride() == "
-                 f"{em.constant(sig.stride)} and {device}")
+                 f"{grad} and {v}.shape == {em.constant(sig.shape)}{_strides_test(em, v, sig)} and {device}")
     elif kind == "tensor_dynamic":  # sizes and strides are checked by the shape guards
         sig = guard.payload
         device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
@@ -207,14 +237,16 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
                  f"{grad} and {v}.dim() == {len(sig.shape)} and {device}")
     elif kind == "no_hooks":  # an inlined module: a hook added later must recompile
-        em.check(f"not ({v}._forward_hooks or {v}._forward_pre_hooks or {v}._backward_hooks "
-                 f"or {v}._backward_pre_hooks)")
+        em.check("not (" + " or ".join(_hook_table(em, guard.source, v, t) for t in _MODULE_HOOK_TABLES) + ")")
     elif kind == "no_backward_hooks":  # a module whose forward hooks were inlined
-        em.check(f"not ({v}._backward_hooks or {v}._backward_pre_hooks)")
+        em.check("not (" + " or ".join(_hook_table(em, guard.source, v, t) for t in _MODULE_HOOK_TABLES[2:]) + ")")
     elif kind == "code":  # a saved identity guard on a code object (runtime/persist.SavedCode)
         em.check(f"{em.constant(guard.payload, 'K')}.matches({v})")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
+    elif kind == "items":  # a tuple of plain constants (`_collapse_tuples`): mostly the same object
+        name = em.constant(guard.payload)
+        em.check(f"{v} is {name} or _same_items({v}, {name})")
     elif kind == "keys":
         em.check(f"list({v}.keys()) == {em.constant(list(guard.payload))}")
     elif kind == "set_items":  # the items and their iteration order (equal sets may iterate differently)
@@ -223,6 +255,37 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"{v} is {em.value_of(guard.other)}")
     else:
         raise AssertionError(f"unknown guard kind {kind}")
+
+
+def _strides_test(em: _Emitter, v: str, sig: TensorSignature) -> str:
+    """Given the shape, the test that the strides are the signature's. With every size at least
+    2, the contiguous strides are the only ones is_contiguous() accepts (half the cost of
+    building and comparing the strides tuple); a 0-dim tensor has no strides to test."""
+    if not sig.shape:
+        return ""
+    if min(sig.shape) >= 2 and tuple(sig.stride) == _contiguous_strides(sig.shape):
+        return f" and {v}.is_contiguous()"
+    return f" and {v}.stride() == {em.constant(sig.stride)}"
+
+
+def _contiguous_strides(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+_IMMUTABLE_CONSTANTS = frozenset({int, float, str, bytes, complex, torch.dtype, torch.device, torch.Size, range,
+                                   slice, torch.memory_format, torch.layout, type(Ellipsis)})
+"""Constants that cannot change while a guard holds them: the same object is an equal value."""
+
+_MODULE_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def _hook_table(em: _Emitter, source: Source, value: str, table: str) -> str:
+    attribute = AttrSource(source, table)
+    return f"{em.dict_of(source)}[{table!r}]" if em.reads_dict(attribute) else f"{value}.{table}"
 
 
 _GLOBAL_HOOK_TABLES = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
@@ -237,7 +300,7 @@ def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
     em.check(f"_storages_unshared(({written_text}), ({inputs_text})) is {unshared}")
 
 
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "keys": 2, "set_items": 2,
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "items": 2, "keys": 2, "set_items": 2,
           "no_hooks": 2, "tensor": 3,
           "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5,
           "no_backward_hooks": 2, "no_global_hooks": 0, "no_global_backward_hooks": 0}
@@ -264,21 +327,68 @@ class GuardSet:
         return sorted(self.guards, key=lambda g: (g.kind in ("aliasing", "expression"), depth(g), _ORDER[g.kind]))
 
     def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True,
-              lazy_parts: bool = False, saved=None) -> "CompiledGuards":
+              lazy_parts: bool = False, saved=None, in_instance_dict=None,
+              captured: Callable | None = None) -> "CompiledGuards":
         """with_parts: also one check per guard, for naming the guard that failed; built now so that
         no Guard (which may hold the guarded object) outlives capture, or at the first failure with
         lazy_parts (guards loaded by the warm-start cache, which name no object they could keep alive)."""
-        ordered = self.ordered()
-        check, text, weak = _compile_checks(ordered, fn_globals, closure, saved)
+        ordered = self.ordered() if captured is None else _collapse_tuples(self.ordered(), captured)
+        check, text, weak, read = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict)
 
         def parts():
             return [(g.describe(), _compile_checks([g], fn_globals, closure)[0], _explainer(g, fn_globals, closure))
                     for g in ordered]
         if lazy_parts:
-            guards = CompiledGuards(check, text, None, weak)
+            guards = CompiledGuards(check, text, None, weak, read=read)
             guards.build_parts = parts
             return guards
-        return CompiledGuards(check, text, parts() if with_parts else [], weak)
+        return CompiledGuards(check, text, parts() if with_parts else [], weak, read=read)
+
+
+_FLAT_CONSTANTS = (int, float, str, bytes, bool, type(None))
+
+
+def _collapse_tuples(guards: list[Guard], captured: Callable) -> list[Guard]:
+    """A tuple of plain constants (a convolution's padding, a shape) is guarded as its type, its
+    length and each item's value: here one "items" guard instead, on the tuple object capture
+    read (`captured(source)`), which holds exactly when those guards all do. Only where the
+    guards on the tuple and its items are exactly those (a guard filter may have dropped some)."""
+    by_source: dict = {}
+    for guard in guards:
+        by_source.setdefault(guard.source, []).append(guard)
+    tuples = {}
+    for source, own in by_source.items():
+        if source is None or sorted(g.kind for g in own) != ["length", "type"]:
+            continue
+        value = captured(source)
+        if type(value) is not tuple or any(type(item) not in _FLAT_CONSTANTS for item in value):
+            continue
+        if all(_item_guards(by_source, source, index, item) for index, item in enumerate(value)):
+            tuples[source] = value
+    if not tuples:
+        return guards
+    items = {ItemSource(source, index) for source, value in tuples.items() for index in range(len(value))}
+    kept = []
+    for guard in guards:
+        if guard.source in items:
+            continue
+        if guard.source in tuples:
+            if guard.kind == "type":
+                kept.append(Guard(guard.source, "items", tuples[guard.source]))
+            continue
+        kept.append(guard)
+    return kept
+
+
+def _item_guards(by_source: dict, source: Source, index: int, item) -> bool:
+    own = by_source.get(ItemSource(source, index), [])
+    return len(own) == 1 and own[0].kind == "constant" and own[0].payload is item
+
+
+def same_items(value, expected: tuple) -> bool:
+    """`value` is a tuple of the items of `expected`, each of the same type."""
+    return type(value) is tuple and len(value) == len(expected) and all(
+        a is b or type(a) is type(b) and a == b for a, b in zip(value, expected))
 
 
 def _explainer(guard: Guard, fn_globals: dict, closure) -> Callable | None:
@@ -323,13 +433,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
         return str(dtype)
 
 
-def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None):
-    """saved: the check's CompiledText from the warm-start cache, used when the text is the same."""
-    em = _Emitter()
+def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None, in_instance_dict=None):
+    """saved: the check's CompiledText from the warm-start cache, used when the text is the same.
+    in_instance_dict: which attributes to read from their object's __dict__ (`_Emitter.reads_dict`)."""
+    em = _Emitter(in_instance_dict)
     for guard in guards:
         _emit_guard(em, guard)
     check, text = _compile_function(em, fn_globals, closure, "check", _CHECK_ENDING, saved)
-    return check, text, em.weak
+    return check, text, em.weak, dict(em.cached)
 
 
 _CHECK_ENDING = "    return True\n"
@@ -361,7 +472,7 @@ def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
     body = "\n".join(em.lines)
     # math: ShapeEnv's guards on a symbolic float read `not math.isnan(...)`
     for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module),
-                         ("math", math)):
+                         ("math", math), ("_same_items", same_items)):
         if name in body:  # bound only where used: every parameter costs each call a little
             env[name] = helper
     return env
@@ -458,6 +569,9 @@ class CompiledGuards:
     """(pickled guards, modules they name) for the warm-start cache, or why they cannot be saved."""
     build_parts: Callable | None = None
     """Builds `parts` when they are first needed (`GuardSet.build(lazy_parts=True)`)."""
+    read: dict = field(default_factory=dict)
+    """Source -> the local of `check` that holds its value once read (the fast path hands
+    the graph inputs it read to the restore function instead of reading them again)."""
 
     def all_parts(self) -> list[tuple[str, Callable, Callable | None]]:
         if self.parts is None:

@@ -28,6 +28,7 @@ from .schedule import fuse_loops
 from .squeeze import squeeze_unit_loops
 from .verify import verify
 from .wrapper import build_runner
+from ..capture.guards import GUARDED_INPUTS
 
 
 def compile_graph(gm, example_inputs, config, emitter):
@@ -42,7 +43,7 @@ def compile_graph(gm, example_inputs, config, emitter):
     if hook is None:
         return gm.forward
     runner = build_runner(program, hook, lowered.constants, gm.forward,
-                          profile=getattr(config, "profile_kernels", False))
+                          profile=getattr(config, "profile_kernels", False), proven=gm.meta.get(GUARDED_INPUTS))
     logs.output_code(name, "Python wrapper", runner.wrapper_source)
     runner.program = program
     runner.hook = hook

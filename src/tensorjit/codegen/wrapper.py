@@ -155,16 +155,33 @@ def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, paramet
                             f"dtype={output.name}.dtype, device={output.name}.device).copy_({output.name})")
 
 
-def _input_check(source: _Source, program: ir.Program, buffers: dict[str, ir.Buffer], device_test: str) -> str:
+def _input_check(source: _Source, program: ir.Program, buffers: dict[str, ir.Buffer], hook,
+                 proven: tuple | None = None) -> str:
+    """The test that every input has the layout the kernels were built for. proven: per input,
+    the (shape, strides, dtype, device) that capture's guards check before every call that
+    reaches this graph (or None): an input whose proven layout is the one tested needs no test."""
     terms = []
-    for name in program.inputs:
+    for index, name in enumerate(program.inputs):
         buffer = buffers[name]
         if buffer.dtype == "object":
             continue
+        if proven is not None and index < len(proven) and _proves(proven[index], buffer, hook):
+            continue
+        device_test = hook.device_test
         dtype = source.constant(torch_dtype(buffer.dtype), "dtype")  # an input only externs read
         terms.append(f"{name}.stride() == {tuple(buffer.strides)!r} and {name}.shape == {tuple(buffer.shape)!r} "
                      f"and {name}.dtype is {dtype} and {name}.{device_test}")
     return " and ".join(terms) or "True"
+
+
+def _proves(layout: tuple | None, buffer: ir.Buffer, hook) -> bool:
+    if layout is None:
+        return False
+    shape, strides, dtype, device = layout
+    wanted = hook.device or torch.device("cpu")
+    return (tuple(shape) == tuple(buffer.shape) and tuple(strides) == tuple(buffer.strides)
+            and dtype == torch_dtype(buffer.dtype) and device.type == wanted.type
+            and (device.index or 0) == (wanted.index or 0))
 
 
 def _output_text(source: _Source, outputs: Any) -> str:
@@ -176,9 +193,12 @@ def _output_text(source: _Source, outputs: Any) -> str:
     return source.literal(outputs)
 
 
-def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profile: bool = False):
+def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profile: bool = False,
+                 proven: tuple | None = None):
     """hook: the device hook launching kernels (`CppLaunch`, `triton.compile.TritonLaunch`).
-    profile=True names each step in torch.profiler (`record_function`)."""
+    profile=True names each step in torch.profiler (`record_function`). proven: the input
+    layouts capture's guards check before every call (`capture.guards.GUARDED_INPUTS`): the
+    wrapper does not test them again."""
     buffers = {b.name: b for b in program.buffers}
     source = _Source()
     for name, tensor in constants.items():
@@ -201,10 +221,12 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
         if dead:
             source.lines.append(f"del {', '.join(dead)}")
     source.globals["fallback"] = fallback
+    check = _input_check(source, program, buffers, hook, proven)
     text = "\n".join(
-        [f"def run({parameters}):",
-         f"    if not ({_input_check(source, program, buffers, hook.device_test)}):",
-         f"        return fallback({parameters})  # kernels are specialised to the example layouts"]
+        [f"def run({parameters}):"]
+        + ([f"    if not ({check}):",
+            f"        return fallback({parameters})  # kernels are specialised to the example layouts"]
+           if check != "True" else [])
         + [f"    {line}" for line in source.lines]
         + [f"    return {_output_text(source, program.outputs)}"])
     code = CompiledText(text, f"<tensorjit {type(hook).__name__} wrapper>")
