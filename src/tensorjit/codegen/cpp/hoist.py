@@ -24,16 +24,6 @@ COSTLY = TRANSCENDENTAL | {"sqrt", "rsqrt", "truediv", "reciprocal", "pow", "fmo
 MAX_COLUMNS = 4096  # elements of one hoisted array, on the stack
 
 
-def costly(expr: ir.Expr) -> bool:
-    return isinstance(expr, ir.Op) and (expr.name in COSTLY or any(costly(a) for a in expr.args))
-
-
-def reads_indirectly(expr: ir.Expr) -> bool:
-    if isinstance(expr, (ir.Load, ir.IndexValue)):
-        return bool(ir.indirect_indices(expr.index))
-    return isinstance(expr, ir.Op) and any(reads_indirectly(a) for a in expr.args)
-
-
 def hoist_inner(body: ir.Expr, variables, ranges: tuple[int, ...]) -> tuple[ir.Expr, dict[ir.Expr, str]]:
     """`body` with each largest costly subexpression over the innermost loop variable alone
     replaced by a load of its array, and the arrays' names by the expression they hold. Nothing
@@ -42,6 +32,17 @@ def hoist_inner(body: ir.Expr, variables, ranges: tuple[int, ...]) -> tuple[ir.E
     if len(ranges) < 2 or math.prod(ranges[:-1]) < 2 or not 0 < ranges[-1] <= MAX_COLUMNS:
         return body, {}
     inner = variables[-1].name
+    facts: dict[ir.Expr, tuple[bool, bool]] = {}  # (has a costly op, reads only by the inner variable)
+
+    def learn(expr: ir.Expr) -> tuple[bool, bool]:
+        if expr not in facts:
+            if isinstance(expr, ir.Op):
+                children = [learn(a) for a in expr.args]
+                facts[expr] = (expr.name in COSTLY or any(c for c, _ in children), all(o for _, o in children))
+            else:
+                facts[expr] = (False, ir.variables_of(expr) <= {inner} and not ir.reads_indirectly(expr))
+        return facts[expr]
+
     hoisted: dict[ir.Expr, str] = {}
     memo: dict[ir.Expr, ir.Expr] = {}
 
@@ -49,7 +50,7 @@ def hoist_inner(body: ir.Expr, variables, ranges: tuple[int, ...]) -> tuple[ir.E
         if expr not in memo:
             if not isinstance(expr, ir.Op):
                 memo[expr] = expr
-            elif costly(expr) and ir.variables_of(expr) <= {inner} and not reads_indirectly(expr):
+            elif learn(expr) == (True, True):
                 name = hoisted.setdefault(expr, f"tj_h{len(hoisted)}")
                 memo[expr] = ir.Load(name, ir.IndexVar(inner), expr.dtype)
             else:
