@@ -79,3 +79,38 @@ def test_aten_views_and_in_place_ops_may_alias_their_arguments():
     product = ir.Extern("e1", torch.ops.aten.mm.default, (ir.BufferRef("a"), ir.BufferRef("c")), (), "d")
     python_function = ir.Extern("e2", lambda t: t, (ir.BufferRef("a"),), (), "e")
     assert memory.may_alias(view) and not memory.may_alias(product) and memory.may_alias(python_function)
+
+
+def epilogue(x, w, scale):
+    b = x @ w                                 # an ATen result read by one kernel, at each element
+    return (b * scale + 1).relu(), (x.t() @ w).t() * 2
+
+
+def test_a_kernel_writes_over_the_aten_result_it_reads_element_by_element():
+    """The C++ kernel after a matrix product (a convolution's batch norm) takes over the
+    product's tensor (memory.reuses with in_place): one allocation less, the same values, and
+    the kernel reads and writes through one pointer."""
+    x, w, scale = torch.randn(24, 24), torch.randn(24, 24), torch.randn(24)
+    compiled = compile_with("cpp", epilogue, x, w, scale)
+    pairs = memory.in_place_pairs(compiled.program)
+    assert len(pairs) == 1, compiled.program  # not the transposed read of the second product
+    [(receiver, donor)] = pairs.items()
+    assert f"{receiver} = {donor}; del {donor}" in compiled.wrapper_source
+    kernel = next(step for step in compiled.program.steps if getattr(step, "output", None) == receiver)
+    text = compiled.source[compiled.source.index(f'void {kernel.name}('):]
+    text = text[:text.index("\n}\n")]
+    assert donor not in text and f"{receiver}[" in text, text
+    for got, want in zip(compiled(x, w, scale), epilogue(x, w, scale)):
+        torch.testing.assert_close(got, want)
+
+
+def test_no_kernel_writes_over_what_it_reads_at_another_element():
+    def fn(x, w):
+        b = x @ w
+        return b + b.t(), (b.flip(0) * 2).exp()
+
+    x, w = torch.randn(24, 24), torch.randn(24, 24)
+    compiled = compile_with("cpp", fn, x, w)
+    assert memory.in_place_pairs(compiled.program) == {}, compiled.program
+    for got, want in zip(compiled(x, w), fn(x, w)):
+        torch.testing.assert_close(got, want)

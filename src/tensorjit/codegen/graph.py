@@ -158,9 +158,6 @@ class GraphLowering:
         self.returned: set = set()
         lowering_reductions.REALIZE[0] = self.realize
 
-    def new_name(self, prefix: str) -> str:
-        return f"{prefix}{len(self.buffers) + len(self.steps)}"
-
     def add_buffer(self, shape, dtype: str, strides=None, kind="temp", name=None) -> ir.Buffer:
         shape = tuple(int(s) for s in shape)
         strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(shape)

@@ -194,18 +194,16 @@ def checks_indices(step) -> bool:
     """Does the kernel (or group) `step` read through an IndirectIndex, so that it checks
     index ranges at run time?"""
     members = step.members if isinstance(step, LoopGroup) else (step,)
-    stack = [m.body for m in members if hasattr(m, "body")]
     if any(indirect_indices(m.scatter.index) for m in members if getattr(m, "scatter", None) is not None):
         return True
-    while stack:
-        expr = stack.pop()
-        if isinstance(expr, (Load, IndexValue)):
-            found = indirect_indices(expr.index)
-            if found:
-                return True
-        elif isinstance(expr, Op):
-            stack.extend(expr.args)
-    return False
+    return any(reads_indirectly(m.body) for m in members if hasattr(m, "body"))
+
+
+def reads_indirectly(expr) -> bool:
+    """Does the scalar expression `expr` read or index through an IndirectIndex?"""
+    if isinstance(expr, (Load, IndexValue)):
+        return bool(indirect_indices(expr.index))
+    return isinstance(expr, Op) and any(reads_indirectly(a) for a in expr.args)
 
 
 DTYPES = ("float32", "float64", "int64", "int32", "bool")

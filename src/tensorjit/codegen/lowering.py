@@ -291,23 +291,9 @@ def lower_where(meta, condition, a, b):
     return LazyValue(shape, dtype, loader)
 
 
-@lowering(aten.clamp.default)
+@lowering(aten.clamp.default, aten.clamp.Tensor)
 def lower_clamp(meta, x, low=None, high=None):
-    shape, dtype = result_info(meta)
-
-    def loader(index):
-        value = broadcast_load(x, shape, index, dtype)
-        if low is not None:
-            value = ir.Op("maximum", (value, ir.Constant(cast_python(low, dtype), dtype)), dtype)
-        if high is not None:
-            value = ir.Op("minimum", (value, ir.Constant(cast_python(high, dtype), dtype)), dtype)
-        return value
-    return LazyValue(shape, dtype, loader)
-
-
-@lowering(aten.clamp.Tensor)
-def lower_clamp_tensor(meta, x, low=None, high=None):
-    """clamp with tensor bounds: maximum with low, then minimum with high (NaN propagates)."""
+    """maximum with low, then minimum with high (scalars or tensors; NaN propagates)."""
     shape, dtype = result_info(meta)
 
     def loader(index):

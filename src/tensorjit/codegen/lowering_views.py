@@ -232,12 +232,7 @@ def lower_constant_pad_nd(meta, x, pad, value=0):
             if left > 0 or right > 0:
                 source[d] = ir.index_mod(source[d], size)
         value_at = to_dtype(x.load(tuple(source)), dtype)
-        if not inside:
-            return value_at
-        condition = inside[0]
-        for term in inside[1:]:
-            condition = ir.Op("logical_and", (condition, term), "bool")
-        return ir.Op("where", (condition, value_at, fill), dtype)
+        return _where_inside(inside, value_at, fill, dtype) if inside else value_at
     return LazyValue(shape, dtype, loader)
 
 

@@ -93,7 +93,7 @@ def _alias_classes(program: ir.Program) -> dict[str, set[str]]:
     return classes
 
 
-def reuses(program: ir.Program) -> dict[str, str]:
+def reuses(program: ir.Program, in_place: bool = False) -> dict[str, str]:
     """{kernel output: dead tensor it takes over}. A donor is the one tensor allocated for a
     memory (a temporary, or an ATen call's fresh result) that nothing can still reach: every
     buffer that may alias it (`_alias_classes`: views taken by ATen calls) has been read for
@@ -101,7 +101,13 @@ def reuses(program: ir.Program) -> dict[str, str]:
     at once only where it reads what it writes, which this cannot know), and no input,
     constant or returned buffer shares its memory. The receiver has the donor's dtype and
     either its exact layout or, both contiguous, its element count (the wrapper then views
-    the donor in the receiver's shape)."""
+    the donor in the receiver's shape).
+
+    With `in_place` (emitters whose kernels run once per call: C++), a pointwise kernel also
+    takes over a tensor it reads for the last time, where it reads it only at the element it
+    writes (`reads_only_its_own_element`): a batch norm writes into its convolution's output,
+    as inductor's in_out_ptr. The emitter then reads and writes through one pointer
+    (`in_place_pairs`)."""
     buffers = {b.name: b for b in program.buffers}
     classes = _alias_classes(program)
     kept = returned_names(program)
@@ -122,11 +128,37 @@ def reuses(program: ir.Program) -> dict[str, str]:
         if not isinstance(step, ir.Extern) and getattr(step, "scatter", None) is None:
             for name in names_written(step):
                 donor = _take(free, buffers[name])
+                if donor is None and in_place:
+                    donor = next((d for d in dying.get(position, ()) if d not in plan.values()
+                                  and reads_only_its_own_element(step, buffers, d, classes[d])), None)
                 if donor is not None:
                     plan[name] = donor
         for name in dying.get(position, ()):
-            free.setdefault(_layout(buffers[name]), []).append(name)
+            if name not in plan.values():
+                free.setdefault(_layout(buffers[name]), []).append(name)
     return plan
+
+
+def reads_only_its_own_element(step, buffers: dict[str, ir.Buffer], donor: str, aliases: set[str]) -> bool:
+    """Does the pointwise `step` read `donor`'s memory only as `donor`, of the layout it
+    writes, at the very element it writes? Then each element is read before it is written
+    over, and by nothing else."""
+    from .schedule import linear_form  # schedule reads this module's helpers
+    if not isinstance(step, ir.Pointwise) or step.scatter is not None or step.store is not None:
+        return False
+    output = buffers[step.output]
+    if _layout(buffers[donor]) != _layout(output) or names_read(step) & aliases != {donor}:
+        return False
+    store = linear_form(ir.store_index(step, output))
+    return store is not None and all(linear_form(load.index) == store
+                                     for load in expression_loads(step.body) if load.buffer == donor)
+
+
+def in_place_pairs(program: ir.Program) -> dict[str, str]:
+    """{kernel output: the tensor it reads and writes over} of the in-place reuse plan."""
+    readers = {step.output: names_read(step) for step in program.steps if isinstance(step, ir.Pointwise)}
+    return {receiver: donor for receiver, donor in reuses(program, in_place=True).items()
+            if donor in readers.get(receiver, ())}
 
 
 def last_uses_by_name(program: ir.Program) -> dict[str, int]:

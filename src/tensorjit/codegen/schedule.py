@@ -153,10 +153,6 @@ def join_refusal(kernel, members: list, ranges: tuple[int, ...]) -> str | None:
     return None
 
 
-def can_join(kernel, members: list, ranges: tuple[int, ...]) -> bool:
-    return join_refusal(kernel, members, ranges) is None
-
-
 def row_elements(kernel, outer: int) -> int:
     """Elements `kernel` writes per row of a group with `outer` outer dimensions."""
     return 1 if isinstance(kernel, ir.Reduction) else math.prod(kernel.ranges[outer:])

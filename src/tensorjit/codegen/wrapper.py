@@ -71,6 +71,7 @@ class CppLaunch:
     device_test = "is_cpu"
     device = None
     reports_index_errors = True
+    writes_in_place = True  # its kernels run once per call: one may write over what it reads (memory.reuses)
 
     def __init__(self, library, orders: dict):
         self.library = library
@@ -204,7 +205,7 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
     for name, tensor in constants.items():
         source.lines.append(f"{name} = {source.constant(tensor, 'tensor')}")
     parameters = ", ".join(program.inputs)
-    reused = reuses(program)
+    reused = reuses(program, in_place=getattr(hook, "writes_in_place", False))
     donors = set(reused.values())  # dropped where their receiver takes them over
     for step, dead in zip(program.steps, last_uses(program)):
         start = len(source.lines)

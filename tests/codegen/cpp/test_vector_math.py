@@ -104,6 +104,13 @@ def test_ulp_error_dense(library, op):
     assert worst <= ACCURACY_ULP[op], f"{op}: {worst} ulp at x={at!r}"
 
 
+def test_erf_every_float_between_its_two_approximations(library):
+    """Every float in [0.5, 4.5), both signs: the join at |x| = 1 of x P(x^2) and 1 - exp(Q(|x|)),
+    Q's whole fitted range and the point past which erf rounds to 1."""
+    worst, at = sweep(library, "erf", 0.5, 4.5, 1)
+    assert worst <= ACCURACY_ULP["erf"], f"erf: {worst} ulp at x={at!r}"
+
+
 SPECIALS = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-45, -1e-45, 1e-40, -1e-40, 1.17549435e-38,
             -1.0, 1.0, 88.7, 88.72283, 88.73, 89.0, -87.3, -103.0, -103.97, -104.0, -150.0, 3.4e38, -3.4e38,
             9.0, 9.2, -9.2, 3.9, 4.0, 0.5, -0.5, 1e-7, -1e-7, -0.99999994, 1e30, -1e30]

@@ -13,9 +13,10 @@ import torch
 
 from .. import ir
 from ..ops import bind_indirect, evaluate
-from ..memory import expression_loads
+from ..memory import expression_loads, in_place_pairs
 from ..schedule import linear_form, row_index
 from ..values import contiguous_strides
+from .hoist import hoist_inner, hoisted_lines
 from .loops import memory_order, merge_loops
 from .emitter import CTYPES, PARALLEL_THRESHOLD, ScalarEmitter, format_constant, format_index
 
@@ -38,10 +39,22 @@ def loop_nest(variables, ranges, work: int, depth: int, leave_inner: bool,
     if work >= PARALLEL_THRESHOLD and outer > 0 and torch.get_num_threads() > 1:
         lines.append(f"{indent}#pragma omp parallel for" + (f" collapse({outer})" if outer > 1 else "")
                      + (CHECK_CLAUSE if checks else ""))
+    loops, indent = for_loops(variables, ranges, indent)
+    return lines + loops, indent
+
+
+def for_loops(variables, ranges, indent: str) -> tuple[list[str], str]:
+    """Nested `for`s over variables < ranges, and the indent of their body."""
+    lines = []
     for variable, size in zip(variables, ranges):
         lines.append(f"{indent}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
         indent += "  "
     return lines, indent
+
+
+def closing(indent: str, depth: int) -> list[str]:
+    """The closing braces of `depth` loops opened at `indent`."""
+    return [indent + "  " * k + "}" for k in reversed(range(depth))]
 
 
 def head(name: str, checks: bool) -> list[str]:
@@ -55,26 +68,32 @@ def tail(checks: bool) -> list[str]:
     return ["  return tj_bad;", "}"] if checks else ["}"]
 
 
-def signature(name: str, kernel_buffers: list[str], buffers: dict[str, ir.Buffer], output: str,
+def signature(name: str, kernel_buffers: list[str], buffers: dict[str, ir.Buffer], written: set[str],
               checks: bool = False) -> list[str]:
     lines = head(name, checks)
     for position, buffer_name in enumerate(kernel_buffers):
         ctype = CTYPES[buffers[buffer_name].dtype]
-        qualifier = "" if buffer_name == output else "const "
+        qualifier = "" if buffer_name in written else "const "
         lines.append(f"  {qualifier}{ctype}* __restrict__ {buffer_name} = ({qualifier}{ctype}*)pointers[{position}];")
     return lines
 
 
-def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
+def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer], donor: str | None = None) -> tuple[str, list[str]]:
+    """donor: the buffer the kernel writes over (memory.in_place_pairs), read through the
+    output's pointer: two __restrict__ pointers to one memory would let g++ reorder them."""
     # A scatter runs on one thread, in order: its indices may repeat (eager's CPU kernels
     # add repeated entries in this order too, so float sums round the same way).
     work = math.prod(kernel.ranges) if kernel.scatter is None else 0
     checks = ir.checks_indices(kernel)
     variables, ranges, body, (store_index,) = kernel.variables, kernel.ranges, kernel.body, \
         (ir.store_index(kernel, buffers[kernel.output]),)
+    if donor is not None:
+        body = rename_loads(body, donor, kernel.output, {})
     if kernel.scatter is None:
         variables, ranges = memory_order(variables, ranges, store_index)
         variables, ranges, body, (store_index,) = merge_loops(variables, ranges, body, (store_index,))
+    body, hoisted = hoist_inner(body, variables, ranges) if kernel.scatter is None else (body, {})
+    prelude, prelude_reads = hoisted_lines(hoisted, variables, ranges, ScalarEmitter, CTYPES)
     loops, indent = loop_nest(variables, ranges, work, 0, leave_inner=True, checks=checks)
     scalar = ScalarEmitter(indent)
     memo: dict = {}
@@ -84,11 +103,22 @@ def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> tuple
     operator = "+=" if kernel.scatter is not None and kernel.scatter.accumulate else "="
     target = f"{kernel.output}[{format_index(store_index, scalar.indirect_names)}]"
     body = scalar.lines + [f"{indent}{target} {operator} ({out_type})({value});"]
-    names = sorted(scalar.buffers - {kernel.output}) + [kernel.output]
-    closing = ["  " + "  " * (len(ranges) - 1 - k) + "}" for k in range(len(ranges))]
-    text = "\n".join(signature(kernel.name, names, buffers, kernel.output, checks) + loops + body + closing
-                     + tail(checks))
+    names = sorted((scalar.buffers | prelude_reads) - set(hoisted.values()) - {kernel.output}) + [kernel.output]
+    text = "\n".join(signature(kernel.name, names, buffers, {kernel.output}, checks) + prelude + loops + body
+                     + closing("  ", len(ranges)) + tail(checks))
     return text, names
+
+
+def rename_loads(expr: ir.Expr, old: str, new: str, memo: dict) -> ir.Expr:
+    if expr not in memo:
+        if isinstance(expr, ir.Load) and expr.buffer == old:
+            memo[expr] = ir.Load(new, expr.index, expr.dtype)
+        elif isinstance(expr, ir.Op):
+            memo[expr] = ir.Op(expr.name, tuple(rename_loads(a, old, new, memo) for a in expr.args), expr.dtype,
+                               expr.extra)
+        else:
+            memo[expr] = expr
+    return memo[expr]
 
 
 def merged_reduction(kernel: ir.Reduction, outer: bool = True) -> ir.Reduction:
@@ -145,19 +175,17 @@ def reduction_lines(kernel: ir.Reduction, indent: str, emitter_for, store,
             else f"std::numeric_limits<{acc_type}>::{'max' if largest else 'lowest'}()"
     lines = [f"{indent}{acc_type} acc = {init};", f"{indent}int64_t acc_index = 0;", f"{indent}int acc_nan = 0;"]
     clause = SIMD_CLAUSES.get(kernel.reduction_type)
-    inner = indent
-    for depth, (variable, size) in enumerate(zip(kernel.reduction_variables, kernel.reduction_ranges)):
-        if clause and depth == len(kernel.reduction_ranges) - 1:
-            # Lets the compiler vectorise the innermost loop by reassociating (as eager's
-            # vectorised reductions do); the outer reduction loops keep accumulating into acc.
-            lines.append(f"{inner}#pragma omp simd {clause}" + (CHECK_CLAUSE if checks else ""))
-        lines.append(f"{inner}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
-        inner += "  "
+    loops, inner = for_loops(kernel.reduction_variables, kernel.reduction_ranges, indent)
+    if clause and loops:
+        # Lets the compiler vectorise the innermost loop by reassociating (as eager's
+        # vectorised reductions do); the outer reduction loops keep accumulating into acc.
+        loops.insert(-1, f"{inner[:-2]}#pragma omp simd {clause}" + (CHECK_CLAUSE if checks else ""))
+    lines += loops
     scalar = emitter_for(inner)
     value = evaluate(kernel.body, scalar)
     position = kernel.reduction_variables[0].name if kernel.reduction_variables else "0"
     lines += scalar.lines + [inner + line for line in combine(kernel.reduction_type, "acc", value, acc_type, position)]
-    lines += [indent + "  " * (len(kernel.reduction_ranges) - 1 - k) + "}" for k in range(len(kernel.reduction_ranges))]
+    lines += closing(indent, len(kernel.reduction_ranges))
     result = "acc_index" if kernel.reduction_type in ("argmax", "argmin") else "acc"
     if kernel.reduction_type in ("max", "min") and acc_dtype.startswith("float"):
         result = f"(acc_nan ? std::numeric_limits<{acc_type}>::quiet_NaN() : acc)"
@@ -179,9 +207,9 @@ def emit_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -> tuple
     out_type = CTYPES[kernel.dtype]
     store = lambda result: f"{kernel.output}[{store_index}] = ({out_type})({result});"  # noqa: E731
     body, read = reduction_lines(kernel, indent, ScalarEmitter, store, checks)
-    body = loops + body + ["  " + "  " * (len(kernel.ranges) - 1 - k) + "}" for k in range(len(kernel.ranges))]
     names = sorted(read - {kernel.output}) + [kernel.output]
-    text = "\n".join(signature(kernel.name, names, buffers, kernel.output, checks) + body + tail(checks))
+    text = "\n".join(signature(kernel.name, names, buffers, {kernel.output}, checks) + loops + body
+                     + closing("  ", len(kernel.ranges)) + tail(checks))
     return text, names
 
 
@@ -214,22 +242,19 @@ def emit_column_reduction(kernel: ir.Reduction, buffers: dict[str, ir.Buffer]) -
     loops, indent = loop_nest(outer, outer_ranges, work, 0, leave_inner=False)
     lines = loops + [f"{indent}{acc_type} acc[{columns}];",
                      f"{indent}for (int64_t {column} = 0; {column} < {columns}L; ++{column}) acc[{column}] = 0;"]
-    inner = indent
-    for variable, size in zip(kernel.reduction_variables, kernel.reduction_ranges):
-        lines.append(f"{inner}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
-        inner += "  "
-    lines += [f"{inner}#pragma omp simd", f"{inner}for (int64_t {column} = 0; {column} < {columns}L; ++{column}) {{"]
+    reduction_loops, inner = for_loops(kernel.reduction_variables, kernel.reduction_ranges, indent)
+    lines += reduction_loops + [f"{inner}#pragma omp simd", f"{inner}for (int64_t {column} = 0; {column} < {columns}L; ++{column}) {{"]
     scalar = ScalarEmitter(inner + "  ")
     value = evaluate(kernel.body, scalar)
     lines += scalar.lines + [f"{inner}  acc[{column}] += {value};", f"{inner}}}"]
-    lines += [indent + "  " * (len(kernel.reduction_ranges) - 1 - k) + "}" for k in range(len(kernel.reduction_ranges))]
+    lines += closing(indent, len(kernel.reduction_ranges))
     store_index = format_index(ir.strided_index(kernel.variables, contiguous_strides(kernel.ranges)))
     result = f"acc[{column}]" if kernel.divisor == 1 else f"(acc[{column}] / ({acc_type}){kernel.divisor})"
     lines.append(f"{indent}for (int64_t {column} = 0; {column} < {columns}L; ++{column}) "
                  f"{kernel.output}[{store_index}] = ({CTYPES[kernel.dtype]})({result});")
-    lines += ["  " + "  " * (len(outer) - 1 - k) + "}" for k in range(len(outer))]
+    lines += closing("  ", len(outer))
     names = sorted(scalar.buffers - {kernel.output}) + [kernel.output]
-    return "\n".join(signature(kernel.name, names, buffers, kernel.output) + lines + ["}"]), names
+    return "\n".join(signature(kernel.name, names, buffers, {kernel.output}) + lines + ["}"]), names
 
 
 class RowEmitter(ScalarEmitter):
@@ -265,14 +290,10 @@ def member_lines(member, group: ir.LoopGroup, buffers: dict[str, ir.Buffer], ind
     variables, ranges, body, (index,) = merge_loops(member.variables[outer:], member.ranges[outer:], member.body,
                                                     (index,), row_sizes)
     target = f"{member.output}[{format_index(index)}]"
-    lines, level = [], indent
-    for variable, size in zip(variables, ranges):
-        lines.append(f"{level}for (int64_t {variable} = 0; {variable} < {size}L; ++{variable}) {{")
-        level += "  "
+    lines, level = for_loops(variables, ranges, indent)
     scalar = emitter_for(level)
     value = evaluate(body, scalar)
-    lines += scalar.lines + [f"{level}{target} = ({out_type})({value});"]
-    lines += [indent + "  " * (len(ranges) - 1 - k) + "}" for k in range(len(ranges))]
+    lines += scalar.lines + [f"{level}{target} = ({out_type})({value});"] + closing(indent, len(ranges))
     return lines, scalar.buffers
 
 
@@ -294,13 +315,8 @@ def emit_group(group: ir.LoopGroup, buffers: dict[str, ir.Buffer]) -> tuple[str,
         read |= member_reads
     written = set(group.outputs)
     names = sorted(read - written - set(group.local)) + list(group.outputs)
-    closing = ["  " + "  " * (len(group.ranges) - 1 - k) + "}" for k in range(len(group.ranges))]
-    lines = head(group.name, checks)
-    for position, buffer_name in enumerate(names):
-        ctype = CTYPES[buffers[buffer_name].dtype]
-        qualifier = "" if buffer_name in written else "const "
-        lines.append(f"  {qualifier}{ctype}* __restrict__ {buffer_name} = ({qualifier}{ctype}*)pointers[{position}];")
-    return "\n".join(lines + loops + body + closing + tail(checks)), names
+    return "\n".join(signature(group.name, names, buffers, written, checks) + loops + body
+                      + closing("  ", len(group.ranges)) + tail(checks)), names
 
 
 def emit_program(program: ir.Program) -> tuple[str, dict[str, list[str]]]:
@@ -308,9 +324,10 @@ def emit_program(program: ir.Program) -> tuple[str, dict[str, list[str]]]:
     from .emitter import PRELUDE
     buffers = {b.name: b for b in program.buffers}
     parts, orders = [PRELUDE], {}
+    in_place = in_place_pairs(program)
     for step in program.steps:
         if isinstance(step, ir.Pointwise):
-            text, names = emit_pointwise(step, buffers)
+            text, names = emit_pointwise(step, buffers, in_place.get(step.output))
         elif isinstance(step, ir.Reduction):
             text, names = emit_reduction(step, buffers)
         elif isinstance(step, ir.LoopGroup):
