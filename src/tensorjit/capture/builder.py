@@ -172,21 +172,23 @@ _SET_ITEM_TYPES = _PLAIN_SET_ITEMS + (types.FunctionType, types.BuiltinFunctionT
 
 
 def _wrap_iterator(tx, obj: Any, source: Source) -> Value:
-    """An iterator over a list, tuple or range, read without advancing it (through __reduce__).
-
-    Capture then advances its own copy; generated code rebuilds the iterator from what is left."""
-    from .sources import ReduceSource
-    from .values.containers import IteratorValue
-    function, arguments, *state = obj.__reduce__()
-    position = state[0] if state else 0
-    reduced = ReduceSource(source)
+    """An iterator over a list, tuple or range, read without advancing it (through __reduce__):
+    capture takes items ahead of where it is, and generated code advances it by as many."""
+    from .sources import ItemAheadSource, ItemsLeftSource, items_left, item_ahead
+    from .values.containers import InputIteratorValue
     tx.output.guard(Guard(source, "type", type(obj)))
-    tx.output.guard(Guard(ItemSource(reduced, 2) if state else reduced, "constant", position) if state
-                    else Guard(ItemSource(ItemSource(reduced, 1), 0), "type", type(arguments[0])))
-    sequence = wrap(tx, arguments[0], ItemSource(ItemSource(reduced, 1), 0))
-    items = sequence.unpack(tx) if not sequence.is_constant() else [ConstantValue(v) for v in arguments[0]]
-    iterator = IteratorValue(items)
-    iterator.position = position if isinstance(position, int) else 0
+
+    def take(ahead: int) -> Value:
+        return wrap(tx, item_ahead(obj, ahead), ItemAheadSource(source, ahead))
+
+    def guard_left(kind: str, count: int) -> None:
+        tx.output.guard(Guard(ItemsLeftSource(source), kind, count))
+
+    def started(iterator: Value) -> None:
+        tx.output.record_iterator_advance(iterator)
+
+    iterator = InputIteratorValue(type(obj), items_left(obj), take, guard_left, started)
+    iterator.source = source
     return iterator
 
 

@@ -83,6 +83,12 @@ def advanced_iterator(iterable, position: int):
     return iterator
 
 
+def advance_iterator(iterator, count: int) -> None:
+    """Take `count` items from `iterator`, as capture did from its reading of it."""
+    for _ in range(count):
+        next(iterator)
+
+
 def replace_contents(container, new):
     if isinstance(container, list):
         container[:] = new
@@ -103,6 +109,7 @@ HELPERS = {
     "make_function": make_function, "new_object": new_object, "MethodType": types.MethodType,
     "CellType": types.CellType, "enter_grad_mode": enter_grad_mode, "replace_contents": replace_contents,
     "advanced_iterator": advanced_iterator, "new_container": new_container,
+    "advance_iterator": advance_iterator,
 }
 
 
@@ -191,6 +198,10 @@ class RuntimeCodegen:
                                           for k, v in container.items.items()) + "}"
                 reads.append(f"__w{n} = {new}")
                 writes.append(f"{self.helper('replace_contents')}({self.source(container.source)}, __w{n})")
+                continue
+            if effect.kind == "advance":  # after the results are read: they may name items ahead of it
+                iterator = effect.target
+                writes.append(f"{self.helper('advance_iterator')}({self.source(iterator.source)}, {iterator.position})")
                 continue
             reads.append(f"__w{n} = {self.value(effect.value)}")
             if effect.kind == "attr":

@@ -41,7 +41,7 @@ class Guard:
     """One check on the value reached through `source`."""
 
     source: Source | None
-    kind: str  # "type", "id", "constant", "tensor", "length", "keys", "set_items", "global_state", "same"
+    kind: str  # "type", "id", "constant", "tensor", "length", "at_least", "keys", "set_items", "global_state", "same"
     payload: Any = None
     other: Source | None = None
 
@@ -59,6 +59,8 @@ class Guard:
             return f"{where} == {self.payload!r}"
         if self.kind == "length":
             return f"len({where}) == {self.payload}"
+        if self.kind == "at_least":
+            return f"{where} >= {self.payload}"
         if self.kind == "keys":
             return f"{where}.keys() == {list(self.payload)!r}"
         if self.kind == "set_items":
@@ -212,6 +214,8 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"{em.constant(guard.payload, 'K')}.matches({v})")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
+    elif kind == "at_least":  # an int that may grow: a loop iterator with that many items left, or more
+        em.check(f"{v} >= {guard.payload}")
     elif kind == "keys":
         em.check(f"list({v}.keys()) == {em.constant(list(guard.payload))}")
     elif kind == "set_items":  # the items and their iteration order (equal sets may iterate differently)
@@ -234,7 +238,7 @@ def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
     em.check(f"_storages_unshared(({written_text}), ({inputs_text})) is {unshared}")
 
 
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "keys": 2, "set_items": 2,
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "at_least": 2, "keys": 2, "set_items": 2,
           "no_hooks": 2, "tensor": 3,
           "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5,
           "no_backward_hooks": 2, "no_global_hooks": 0, "no_global_backward_hooks": 0}

@@ -471,6 +471,61 @@ class IteratorValue(Value):
         return f"iter([{rest}])"
 
 
+class InputIteratorValue(IteratorValue):
+    """A list, tuple or range iterator that arrived as an input: a loop's iterator reaching the
+    resume function after a graph break in the loop's body.
+
+    Items are read by how far ahead of the iterator they are (`take(k)`), and the entry is guarded
+    only on the items taken and on how many are left (`guard_left`: at least one more than taken,
+    or exactly as many where capture saw the end). Guarding the iterator's position instead made
+    the next iteration miss the entry: a loop of N iterations compiled its resume function N times.
+    The real iterator is this value's source; after the graph it is advanced by what capture took
+    (`started` records that once, as a write replayed after the results are read)."""
+
+    def __init__(self, kind: type, left: int, take, guard_left, started) -> None:
+        super().__init__([])
+        self.kind = kind
+        self.left = left
+        self._take = take
+        self._guard_left = guard_left
+        self._started = started
+        self._taken: list[Value] = []
+
+    def python_type(self) -> type:
+        return self.kind
+
+    @property
+    def items(self) -> list[Value]:
+        self._guard_left("constant", self.left)
+        return [self._item(k) for k in range(self.left)]
+
+    def _item(self, k: int) -> Value:
+        while len(self._taken) <= k:
+            self._taken.append(self._take(len(self._taken)))
+        return self._taken[k]
+
+    def next(self) -> Value | None:
+        k = self.position
+        if k >= self.left:
+            self._guard_left("constant", self.left)
+            return None
+        self._guard_left("at_least", k + 1)
+        if k == 0:
+            self._started(self)
+        self.position += 1
+        return self._item(k)
+
+    def unpack(self, tx) -> list[Value]:
+        rest = self.items[self.position:]
+        if self.position < self.left and self.position == 0:
+            self._started(self)
+        self.position = self.left
+        return rest
+
+    def reconstruct(self, cg) -> str:
+        return cg.source(self.source)
+
+
 def _size(container: Value) -> int:
     return len(container.mapping.items) if isinstance(container, DictViewValue) else len(container.items)
 
