@@ -569,10 +569,16 @@ def _round(tx, value: Value, ndigits: Value | None = None) -> Value:
 
 
 def object_text(tx, value: Value, how) -> Value | None:
-    """str(value) or repr(value) (`how`: py.str or py.repr) of an object made in the function whose
-    class answers in Python (a Python __str__ or __repr__, inlined); None for anything else."""
-    from .objects import UserObjectValue, lookup_static
-    if not isinstance(value, UserObjectValue):
+    """str(value) or repr(value) (`how`: py.str or py.repr) of an object whose class answers in
+    Python (a Python __str__ or __repr__, inlined), made in the function or read from outside; of
+    an exception made in the function, its text (C's, from the constant arguments it holds);
+    None for anything else."""
+    from .objects import ObjectValue, UserObjectValue, lookup_static
+    if isinstance(value, ObjectValue) and not isinstance(value.obj, type):
+        if value.source is None and isinstance(value.obj, BaseException) and \
+                not _python_text_method(type(value.obj), how):
+            return ConstantValue(how(value.obj))
+    elif not isinstance(value, UserObjectValue):
         return None
     cls = value.python_type()
     if how is py.str:
@@ -584,6 +590,12 @@ def object_text(tx, value: Value, how) -> Value | None:
     if isinstance(lookup_static(cls, "__repr__")[0], types.FunctionType):  # object.__str__ calls repr
         return tx.call_dunder(value, "__repr__", [])
     return None
+
+
+def _python_text_method(cls: type, how) -> bool:
+    from .objects import lookup_static
+    names = ("__str__", "__repr__") if how is py.str else ("__repr__",)
+    return any(isinstance(lookup_static(cls, name)[0], types.FunctionType) for name in names)
 
 
 @builtin(py.repr)
