@@ -128,3 +128,39 @@ def test_a_dict_whose_getattr_answers_anything_is_not_an_internal_error():
 
     x = torch.randn(2)
     torch.testing.assert_close(tensorjit.compile(fn, backend="eager")(x), x * 2)
+
+
+class _CountingBackend:
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return gm.forward
+
+
+def test_a_nan_argument_matches_its_guard():
+    backend = _CountingBackend()
+    compiled = tensorjit.compile(lambda x, n: x * 2 + n, backend=backend)
+    for _ in range(3):
+        assert compiled(torch.ones(2), float("nan")).isnan().all()
+    assert backend.graphs == 1
+    torch.testing.assert_close(compiled(torch.ones(2), 1.5), torch.full((2,), 3.5))
+
+
+def test_deterministic_algorithms_and_tf32_are_global_state_an_entry_depends_on():
+    backend = _CountingBackend()
+    compiled = tensorjit.compile(lambda x: x + 1, backend=backend)
+    before = (torch.are_deterministic_algorithms_enabled(), torch._C._get_cublas_allow_tf32())
+    try:
+        compiled(torch.ones(2))
+        torch.use_deterministic_algorithms(not before[0])
+        compiled(torch.ones(2))
+        torch._C._set_cublas_allow_tf32(not before[1])
+        compiled(torch.ones(2))
+        assert backend.graphs == 3
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch._C._set_cublas_allow_tf32(before[1])
+    compiled(torch.ones(2))
+    assert backend.graphs == 3

@@ -113,6 +113,9 @@ GLOBAL_STATE = (
     ("torch.get_default_dtype()", "_default_dtype()", torch.get_default_dtype),
     # Autocast changes the dtypes ops produce: an entry captured outside autocast is not valid inside.
     ("autocast enabled", "_autocast()", torch._C._is_any_autocast_enabled),
+    # What a backend reads when it compiles (kernel choices, TF32 matmuls), as torch.compile's guards.
+    ("torch.are_deterministic_algorithms_enabled()", "_deterministic()", torch.are_deterministic_algorithms_enabled),
+    ("torch.backends.cuda.matmul.allow_tf32", "_cublas_tf32()", torch._C._get_cublas_allow_tf32),
 )
 
 
@@ -190,6 +193,8 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         value = guard.payload
         if value is None or isinstance(value, bool):
             em.check(f"{v} is {value!r}")
+        elif type(value) is float and value != value:  # NaN equals nothing, itself included
+            em.check(f"type({v}) is float and math.isnan({v})")
         else:
             em.check(f"type({v}) is {em.constant(type(value), 'T')} and {v} == {em.constant(value)}")
     elif kind == "tensor":
@@ -358,7 +363,9 @@ def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
     env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
                _grad_enabled=torch.is_grad_enabled,
                _inference_mode=torch.is_inference_mode_enabled,
-               _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled)
+               _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled,
+               _deterministic=torch.are_deterministic_algorithms_enabled,
+               _cublas_tf32=torch._C._get_cublas_allow_tf32)
     body = "\n".join(em.lines)
     # math: ShapeEnv's guards on a symbolic float read `not math.isnan(...)`
     for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module),
