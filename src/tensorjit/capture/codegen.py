@@ -58,10 +58,12 @@ def enter_grad_mode(enabled: bool, previous: bool) -> GradExit:
     return GradExit(previous)
 
 
-def make_function(code, globals_, name, defaults, kwdefaults, cells):
+def make_function(code, globals_, name, defaults, kwdefaults, cells, attributes=None):
     fn = types.FunctionType(code, globals_, name, defaults or None, cells or None)
     if kwdefaults:
         fn.__kwdefaults__ = kwdefaults
+    for attribute, value in (attributes or {}).items():  # written in the function (functools.wraps)
+        setattr(fn, attribute, value)
     return fn
 
 
