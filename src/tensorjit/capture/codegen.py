@@ -205,6 +205,10 @@ class RuntimeCodegen:
                 iterator = effect.target
                 writes.append(f"{self.helper('advance_iterator')}({self.source(iterator.source)}, {iterator.position})")
                 continue
+            if effect.kind == "delattr":
+                reads.append(f"__t{n} = {self.value(effect.target)}")
+                writes.append(f"delattr(__t{n}, {effect.key!r})")
+                continue
             reads.append(f"__w{n} = {self.value(effect.value)}")
             if effect.kind == "attr":
                 reads.append(f"__t{n} = {self.value(effect.target)}")

@@ -499,6 +499,16 @@ def _cast(tx, typ: Value, value: Value) -> Value:
     return value
 
 
+@builtin(py.delattr)
+def _delattr(tx, obj: Value, name: Value) -> Value:
+    return tx.delete_attribute(obj, name.constant())
+
+
+@builtin(py.object.__delattr__)
+def _object_delattr(tx, obj: Value, name: Value) -> Value:
+    return tx.delete_attribute(obj, name.constant(), custom=False)
+
+
 @builtin(py.object.__setattr__)
 def _object_setattr(tx, obj: Value, name: Value, value: Value) -> Value:
     tx.store_attribute(obj, name.constant(), value, custom=False)

@@ -17,7 +17,7 @@ import torch
 
 from ..breaks import GraphBreak
 from ..sources import AttrSource, CellSource, ClosureSource, ItemSource
-from .base import ConstantValue, NULL, Value
+from .base import DELETED, ConstantValue, NULL, Value
 from .containers import ContainerMethodValue, DictValue, SetValue, TupleValue
 from .functions import FunctionValue, MethodValue
 
@@ -57,6 +57,9 @@ class ObjectValue(Value):
 
     def getattr(self, tx, name: str, overlay: bool = True) -> Value:
         written = tx.output.attribute_overlay.get((id(self.obj), name)) if overlay else None
+        if written is DELETED:
+            error = AttributeError(f"{type(self.obj).__name__!r} object has no attribute {name!r}")
+            raise GraphBreak("attribute-error", str(error), exception=error)
         if written is not None:
             return written
         obj = self.obj
@@ -170,6 +173,12 @@ class UserObjectValue(Value):
 
     def setattr(self, tx, name: str, value: Value) -> None:
         self.attributes[name] = value
+
+    def delattr(self, tx, name: str) -> None:
+        if name not in self.attributes:
+            error = AttributeError(f"{self.cls.__name__!r} object has no attribute {name!r}")
+            raise GraphBreak("attribute-error", str(error), exception=error)
+        del self.attributes[name]
 
     def truth(self, tx) -> bool:
         for name in ("__bool__", "__len__"):  # Python's order: __bool__, else __len__ != 0
@@ -372,6 +381,8 @@ class BuiltinMethodOfObject(Value):
             return ConstantValue(None)
         if self.name == "__setattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
             return tx.store_attribute(self.obj, args[0].constant(), args[1], custom=False)
+        if self.name == "__delattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
+            return tx.delete_attribute(self.obj, args[0].constant(), custom=False)
         if self.name == "__eq__" and len(args) == 1:  # object's: identity, else NotImplemented
             return ConstantValue(True) if args[0] is self.obj else tx.wrap_constant_object(NotImplemented)
         if self.name == "__ne__" and len(args) == 1:  # object's: the negation of type(self).__eq__
