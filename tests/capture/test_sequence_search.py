@@ -51,22 +51,3 @@ def test_index_of_a_missing_item_raises_python_s_error_in_the_function():
 
     args = (torch.zeros(1), [1, 2, 2])
     assert _compiled(fn)(*args)[1] == fn(*args)[1]
-
-
-def test_str_and_repr_of_objects_from_outside_and_of_exceptions():
-    class Config:
-        def __repr__(self):
-            return "Config()"
-
-    def fn(x, config):
-        try:
-            raise KeyError("k")
-        except KeyError as e:
-            text = str(e) + repr(e)
-        return x * len(repr(config)) + len(str(config)), text
-
-    args = (torch.ones(2), Config())
-    out, text = _compiled(fn)(*args)
-    ref, ref_text = fn(*args)
-    torch.testing.assert_close(out, ref)
-    assert text == ref_text

@@ -219,12 +219,19 @@ def _len(tx, obj: Value) -> Value:
     return tx.call_dunder(obj, "__len__", [])
 
 
+_LEGACY_TENSOR_TYPE = type(torch.FloatTensor)
+
+
 @builtin(py.isinstance)
 def _isinstance(tx, obj: Value, classes: Value) -> Value:
     cls = classes.constant()
     kind = obj.python_type()
     if isinstance(obj, TensorValue):
         kind = type(obj.example) if not isinstance(obj.example, torch._subclasses.FakeTensor) else obj.python_type()
+        if any(type(c) is _LEGACY_TENSOR_TYPE for c in (cls if isinstance(cls, tuple) else (cls,))):
+            # torch.FloatTensor & co. answer by dtype and device (their metaclass's __instancecheck__),
+            # which the example has as the input does (guarded)
+            return ConstantValue(isinstance(obj.example, cls))
     try:
         return ConstantValue(issubclass(kind, cls))
     except TypeError as e:
