@@ -17,7 +17,7 @@ import torch
 from .breaks import GraphBreak
 from .values.base import ConstantValue, Value
 from .values.functions import FunctionValue, NestedFunctionValue
-from .values.objects import NNModuleValue, ObjectValue, UserObjectValue, lookup_static
+from .values.objects import NNModuleValue, ObjectValue, UserObjectValue, lookup_static, made_exception
 from .values.records import RecordValue
 from .values.tensors import TensorValue
 
@@ -70,7 +70,7 @@ def _goes_to_module_table(module: torch.nn.Module, name: str, value: Value) -> b
 def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
     if isinstance(obj, (UserObjectValue, RecordValue, NestedFunctionValue)):
         obj.setattr(tx, name, value)
-    elif isinstance(obj, ObjectValue) and obj.source is not None:
+    elif isinstance(obj, ObjectValue) and (obj.source is not None or made_exception(obj)):
         tx.output.record_attribute_write(obj, name, value)
     else:
         raise GraphBreak("store-attr", f"setting attribute {name!r} on {obj!r}")

@@ -234,7 +234,10 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
     if cls in (torch.Size,):
         return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
     if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
-        return ObjectValue(cls(*[a.constant() for a in args]), None)
+        if not isinstance(lookup_static(cls, "__init__")[0], types.FunctionType):
+            return ObjectValue(cls(*[a.constant() for a in args]), None)
+    if _python_init_exception(cls, args):
+        return _made_exception(tx, cls, args, kwargs)
     if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)) or cls.__module__.startswith("torch") \
             and not _plain_python_class(cls):
         if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) \
@@ -252,6 +255,22 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         tx.call(FunctionValue(init), [instance, *args], kwargs)
     elif args or kwargs:
         raise GraphBreak("unsupported-call", f"{cls.__name__}.__init__ is not a Python function")
+    return instance
+
+
+def _python_init_exception(cls: type, args) -> bool:
+    """An exception class whose __init__ is Python (storing fields, calling super().__init__), made
+    the C way otherwise (BaseException.__new__), with constant positional arguments."""
+    return issubclass(cls, BaseException) and type(cls) is type \
+        and lookup_static(cls, "__new__")[1].__module__ == "builtins" and isinstance(lookup_static(cls, "__init__")[0], types.FunctionType) and all(a.is_constant() for a in args)
+
+
+def _made_exception(tx, cls: type, args, kwargs) -> Value:
+    """The exception object itself, made now (its args set from the positional arguments, as
+    BaseException.__new__ does); its Python __init__ inlined, writes to it replayed after the graph."""
+    instance = ObjectValue(BaseException.__new__(cls, *[a.constant() for a in args]), None)
+    instance.made = True
+    tx.call(FunctionValue(lookup_static(cls, "__init__")[0]), [instance, *args], kwargs)
     return instance
 
 

@@ -110,6 +110,12 @@ def _class_member_source(value: ObjectValue, owner, name, suffix=""):
     return AttrSource(AttrSource(value.source, "__class__"), name) if not suffix else None
 
 
+def made_exception(value: Value) -> bool:
+    """An exception object made during capture (a class with a Python __init__, see calls._instantiate):
+    attribute writes on it are recorded like those on an object from outside."""
+    return isinstance(value, ObjectValue) and value.source is None and getattr(value, "made", False)
+
+
 class NNModuleValue(ObjectValue):
     """An nn.Module read through a source: its parameters and buffers become graph inputs."""
 
@@ -279,7 +285,7 @@ class SuperValue(Value):
                     return tx.call(FunctionValue(attr.fget, None), [self.obj], {})
                 if isinstance(attr, staticmethod):
                     return FunctionValue(attr.__func__, None)
-                if callable(attr) and klass is object:
+                if callable(attr) and klass is object or made_exception(self.obj) and name == "__init__":
                     return BuiltinMethodOfObject(self.obj, attr, name)
                 if klass is dict and name in _DICT_READS and isinstance(self.obj, ObjectValue) \
                         and self.obj.source is not None:
@@ -377,6 +383,11 @@ class BuiltinMethodOfObject(Value):
         self.name = name
 
     def call(self, tx, args, kwargs) -> Value:
+        if self.name == "__init__" and made_exception(self.obj):  # BaseException.__init__ sets .args
+            if kwargs or not all(a.is_constant() for a in args):
+                raise GraphBreak("unsupported-call", "an exception's args that are not constants")
+            self.method(self.obj.obj, *[a.constant() for a in args])
+            return ConstantValue(None)
         if self.name in ("__init__",):
             return ConstantValue(None)
         if self.name == "__setattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
