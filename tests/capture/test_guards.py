@@ -164,3 +164,25 @@ def test_deterministic_algorithms_and_tf32_are_global_state_an_entry_depends_on(
         torch._C._set_cublas_allow_tf32(before[1])
     compiled(torch.ones(2))
     assert backend.graphs == 3
+
+
+def test_an_attribute_found_missing_is_guarded_missing():
+    class Config:
+        def __init__(self):
+            self.a = 1
+
+    def fn(x, obj):
+        if hasattr(obj, "z"):
+            return x - 2
+        return x * getattr(obj, "scale", 3) + obj.a + getattr(type(obj), "shift", 0)
+
+    compiled = tensorjit.compile(fn, backend="eager")
+    x = torch.ones(2)
+    obj = Config()
+    torch.testing.assert_close(compiled(x, obj), fn(x, obj))
+    obj.scale = 5
+    torch.testing.assert_close(compiled(x, obj), fn(x, obj))
+    Config.shift = 10
+    torch.testing.assert_close(compiled(x, obj), fn(x, obj))
+    obj.z = True
+    torch.testing.assert_close(compiled(x, obj), fn(x, obj))

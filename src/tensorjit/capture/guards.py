@@ -61,6 +61,8 @@ class Guard:
             return f"len({where}) == {self.payload}"
         if self.kind == "at_least":
             return f"{where} >= {self.payload}"
+        if self.kind == "missing_attribute":
+            return f"{where} has no attribute {self.payload!r}"
         if self.kind == "keys":
             return f"{where}.keys() == {list(self.payload)!r}"
         if self.kind == "set_items":
@@ -219,6 +221,8 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"{em.constant(guard.payload, 'K')}.matches({v})")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
+    elif kind == "missing_attribute":  # hasattr() answered False, getattr() took its default
+        em.check(f"not hasattr({v}, {guard.payload!r})")
     elif kind == "at_least":  # an int that may grow: a loop iterator with that many items left, or more
         em.check(f"{v} >= {guard.payload}")
     elif kind == "keys":
@@ -243,7 +247,7 @@ def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
     em.check(f"_storages_unshared(({written_text}), ({inputs_text})) is {unshared}")
 
 
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "at_least": 2, "keys": 2, "set_items": 2,
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "at_least": 2, "missing_attribute": 2, "keys": 2, "set_items": 2,
           "no_hooks": 2, "tensor": 3,
           "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5,
           "no_backward_hooks": 2, "no_global_hooks": 0, "no_global_backward_hooks": 0}

@@ -245,6 +245,11 @@ def _issubclass(tx, a: Value, b: Value) -> Value:
 
 @builtin(py.type)
 def _type(tx, obj: Value) -> Value:
+    from .objects import ObjectValue
+    if type(obj) is ObjectValue and obj.source is not None and not isinstance(obj.obj, type):
+        # read through the object: what capture then finds on the class (or misses) is guarded there
+        from ..sources import AttrSource
+        return tx.wrap(obj.python_type(), AttrSource(obj.source, "__class__"))
     return tx.wrap_constant_object(obj.python_type())
 
 

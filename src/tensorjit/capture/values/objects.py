@@ -78,9 +78,16 @@ class ObjectValue(Value):
         try:
             value = getattr(obj, name)
         except AttributeError as e:
+            self._guard_missing(tx, name)
             raise GraphBreak("attribute-error", f"{type(obj).__name__!s} object has no attribute {name!r}",
                              exception=e)
         return tx.wrap(value, self.attribute_source(name))
+
+    def _guard_missing(self, tx, name: str) -> None:
+        """The answer `hasattr(obj, name) is False` holds while the attribute stays missing (set later, it recompiles)."""
+        if self.source is not None:
+            from ..guards import Guard
+            tx.output.guard(Guard(self.source, "missing_attribute", name))
 
     def _class_attribute(self, tx, cls: type, name: str) -> Value:
         static, owner = lookup_static(cls, name)
@@ -88,8 +95,10 @@ class ObjectValue(Value):
             return MethodValue(self, FunctionValue(static.__func__, None))
         try:
             value = getattr(cls, name)
-        except AttributeError:
-            raise GraphBreak("attribute-error", f"type object {cls.__name__!r} has no attribute {name!r}")
+        except AttributeError as e:
+            self._guard_missing(tx, name)
+            raise GraphBreak("attribute-error", f"type object {cls.__name__!r} has no attribute {name!r}",
+                             exception=e)
         return tx.wrap(value, self.attribute_source(name))
 
     def call(self, tx, args, kwargs) -> Value:
