@@ -15,6 +15,8 @@ import types
 import torch
 
 from .breaks import GraphBreak
+from .sources import AttrSource
+from .values.containers import DictValue
 from .values.base import ConstantValue, Value
 from .values.functions import FunctionValue, NestedFunctionValue
 from .values.objects import NNModuleValue, ObjectValue, UserObjectValue, lookup_static, made_exception
@@ -72,6 +74,10 @@ def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
         obj.setattr(tx, name, value)
     elif isinstance(obj, ObjectValue) and (obj.source is not None or made_exception(obj)):
         tx.output.record_attribute_write(obj, name, value)
+        namespace = tx.output.wrapped.get(AttrSource(obj.source, "__dict__")) if obj.source is not None else None
+        if namespace is not None and isinstance(namespace[1], DictValue):  # obj.__dict__ read before: it sees the write
+            namespace[1].mutate(tx)
+            namespace[1].items[name] = value
     else:
         raise GraphBreak("store-attr", f"setting attribute {name!r} on {obj!r}")
 

@@ -68,6 +68,9 @@ class ObjectValue(Value):
         if name == "with_traceback" and isinstance(obj, BaseException) and self.source is None:
             return WithTracebackValue(self)
         static, owner = lookup_static(type(obj), name)
+        namespace = written_namespace(tx, self)
+        if namespace is not None and name in namespace.items and not _data_descriptor(static):
+            return namespace.items[name]  # written through obj.__dict__ in the function
         if isinstance(static, property) and static.fget is not None:
             return tx.call(FunctionValue(static.fget, _class_member_source(self, owner, name, ".fget")), [self], {})
         if isinstance(static, types.FunctionType):
@@ -117,6 +120,20 @@ def _class_member_source(value: ObjectValue, owner, name, suffix=""):
     if value.source is None or owner is None:
         return None
     return AttrSource(AttrSource(value.source, "__class__"), name) if not suffix else None
+
+
+def written_namespace(tx, value: "ObjectValue") -> DictValue | None:
+    """The object's __dict__ as capture holds it, once the function wrote to it (`obj.__dict__[k] = v`)."""
+    if value.source is None:
+        return None
+    known = tx.output.wrapped.get(AttrSource(value.source, "__dict__"))
+    if known is None or not isinstance(known[1], DictValue) or not known[1].mutated:
+        return None
+    return known[1]
+
+
+def _data_descriptor(attribute) -> bool:
+    return hasattr(type(attribute), "__set__") or hasattr(type(attribute), "__delete__")
 
 
 def made_exception(value: Value) -> bool:
