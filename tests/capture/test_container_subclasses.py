@@ -1,5 +1,7 @@
 """Instances of user subclasses of dict, set, frozenset and tuple made inside the function stay in the graph."""
 
+import collections
+
 import torch
 
 import tensorjit
@@ -86,3 +88,45 @@ def test_a_set_made_in_the_function_is_a_new_set_on_each_call():
     first = compiled(torch.randn(2))[1]
     first.add(3)
     assert compiled(torch.randn(2))[1] == {1, 2}
+
+
+class Instantier(collections.OrderedDict):
+    pass
+
+
+class Totals(dict):
+    def total(self):
+        return sum(self.values())
+
+
+def test_instances_of_plain_dict_subclasses_from_outside_are_read_as_dicts():
+    @tensorjit.compile(fullgraph=True, backend="eager")
+    def contains(x, d):
+        if "key1" in d:
+            x = x + 2
+        if "key2" in d:
+            x = x + 4
+        return x + 8
+
+    assert contains(torch.ones(1), Instantier({"key1": 1})).item() == 11
+    assert contains(torch.ones(1), Instantier({"key2": 1})).item() == 13
+
+    @tensorjit.compile(fullgraph=True, backend="eager")
+    def writes(x, d):
+        d["new"] = 5
+        return x * d.total() + len(d)
+
+    d = Totals(a=1)
+    assert writes(torch.ones(1), d).item() == 8
+    assert d == {"a": 1, "new": 5} and type(d) is Totals
+
+
+def test_a_dict_subclass_instance_with_attributes_of_its_own_is_not_read_as_a_dict():
+    def fn(x, d):
+        return x + len(d) + (d.extra if hasattr(d, "extra") else 0)
+
+    compiled = tensorjit.compile(fn, backend="eager")
+    d = Totals(a=1)
+    assert compiled(torch.zeros(1), d).item() == 1
+    d.extra = 10
+    assert compiled(torch.zeros(1), d).item() == 11

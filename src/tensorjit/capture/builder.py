@@ -22,7 +22,7 @@ import torch
 from .guards import Guard
 from .higher_order import higher_order_value
 from .markers import marked_value
-from .sources import ItemSource, Source
+from .sources import AttrSource, ItemSource, Source
 from .values.base import ConstantValue, Value
 from .values.builtins import BuiltinValue, has_handler
 from .values.containers import DictValue, ListValue, SetValue, TupleValue
@@ -41,7 +41,7 @@ def wrap(tx, obj: Any, source: Source | None) -> Value:
     known = tx.output.wrapped.get(source)
     if known is not None and known[0] is obj:
         return known[1]
-    if type(obj) in (list, dict, collections.OrderedDict):
+    if _shared_container(obj):
         # One value per mutable container, whichever path reached it: its mutations must
         # accumulate in one place. The guard keeps the two paths pointing at one object.
         seen = tx.output.wrapped_by_id.get(id(obj))
@@ -50,7 +50,7 @@ def wrap(tx, obj: Any, source: Source | None) -> Value:
             return seen[1]
     value = _wrap_new(tx, obj, source)
     tx.output.wrapped[source] = (obj, value)
-    if type(obj) in (list, dict, collections.OrderedDict):
+    if _shared_container(obj):
         tx.output.wrapped_by_id[id(obj)] = (obj, value, source)
     return value
 
@@ -78,8 +78,11 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         if isinstance(obj, list):
             return ListValue(items, source)
         return TupleValue(items, type(obj), source)
-    if type(obj) in (dict, collections.OrderedDict) and not any(isinstance(k, torch.Tensor) for k in obj):
+    if (type(obj) in (dict, collections.OrderedDict) or _plain_dict_subclass(obj)) \
+            and not any(isinstance(k, torch.Tensor) for k in obj):
         guard(Guard(source, "type", type(obj)))
+        if type(obj) not in (dict, collections.OrderedDict):  # a subclass instance: no attributes of its own
+            guard(Guard(AttrSource(source, "__dict__"), "length", 0))
         guard(Guard(source, "keys", tuple(obj.keys())))
         with _items_of(tx, source, obj):
             items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
@@ -109,12 +112,10 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         from .polyfills.functools import wrap_partial
         return wrap_partial(tx, obj, source)
     if isinstance(obj, types.MethodType):
-        from .sources import AttrSource
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
         return MethodValue(owner, wrap(tx, obj.__func__, AttrSource(source, "__func__")), source)
     if isinstance(obj, types.BuiltinMethodType) and type(getattr(obj, "__self__", None)) in (list, dict):
         # `xs.append` loaded before a graph break: a method of the (guarded) container
-        from .sources import AttrSource
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
         return owner.getattr(tx, obj.__name__)
     if isinstance(obj, types.FunctionType) and obj.__closure__:
@@ -122,6 +123,31 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     else:
         guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
     return _wrap_callable_or_object(tx, obj, source)
+
+
+def _shared_container(obj: Any) -> bool:
+    return type(obj) in (list, dict, collections.OrderedDict) or isinstance(obj, dict) and _plain_dict_subclass(obj)
+
+
+def _plain_dict_subclass(obj: Any) -> bool:
+    """An instance of a Python subclass of dict or OrderedDict that changes none of their behaviour
+    (no dunder methods; methods, properties and constants of its own are found through the class)
+    and holds no attributes: read as the dict it is (`"key" in d`, `d[k]`, `d.items()`)."""
+    cls = type(obj)
+    if not isinstance(obj, dict) or type(cls) is not type or getattr(obj, "__dict__", None) is None \
+            or obj.__dict__ or "__slots__" in vars(cls):
+        return False
+    base = collections.OrderedDict if isinstance(obj, collections.OrderedDict) else dict
+    for klass in cls.__mro__[:cls.__mro__.index(base)]:
+        if klass.__module__ in ("builtins", "collections"):  # defaultdict, Counter: behaviour of their own
+            return False
+        if any(n.startswith("__") and n.endswith("__") and n not in _NEUTRAL_CLASS_NAMES for n in vars(klass)):
+            return False
+    return True
+
+
+_NEUTRAL_CLASS_NAMES = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__", "__init__",
+                        "__firstlineno__", "__static_attributes__", "__orig_bases__", "__parameters__"}
 
 
 def _owner(tx, source: Source):
@@ -149,7 +175,6 @@ def _guard_closure(tx, fn: types.FunctionType, source: Source) -> None:
     before a graph break reaches the resume function as a new object every time): guard
     what inlining reads, its code, globals and the shape of its defaults, not its identity.
     The contents of its cells and defaults are guarded where they are read."""
-    from .sources import AttrSource
     guard = tx.output.guard
     guard(Guard(source, "type", types.FunctionType))
     guard(Guard(AttrSource(source, "__code__"), "id", fn.__code__))
