@@ -98,6 +98,8 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         value.source = source
         value.mutated = False
         return value
+    if type(obj) is types.MappingProxyType:
+        return _wrap_mapping_proxy(tx, obj, source)
     if isinstance(obj, torch.nn.Module):
         # By type, as other objects: every attribute, parameter and hook table capture reads is
         # guarded where it is read, so a module of the same class built anew on each call (in
@@ -123,6 +125,20 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     else:
         guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
     return _wrap_callable_or_object(tx, obj, source)
+
+
+def _wrap_mapping_proxy(tx, obj: types.MappingProxyType, source: Source) -> Value:
+    """A mappingproxy from outside: a read-only view of the dict it refers to, which is wrapped
+    (and guarded) as any dict is, one value with any other path that reaches it."""
+    import gc
+    from .sources import ProxiedMappingSource
+    from .values.containers import MappingProxyValue
+    tx.output.guard(Guard(source, "type", types.MappingProxyType))
+    referents = gc.get_referents(obj)
+    mapping = wrap(tx, referents[0], ProxiedMappingSource(source)) if len(referents) == 1 else None
+    if type(mapping) is not DictValue:
+        return ObjectValue(obj, source)
+    return MappingProxyValue(mapping, source)
 
 
 def _shared_container(obj: Any) -> bool:

@@ -28,7 +28,8 @@ from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
 from .contextmanagers import HELPER_CODE, ContextManagerFactoryValue, GeneratorContextValue
 from .values.container_subclasses import container_base, instantiate as instantiate_container
-from .values.containers import DictValue, IteratorValue, ListValue, SequenceValue, TupleValue, SetValue, hash_key
+from .values.containers import (DictValue, IteratorValue, ListValue, MappingProxyValue, SequenceValue, TupleValue, SetValue,
+                               hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
@@ -231,6 +232,10 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         return TupleValue(items, cls)
     if is_record_class(cls):
         return RecordValue.create(tx, cls, list(args), dict(kwargs))
+    if cls is types.MappingProxyType:
+        if len(args) != 1 or kwargs or type(args[0]) is not DictValue:
+            raise GraphBreak("unsupported-call", "types.MappingProxyType() of something other than a dict")
+        return MappingProxyValue(args[0])
     if cls in (torch.Size,):
         return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
     if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:

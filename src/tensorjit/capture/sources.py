@@ -253,6 +253,22 @@ class ItemAheadSource(Source):
 
 
 @dataclass(frozen=True, slots=True)
+class ProxiedMappingSource(Source):
+    """The dict a types.MappingProxyType views (the one object the proxy refers to)."""
+
+    of: Source
+
+    def expression(self) -> str:
+        return f"S['gc'].get_referents({self.of.expression()})[0]"
+
+    def base(self) -> Source:
+        return self.of
+
+    def __str__(self) -> str:
+        return f"the mapping {self.of} views"
+
+
+@dataclass(frozen=True, slots=True)
 class ReferentSource(Source):
     """`of()` where `of` is a weakref.ref: the object it refers to (None once that died)."""
 

@@ -13,7 +13,8 @@ from typing import Callable
 
 from ..breaks import GraphBreak
 from .base import ConstantValue, Value
-from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, TupleValue, each_item, hash_key
+from .containers import (DictValue, DictViewValue, IteratorValue, ListValue, MappingProxyValue, SetValue, TupleValue,
+                         each_item, hash_key)
 
 _METHODS: dict[tuple[type, str], Callable] = {}
 
@@ -314,6 +315,11 @@ def _setdefault(tx, d: DictValue, key: Value, default: Value = NONE) -> Value:
 @method(DictValue, "copy")
 def _dict_copy(tx, d: DictValue) -> Value:
     return DictValue(dict(d.items), d.cls)
+
+
+@method(MappingProxyValue, "copy")
+def _proxy_copy(tx, proxy: MappingProxyValue) -> Value:
+    return DictValue(dict(proxy.items), proxy.mapping.cls)  # the viewed dict's own copy
 
 
 @method(DictValue, "clear")

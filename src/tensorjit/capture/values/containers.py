@@ -273,6 +273,49 @@ _DICT_METHODS = {"__init__", "get", "items", "keys", "values", "update", "pop", 
                  "__contains__", "__getitem__", "__len__"}
 
 
+class MappingProxyValue(DictValue):
+    """types.MappingProxyType(d): a read-only view of the dict `mapping`, which it sees change.
+
+    Its items are the dict's own (a write to the dict through another name shows through it);
+    every write through the view raises as Python's does. Made in the function, or from outside
+    (`source`: the proxy itself; the dict it views was wrapped through `ProxiedMappingSource`,
+    so a path that reaches the same dict shares one value with it)."""
+
+    def __init__(self, mapping: DictValue, source=None) -> None:
+        self.mapping = mapping
+        self.cls = types.MappingProxyType
+        self.source = source
+        self.mutated = False
+
+    @property
+    def items(self) -> dict:
+        return self.mapping.items
+
+    def constant(self) -> Any:
+        return types.MappingProxyType(self.mapping.constant())
+
+    def mutate(self, tx) -> None:
+        error = TypeError("'mappingproxy' object does not support item assignment")
+        raise GraphBreak("op-error", str(error), exception=error)
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in _PROXY_METHODS:
+            return ContainerMethodValue(self, name)
+        error = AttributeError(f"'mappingproxy' object has no attribute {name!r}")
+        raise GraphBreak("attribute-error", str(error), exception=error)
+
+    def reconstruct(self, cg) -> str:
+        if self.source is not None:
+            return cg.source(self.source)
+        return f"{cg.constant(types.MappingProxyType)}({cg.value(self.mapping)})"
+
+    def __repr__(self) -> str:
+        return f"MappingProxyValue({self.mapping!r})"
+
+
+_PROXY_METHODS = {"get", "items", "keys", "values", "copy", "__contains__", "__getitem__", "__len__"}
+
+
 class SetValue(Value):
     """A set or frozenset (`cls`) of constants, keyed by their values."""
 
