@@ -121,12 +121,15 @@ def test_instances_of_plain_dict_subclasses_from_outside_are_read_as_dicts():
     assert d == {"a": 1, "new": 5} and type(d) is Totals
 
 
-def test_a_dict_subclass_instance_with_attributes_of_its_own_is_not_read_as_a_dict():
+def test_attributes_of_a_dict_subclass_instance_are_read_and_their_names_guarded():
     def fn(x, d):
-        return x + len(d) + (d.extra if hasattr(d, "extra") else 0)
+        return x * len(d) + d.scale + (d.extra if hasattr(d, "extra") else 0)
 
-    compiled = tensorjit.compile(fn, backend="eager")
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
     d = Totals(a=1)
-    assert compiled(torch.zeros(1), d).item() == 1
+    d.scale = 2
+    assert compiled(torch.zeros(1), d).item() == 2
+    d.scale = 3
+    assert compiled(torch.zeros(1), d).item() == 3
     d.extra = 10
-    assert compiled(torch.zeros(1), d).item() == 11
+    assert compiled(torch.zeros(1), d).item() == 13

@@ -81,12 +81,15 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     if (type(obj) in (dict, collections.OrderedDict) or _plain_dict_subclass(obj)) \
             and not any(isinstance(k, torch.Tensor) for k in obj):
         guard(Guard(source, "type", type(obj)))
-        if type(obj) not in (dict, collections.OrderedDict):  # a subclass instance: no attributes of its own
-            guard(Guard(AttrSource(source, "__dict__"), "length", 0))
+        if type(obj) not in (dict, collections.OrderedDict):  # a subclass instance: its own attribute names
+            guard(Guard(AttrSource(source, "__dict__"), "keys", tuple(obj.__dict__)))
         guard(Guard(source, "keys", tuple(obj.keys())))
         with _items_of(tx, source, obj):
             items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
-        return DictValue(items, type(obj), source)
+        value = DictValue(items, type(obj), source)
+        if type(obj) not in (dict, collections.OrderedDict):
+            value.instance_attributes = obj.__dict__
+        return value
     if type(obj) in (set, frozenset) and all(type(v) in _SET_ITEM_TYPES for v in obj):
         # A set of plain constants, functions and classes (names to skip, ids seen, ops to
         # treat specially): its contents are guarded (functions and classes by identity), and
@@ -147,11 +150,12 @@ def _shared_container(obj: Any) -> bool:
 
 def _plain_dict_subclass(obj: Any) -> bool:
     """An instance of a Python subclass of dict or OrderedDict that changes none of their behaviour
-    (no dunder methods; methods, properties and constants of its own are found through the class)
-    and holds no attributes: read as the dict it is (`"key" in d`, `d[k]`, `d.items()`)."""
+    (no dunder methods; methods, properties and constants of its own are found through the class):
+    read as the dict it is (`"key" in d`, `d[k]`, `d.items()`), its own attributes read through it
+    (their names guarded)."""
     cls = type(obj)
     if not isinstance(obj, dict) or type(cls) is not type or getattr(obj, "__dict__", None) is None \
-            or obj.__dict__ or "__slots__" in vars(cls):
+            or "__slots__" in vars(cls) or not all(type(k) is str for k in obj.__dict__):
         return False
     base = collections.OrderedDict if isinstance(obj, collections.OrderedDict) else dict
     for klass in cls.__mro__[:cls.__mro__.index(base)]:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..breaks import GraphBreak
-from ..sources import ItemSource
+from ..sources import AttrSource, ItemSource
 from .base import ConstantValue, Value
 
 
@@ -135,6 +135,14 @@ def _subclass(cls: type) -> bool:
     return container_base(cls) is not None
 
 
+def _class_data_descriptor(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            kind = type(vars(klass)[name])
+            return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
+    return False
+
+
 def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
     """An attribute a user subclass defines in Python, found before the base's own."""
     if not _subclass(value.python_type()):
@@ -243,6 +251,9 @@ class DictValue(Value):
         return self.items[k]
 
     def getattr(self, tx, name: str) -> Value:
+        attributes = getattr(self, "instance_attributes", None)  # a dict subclass instance from outside
+        if attributes is not None and name in attributes and not _class_data_descriptor(self.cls, name):
+            return tx.wrap(attributes[name], AttrSource(self.source, name))
         found = _subclass_attribute(tx, self, name)
         if found is not None:
             return found
