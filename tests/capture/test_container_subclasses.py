@@ -133,3 +133,44 @@ def test_attributes_of_a_dict_subclass_instance_are_read_and_their_names_guarded
     assert compiled(torch.zeros(1), d).item() == 3
     d.extra = 10
     assert compiled(torch.zeros(1), d).item() == 13
+
+
+class TupleWithNew(tuple):
+    def __new__(cls, arg, newarg=None):
+        self = super().__new__(cls, arg)
+        self.newarg = newarg
+        return self
+
+
+class GrandchildTuple(TupleWithNew):
+    pass
+
+
+class PlainTuple(tuple):
+    pass
+
+
+class TaggedDict(dict):
+    pass
+
+
+def test_python_new_of_container_subclasses_and_base_new_calls():
+    def fn(x, klass):
+        t = TupleWithNew([1, 2], newarg=5)
+        g = GrandchildTuple([1, 2, 3])
+        exact = tuple.__new__(tuple, [1, 2])
+        plain = PlainTuple.__new__(PlainTuple, [3])
+        d = dict.__new__(klass)
+        d["x"] = x * 2
+        if isinstance(d, TaggedDict):
+            d.tag = 3
+        return x + t.newarg, t, g, exact, plain, d
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    for klass in (TaggedDict, dict):
+        out, ref = compiled(torch.ones(1), klass), fn(torch.ones(1), klass)
+        assert [type(v) for v in out] == [type(v) for v in ref]
+        torch.testing.assert_close(out[0], ref[0])
+        assert out[1:5] == ref[1:5] and out[1].newarg == 5 and out[2].newarg is None
+        torch.testing.assert_close(dict(out[5]), dict(ref[5]))
+        assert getattr(out[5], "tag", None) == getattr(ref[5], "tag", None)

@@ -16,7 +16,8 @@ import torch
 
 from .breaks import GraphBreak
 from .sources import AttrSource
-from .values.containers import DictValue
+from .values.container_subclasses import container_base
+from .values.containers import DictValue, SetValue, TupleValue
 from .values.base import ConstantValue, Value
 from .values.functions import FunctionValue, NestedFunctionValue
 from .values.objects import NNModuleValue, ObjectValue, UserObjectValue, lookup_static, made_exception
@@ -72,6 +73,10 @@ def _goes_to_module_table(module: torch.nn.Module, name: str, value: Value) -> b
 def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
     if isinstance(obj, (UserObjectValue, RecordValue, NestedFunctionValue)):
         obj.setattr(tx, name, value)
+    elif isinstance(obj, (DictValue, SetValue, TupleValue)) and obj.source is None and container_base(obj.cls):
+        if not hasattr(obj, "attributes"):  # a subclass instance made in the function: rebuilt with them
+            obj.attributes = {}
+        obj.attributes[name] = value
     elif isinstance(obj, ObjectValue) and (obj.source is not None or made_exception(obj)):
         tx.output.record_attribute_write(obj, name, value)
         namespace = tx.output.wrapped.get(AttrSource(obj.source, "__dict__")) if obj.source is not None else None

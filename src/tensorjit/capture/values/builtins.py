@@ -521,6 +521,18 @@ def _object_delattr(tx, obj: Value, name: Value) -> Value:
     return tx.delete_attribute(obj, name.constant(), custom=False)
 
 
+@builtin(py.dict.__new__, py.set.__new__, py.tuple.__new__, py.frozenset.__new__)
+def _container_new(tx, cls: Value, *args: Value, **kwargs: Value) -> Value:
+    from .container_subclasses import empty
+    base = {py.dict.__new__: py.dict, py.set.__new__: py.set, py.tuple.__new__: py.tuple,
+            py.frozenset.__new__: py.frozenset}[tx.current_builtin]
+    if base in (py.tuple, py.frozenset) and (kwargs or len(args) > 1):
+        error = TypeError(f"{base.__name__}() takes at most 1 argument" if not kwargs else
+                          f"{base.__name__}() takes no keyword arguments")
+        raise GraphBreak("op-error", str(error), exception=error)
+    return empty(tx, base, cls.constant(), list(args))
+
+
 @builtin(py.object.__setattr__)
 def _object_setattr(tx, obj: Value, name: Value, value: Value) -> Value:
     tx.store_attribute(obj, name.constant(), value, custom=False)

@@ -82,7 +82,7 @@ class TupleValue(SequenceValue):
         return TupleValue(items, tuple if _is_namedtuple(self.cls) else self.cls)
 
     def getattr(self, tx, name: str) -> Value:
-        found = _subclass_attribute(tx, self, name)
+        found = subclass_instance_attribute(self, name) or _subclass_attribute(tx, self, name)
         if found is not None:
             return found
         fields = _field_names(self.cls)
@@ -104,8 +104,8 @@ class TupleValue(SequenceValue):
         if _is_namedtuple(self.cls):
             return f"{cls}({parts})"
         if _subclass(self.cls):
-            return f"{cg.helper('new_container')}({cls}, ({parts},))" if self.items else \
-                f"{cg.helper('new_container')}({cls}, ())"
+            return f"{cg.helper('new_container')}({cls}, ({parts},){_attributes_text(cg, self)})" if self.items \
+                else f"{cg.helper('new_container')}({cls}, (){_attributes_text(cg, self)})"
         return f"{cls}(({parts},))" if self.items else f"{cls}()"
 
     def __repr__(self) -> str:
@@ -133,6 +133,19 @@ def _class_attribute(tx, value: TupleValue, name: str) -> Value:
 def _subclass(cls: type) -> bool:
     from .container_subclasses import container_base
     return container_base(cls) is not None
+
+
+def _attributes_text(cg, value: Value) -> str:
+    """The attributes written on a subclass instance made in the function, as new_container's argument."""
+    attributes = getattr(value, "attributes", None)
+    if not attributes:
+        return ""
+    return ", {" + ", ".join(f"{k!r}: {cg.value(v)}" for k, v in attributes.items()) + "}"
+
+
+def subclass_instance_attribute(value: Value, name: str) -> Value | None:
+    """An attribute written in the function on a subclass instance made there."""
+    return (getattr(value, "attributes", None) or {}).get(name)
 
 
 def _class_data_descriptor(cls: type, name: str) -> bool:
@@ -254,7 +267,7 @@ class DictValue(Value):
         attributes = getattr(self, "instance_attributes", None)  # a dict subclass instance from outside
         if attributes is not None and name in attributes and not _class_data_descriptor(self.cls, name):
             return tx.wrap(attributes[name], AttrSource(self.source, name))
-        found = _subclass_attribute(tx, self, name)
+        found = subclass_instance_attribute(self, name) or _subclass_attribute(tx, self, name)
         if found is not None:
             return found
         if name in _DICT_METHODS:
@@ -273,7 +286,7 @@ class DictValue(Value):
         if self.cls is dict:
             return "{" + body + "}"
         if _subclass(self.cls):
-            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, {{{body}}})"
+            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, {{{body}}}{_attributes_text(cg, self)})"
         return f"{cg.constant(self.cls)}({{{body}}})"
 
     def __repr__(self) -> str:
@@ -360,7 +373,7 @@ class SetValue(Value):
         return list(self.items.values())
 
     def getattr(self, tx, name: str) -> Value:
-        found = _subclass_attribute(tx, self, name)
+        found = subclass_instance_attribute(self, name) or _subclass_attribute(tx, self, name)
         if found is not None:
             return found
         if name in _SET_METHODS and hasattr(self.cls, name):  # a frozenset has no mutating methods
@@ -377,7 +390,7 @@ class SetValue(Value):
         # made anew on each call: a constant would hand every call the same (mutable) set
         items = ", ".join(cg.value(v) for v in self.items.values())
         if _subclass(self.cls):
-            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, [{items}])"
+            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, [{items}]{_attributes_text(cg, self)})"
         if self.cls is frozenset:
             return f"frozenset({{{items}}})" if items else "frozenset()"
         return f"{{{items}}}" if items else "set()"

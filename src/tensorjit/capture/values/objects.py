@@ -298,15 +298,21 @@ class SuperValue(Value):
         self.obj = obj
 
     def getattr(self, tx, name: str) -> Value:
-        mro = self.obj.python_type().__mro__
+        owner = self.obj.constant() if self.obj.is_constant() else None
+        # super(C, cls) in a classmethod or __new__: the class's own MRO, not its metaclass's
+        mro = owner.__mro__ if isinstance(owner, type) and issubclass(owner, self.cls) else self.obj.python_type().__mro__
+        if self.cls not in mro:
+            error = TypeError("super(type, obj): obj must be an instance or subtype of type")
+            raise GraphBreak("op-error", str(error), exception=error)
         for klass in mro[mro.index(self.cls) + 1:]:
             if name in klass.__dict__:
                 attr = klass.__dict__[name]
                 if isinstance(attr, types.FunctionType):
                     return MethodValue(self.obj, FunctionValue(attr, None))
-                if isinstance(attr, classmethod):
-                    return MethodValue(tx.wrap_constant_object(self.obj.python_type()),
-                                       FunctionValue(attr.__func__, None))
+                if isinstance(attr, classmethod):  # bound to the class: obj's, or obj itself in a classmethod
+                    bound = self.obj if isinstance(owner, type) and issubclass(owner, self.cls) else \
+                        tx.wrap_constant_object(self.obj.python_type())
+                    return MethodValue(bound, FunctionValue(attr.__func__, None))
                 if isinstance(attr, property):
                     return tx.call(FunctionValue(attr.fget, None), [self.obj], {})
                 if isinstance(attr, staticmethod):
@@ -416,6 +422,8 @@ class BuiltinMethodOfObject(Value):
             return ConstantValue(None)
         if self.name in ("__init__",):
             return ConstantValue(None)
+        if self.name == "__new__":  # super().__new__(cls) reaching object's
+            return tx.call(tx.wrap_constant_object(object.__new__), list(args), kwargs)
         if self.name == "__setattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
             return tx.store_attribute(self.obj, args[0].constant(), args[1], custom=False)
         if self.name == "__delattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
