@@ -102,3 +102,37 @@ def test_a_sequence_times_a_float_raises_type_error():
     out = tensorjit.compile(fn, backend="eager", fullgraph=True)(x)
     torch.testing.assert_close(out[0], x + 2)
     assert out[1] == [1, 2]
+
+
+class FieldsError(Exception):
+    def __init__(self, a, b=None):
+        self.a = a
+        self.b = b
+
+
+class CodedError(ValueError):
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+def test_exception_classes_with_a_python_init_are_made_in_the_function():
+    def fn(t):
+        try:
+            raise FieldsError(2, b=t + 1)
+        except ValueError:
+            z = t
+        except FieldsError as e:
+            z = t + e.a + e.b
+        try:
+            raise CodedError("bad", 7)
+        except ValueError as e:
+            text = str(e) + str(e.code) + repr(e.args)
+        return z, text
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    t = torch.randn(2)
+    out, text = compiled(t)
+    ref, ref_text = fn(t)
+    torch.testing.assert_close(out, ref)
+    assert text == ref_text

@@ -1,5 +1,7 @@
 """Instances of user subclasses of dict, set, frozenset and tuple made inside the function stay in the graph."""
 
+import collections
+
 import torch
 
 import tensorjit
@@ -86,3 +88,89 @@ def test_a_set_made_in_the_function_is_a_new_set_on_each_call():
     first = compiled(torch.randn(2))[1]
     first.add(3)
     assert compiled(torch.randn(2))[1] == {1, 2}
+
+
+class Instantier(collections.OrderedDict):
+    pass
+
+
+class Totals(dict):
+    def total(self):
+        return sum(self.values())
+
+
+def test_instances_of_plain_dict_subclasses_from_outside_are_read_as_dicts():
+    @tensorjit.compile(fullgraph=True, backend="eager")
+    def contains(x, d):
+        if "key1" in d:
+            x = x + 2
+        if "key2" in d:
+            x = x + 4
+        return x + 8
+
+    assert contains(torch.ones(1), Instantier({"key1": 1})).item() == 11
+    assert contains(torch.ones(1), Instantier({"key2": 1})).item() == 13
+
+    @tensorjit.compile(fullgraph=True, backend="eager")
+    def writes(x, d):
+        d["new"] = 5
+        return x * d.total() + len(d)
+
+    d = Totals(a=1)
+    assert writes(torch.ones(1), d).item() == 8
+    assert d == {"a": 1, "new": 5} and type(d) is Totals
+
+
+def test_attributes_of_a_dict_subclass_instance_are_read_and_their_names_guarded():
+    def fn(x, d):
+        return x * len(d) + d.scale + (d.extra if hasattr(d, "extra") else 0)
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    d = Totals(a=1)
+    d.scale = 2
+    assert compiled(torch.zeros(1), d).item() == 2
+    d.scale = 3
+    assert compiled(torch.zeros(1), d).item() == 3
+    d.extra = 10
+    assert compiled(torch.zeros(1), d).item() == 13
+
+
+class TupleWithNew(tuple):
+    def __new__(cls, arg, newarg=None):
+        self = super().__new__(cls, arg)
+        self.newarg = newarg
+        return self
+
+
+class GrandchildTuple(TupleWithNew):
+    pass
+
+
+class PlainTuple(tuple):
+    pass
+
+
+class TaggedDict(dict):
+    pass
+
+
+def test_python_new_of_container_subclasses_and_base_new_calls():
+    def fn(x, klass):
+        t = TupleWithNew([1, 2], newarg=5)
+        g = GrandchildTuple([1, 2, 3])
+        exact = tuple.__new__(tuple, [1, 2])
+        plain = PlainTuple.__new__(PlainTuple, [3])
+        d = dict.__new__(klass)
+        d["x"] = x * 2
+        if isinstance(d, TaggedDict):
+            d.tag = 3
+        return x + t.newarg, t, g, exact, plain, d
+
+    compiled = tensorjit.compile(fn, backend="eager", fullgraph=True)
+    for klass in (TaggedDict, dict):
+        out, ref = compiled(torch.ones(1), klass), fn(torch.ones(1), klass)
+        assert [type(v) for v in out] == [type(v) for v in ref]
+        torch.testing.assert_close(out[0], ref[0])
+        assert out[1:5] == ref[1:5] and out[1].newarg == 5 and out[2].newarg is None
+        torch.testing.assert_close(dict(out[5]), dict(ref[5]))
+        assert getattr(out[5], "tag", None) == getattr(ref[5], "tag", None)

@@ -168,3 +168,61 @@ def test_a_tuple_of_constants_is_one_guard_with_the_items_types():
         gs.add(guard)
     check = gs.build({}, None, captured=lambda s: padding if s == source else None)
     assert "_same_items" not in check.source_text and check.check(((1, 5),))
+
+
+class _CountingBackend:
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return gm.forward
+
+
+def test_a_nan_argument_matches_its_guard():
+    backend = _CountingBackend()
+    compiled = tensorjit.compile(lambda x, n: x * 2 + n, backend=backend)
+    for _ in range(3):
+        assert compiled(torch.ones(2), float("nan")).isnan().all()
+    assert backend.graphs == 1
+    torch.testing.assert_close(compiled(torch.ones(2), 1.5), torch.full((2,), 3.5))
+
+
+def test_deterministic_algorithms_and_tf32_are_global_state_an_entry_depends_on():
+    backend = _CountingBackend()
+    compiled = tensorjit.compile(lambda x: x + 1, backend=backend)
+    before = (torch.are_deterministic_algorithms_enabled(), torch._C._get_cublas_allow_tf32())
+    try:
+        compiled(torch.ones(2))
+        torch.use_deterministic_algorithms(not before[0])
+        compiled(torch.ones(2))
+        torch._C._set_cublas_allow_tf32(not before[1])
+        compiled(torch.ones(2))
+        assert backend.graphs == 3
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch._C._set_cublas_allow_tf32(before[1])
+    compiled(torch.ones(2))
+    assert backend.graphs == 3
+
+
+def test_an_attribute_found_missing_is_guarded_missing():
+    class Config:
+        def __init__(self):
+            self.a = 1
+
+    def fn(x, obj):
+        if hasattr(obj, "z"):
+            return x - 2
+        return x * getattr(obj, "scale", 3) + obj.a + getattr(type(obj), "shift", 0)
+
+    compiled = tensorjit.compile(fn, backend="eager")
+    x = torch.ones(2)
+    obj = Config()
+    torch.testing.assert_close(compiled(x, obj), fn(x, obj))
+    obj.scale = 5
+    torch.testing.assert_close(compiled(x, obj), fn(x, obj))
+    Config.shift = 10
+    torch.testing.assert_close(compiled(x, obj), fn(x, obj))
+    obj.z = True
+    torch.testing.assert_close(compiled(x, obj), fn(x, obj))

@@ -1,4 +1,4 @@
-"""Backends by name: `eager`, `aot_eager`, `inductor`, `cudagraphs`, `onnxrt`, and user ones.
+"""Backends by name: `eager`, `aot_eager`, `aot_eager_decomp_partition`, `inductor`, `cudagraphs`, `onnxrt`, and user ones.
 
 A backend is any callable `(gm: torch.fx.GraphModule, example_inputs) -> callable`,
 exactly torch.compile's contract. Built-in backends are imported when first
@@ -20,6 +20,7 @@ Backend = Callable
 _BUILTIN = {
     "eager": ("tensorjit.backends.eager", "eager"),
     "aot_eager": ("tensorjit.backends.aot_eager", "aot_eager"),
+    "aot_eager_decomp_partition": ("tensorjit.backends.aot_eager", "aot_eager_decomp_partition"),
     "inductor": ("tensorjit.backends.inductor", "inductor"),
     "cudagraphs": ("tensorjit.backends.cudagraphs", "cudagraphs"),
     "onnxrt": ("tensorjit.backends.onnxrt", "onnxrt"),

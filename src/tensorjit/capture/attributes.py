@@ -1,4 +1,4 @@
-"""Attribute assignment (`obj.name = value`) in Python's order.
+"""Attribute assignment (`obj.name = value`) and deletion (`del obj.name`) in Python's order.
 
 `type(obj).__setattr__` decides first: a Python `__setattr__` of the user's class
 is inlined; `nn.Module.__setattr__` puts modules, parameters and buffers into the
@@ -15,9 +15,12 @@ import types
 import torch
 
 from .breaks import GraphBreak
+from .sources import AttrSource
+from .values.container_subclasses import container_base
+from .values.containers import DictValue, SetValue, TupleValue
 from .values.base import ConstantValue, Value
-from .values.functions import FunctionValue
-from .values.objects import NNModuleValue, ObjectValue, UserObjectValue, lookup_static
+from .values.functions import FunctionValue, NestedFunctionValue
+from .values.objects import NNModuleValue, ObjectValue, UserObjectValue, lookup_static, made_exception
 from .values.records import RecordValue
 from .values.tensors import TensorValue
 
@@ -68,9 +71,48 @@ def _goes_to_module_table(module: torch.nn.Module, name: str, value: Value) -> b
 
 
 def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
-    if isinstance(obj, (UserObjectValue, RecordValue)):
+    if isinstance(obj, (UserObjectValue, RecordValue, NestedFunctionValue)):
         obj.setattr(tx, name, value)
-    elif isinstance(obj, ObjectValue) and obj.source is not None:
+    elif isinstance(obj, (DictValue, SetValue, TupleValue)) and obj.source is None and container_base(obj.cls):
+        if not hasattr(obj, "attributes"):  # a subclass instance made in the function: rebuilt with them
+            obj.attributes = {}
+        obj.attributes[name] = value
+    elif isinstance(obj, ObjectValue) and (obj.source is not None or made_exception(obj)):
         tx.output.record_attribute_write(obj, name, value)
+        namespace = tx.output.wrapped.get(AttrSource(obj.source, "__dict__")) if obj.source is not None else None
+        if namespace is not None and isinstance(namespace[1], DictValue):  # obj.__dict__ read before: it sees the write
+            namespace[1].mutate(tx)
+            namespace[1].items[name] = value
     else:
         raise GraphBreak("store-attr", f"setting attribute {name!r} on {obj!r}")
+
+
+def delete_attribute(tx, obj: Value, name: str, custom: bool = True) -> None:
+    """`delattr(obj, name)`; with custom=False, `object.__delattr__(obj, name)`. A Python
+    `__delattr__` of the user's class is inlined, a property's deleter called; the plain
+    deletion removes an attribute of an object made in the function, or is replayed after
+    the graph on an object from outside (whose later reads in capture raise AttributeError)."""
+    cls = _type_of(obj)
+    if custom and cls is not None:
+        deleter = lookup_static(cls, "__delattr__")[0]
+        if isinstance(deleter, types.FunctionType):
+            tx.call(FunctionValue(deleter, None), [obj, ConstantValue(name)], {})
+            return
+    descriptor = lookup_static(cls, name)[0] if cls is not None else None
+    if isinstance(descriptor, property):
+        if descriptor.fdel is None:
+            raise GraphBreak("attribute-error", f"property {name!r} of {cls.__name__} has no deleter",
+                             exception=AttributeError(name))
+        tx.call(FunctionValue(descriptor.fdel, None), [obj], {})
+        return
+    if hasattr(type(descriptor), "__delete__") and not isinstance(descriptor, _PLAIN_DESCRIPTORS):
+        raise GraphBreak("store-attr", f"deletion of {name!r} goes through a {type(descriptor).__name__}")
+    if isinstance(obj, UserObjectValue):
+        obj.delattr(tx, name)
+    elif type(obj) is ObjectValue and obj.source is not None and hasattr(obj.obj, "__dict__"):
+        if (id(obj.obj), name) not in tx.output.attribute_overlay and name not in obj.obj.__dict__:
+            raise GraphBreak("store-attr", f"deleting {name!r}, which {obj!r} does not hold itself")
+        obj.getattr(tx, name)  # guards that it is there; AttributeError where deleted already
+        tx.output.record_attribute_delete(obj, name)
+    else:
+        raise GraphBreak("store-attr", f"deleting attribute {name!r} of {obj!r}")

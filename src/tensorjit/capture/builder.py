@@ -22,7 +22,7 @@ import torch
 from .guards import Guard
 from .higher_order import higher_order_value
 from .markers import marked_value
-from .sources import ItemSource, Source
+from .sources import AttrSource, ItemSource, Source
 from .values.base import ConstantValue, Value
 from .values.builtins import BuiltinValue, has_handler
 from .values.containers import DictValue, ListValue, SetValue, TupleValue
@@ -41,7 +41,7 @@ def wrap(tx, obj: Any, source: Source | None) -> Value:
     known = tx.output.wrapped.get(source)
     if known is not None and known[0] is obj:
         return known[1]
-    if type(obj) in (list, dict, collections.OrderedDict):
+    if _shared_container(obj):
         # One value per mutable container, whichever path reached it: its mutations must
         # accumulate in one place. The guard keeps the two paths pointing at one object.
         seen = tx.output.wrapped_by_id.get(id(obj))
@@ -50,7 +50,7 @@ def wrap(tx, obj: Any, source: Source | None) -> Value:
             return seen[1]
     value = _wrap_new(tx, obj, source)
     tx.output.wrapped[source] = (obj, value)
-    if type(obj) in (list, dict, collections.OrderedDict):
+    if _shared_container(obj):
         tx.output.wrapped_by_id[id(obj)] = (obj, value, source)
     return value
 
@@ -78,12 +78,18 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         if isinstance(obj, list):
             return ListValue(items, source)
         return TupleValue(items, type(obj), source)
-    if type(obj) in (dict, collections.OrderedDict) and not any(isinstance(k, torch.Tensor) for k in obj):
+    if (type(obj) in (dict, collections.OrderedDict) or _plain_dict_subclass(obj)) \
+            and not any(isinstance(k, torch.Tensor) for k in obj):
         guard(Guard(source, "type", type(obj)))
+        if type(obj) not in (dict, collections.OrderedDict):  # a subclass instance: its own attribute names
+            guard(Guard(AttrSource(source, "__dict__"), "keys", tuple(obj.__dict__)))
         guard(Guard(source, "keys", tuple(obj.keys())))
         with _items_of(tx, source, obj):
             items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in obj.items()}
-        return DictValue(items, type(obj), source)
+        value = DictValue(items, type(obj), source)
+        if type(obj) not in (dict, collections.OrderedDict):
+            value.instance_attributes = obj.__dict__
+        return value
     if type(obj) in (set, frozenset) and all(type(v) in _SET_ITEM_TYPES for v in obj):
         # A set of plain constants, functions and classes (names to skip, ids seen, ops to
         # treat specially): its contents are guarded (functions and classes by identity), and
@@ -95,6 +101,8 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         value.source = source
         value.mutated = False
         return value
+    if type(obj) is types.MappingProxyType:
+        return _wrap_mapping_proxy(tx, obj, source)
     if isinstance(obj, torch.nn.Module):
         # By type, as other objects: every attribute, parameter and hook table capture reads is
         # guarded where it is read, so a module of the same class built anew on each call (in
@@ -109,12 +117,10 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         from .polyfills.functools import wrap_partial
         return wrap_partial(tx, obj, source)
     if isinstance(obj, types.MethodType):
-        from .sources import AttrSource
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
         return MethodValue(owner, wrap(tx, obj.__func__, AttrSource(source, "__func__")), source)
     if isinstance(obj, types.BuiltinMethodType) and type(getattr(obj, "__self__", None)) in (list, dict):
         # `xs.append` loaded before a graph break: a method of the (guarded) container
-        from .sources import AttrSource
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
         return owner.getattr(tx, obj.__name__)
     if isinstance(obj, types.FunctionType) and obj.__closure__:
@@ -122,6 +128,46 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     else:
         guard(Guard(source, "id", obj) if _identity_guarded(obj) else Guard(source, "type", type(obj)))
     return _wrap_callable_or_object(tx, obj, source)
+
+
+def _wrap_mapping_proxy(tx, obj: types.MappingProxyType, source: Source) -> Value:
+    """A mappingproxy from outside: a read-only view of the dict it refers to, which is wrapped
+    (and guarded) as any dict is, one value with any other path that reaches it."""
+    import gc
+    from .sources import ProxiedMappingSource
+    from .values.containers import MappingProxyValue
+    tx.output.guard(Guard(source, "type", types.MappingProxyType))
+    referents = gc.get_referents(obj)
+    mapping = wrap(tx, referents[0], ProxiedMappingSource(source)) if len(referents) == 1 else None
+    if type(mapping) is not DictValue:
+        return ObjectValue(obj, source)
+    return MappingProxyValue(mapping, source)
+
+
+def _shared_container(obj: Any) -> bool:
+    return type(obj) in (list, dict, collections.OrderedDict) or isinstance(obj, dict) and _plain_dict_subclass(obj)
+
+
+def _plain_dict_subclass(obj: Any) -> bool:
+    """An instance of a Python subclass of dict or OrderedDict that changes none of their behaviour
+    (no dunder methods; methods, properties and constants of its own are found through the class):
+    read as the dict it is (`"key" in d`, `d[k]`, `d.items()`), its own attributes read through it
+    (their names guarded)."""
+    cls = type(obj)
+    if not isinstance(obj, dict) or type(cls) is not type or getattr(obj, "__dict__", None) is None \
+            or "__slots__" in vars(cls) or not all(type(k) is str for k in obj.__dict__):
+        return False
+    base = collections.OrderedDict if isinstance(obj, collections.OrderedDict) else dict
+    for klass in cls.__mro__[:cls.__mro__.index(base)]:
+        if klass.__module__ in ("builtins", "collections"):  # defaultdict, Counter: behaviour of their own
+            return False
+        if any(n.startswith("__") and n.endswith("__") and n not in _NEUTRAL_CLASS_NAMES for n in vars(klass)):
+            return False
+    return True
+
+
+_NEUTRAL_CLASS_NAMES = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__", "__init__",
+                        "__firstlineno__", "__static_attributes__", "__orig_bases__", "__parameters__"}
 
 
 def _owner(tx, source: Source):
@@ -149,7 +195,6 @@ def _guard_closure(tx, fn: types.FunctionType, source: Source) -> None:
     before a graph break reaches the resume function as a new object every time): guard
     what inlining reads, its code, globals and the shape of its defaults, not its identity.
     The contents of its cells and defaults are guarded where they are read."""
-    from .sources import AttrSource
     guard = tx.output.guard
     guard(Guard(source, "type", types.FunctionType))
     guard(Guard(AttrSource(source, "__code__"), "id", fn.__code__))
@@ -172,21 +217,23 @@ _SET_ITEM_TYPES = _PLAIN_SET_ITEMS + (types.FunctionType, types.BuiltinFunctionT
 
 
 def _wrap_iterator(tx, obj: Any, source: Source) -> Value:
-    """An iterator over a list, tuple or range, read without advancing it (through __reduce__).
-
-    Capture then advances its own copy; generated code rebuilds the iterator from what is left."""
-    from .sources import ReduceSource
-    from .values.containers import IteratorValue
-    function, arguments, *state = obj.__reduce__()
-    position = state[0] if state else 0
-    reduced = ReduceSource(source)
+    """An iterator over a list, tuple or range, read without advancing it (through __reduce__):
+    capture takes items ahead of where it is, and generated code advances it by as many."""
+    from .sources import ItemAheadSource, ItemsLeftSource, items_left, item_ahead
+    from .values.containers import InputIteratorValue
     tx.output.guard(Guard(source, "type", type(obj)))
-    tx.output.guard(Guard(ItemSource(reduced, 2) if state else reduced, "constant", position) if state
-                    else Guard(ItemSource(ItemSource(reduced, 1), 0), "type", type(arguments[0])))
-    sequence = wrap(tx, arguments[0], ItemSource(ItemSource(reduced, 1), 0))
-    items = sequence.unpack(tx) if not sequence.is_constant() else [ConstantValue(v) for v in arguments[0]]
-    iterator = IteratorValue(items)
-    iterator.position = position if isinstance(position, int) else 0
+
+    def take(ahead: int) -> Value:
+        return wrap(tx, item_ahead(obj, ahead), ItemAheadSource(source, ahead))
+
+    def guard_left(kind: str, count: int) -> None:
+        tx.output.guard(Guard(ItemsLeftSource(source), kind, count))
+
+    def started(iterator: Value) -> None:
+        tx.output.record_iterator_advance(iterator)
+
+    iterator = InputIteratorValue(type(obj), items_left(obj), take, guard_left, started)
+    iterator.source = source
     return iterator
 
 

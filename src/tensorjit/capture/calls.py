@@ -28,7 +28,8 @@ from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
 from .contextmanagers import HELPER_CODE, ContextManagerFactoryValue, GeneratorContextValue
 from .values.container_subclasses import container_base, instantiate as instantiate_container
-from .values.containers import DictValue, IteratorValue, ListValue, SequenceValue, TupleValue, SetValue, hash_key
+from .values.containers import (DictValue, IteratorValue, ListValue, MappingProxyValue, SequenceValue, TupleValue, SetValue,
+                               hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
@@ -231,10 +232,17 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         return TupleValue(items, cls)
     if is_record_class(cls):
         return RecordValue.create(tx, cls, list(args), dict(kwargs))
+    if cls is types.MappingProxyType:
+        if len(args) != 1 or kwargs or type(args[0]) is not DictValue:
+            raise GraphBreak("unsupported-call", "types.MappingProxyType() of something other than a dict")
+        return MappingProxyValue(args[0])
     if cls in (torch.Size,):
         return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
     if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
-        return ObjectValue(cls(*[a.constant() for a in args]), None)
+        if not isinstance(lookup_static(cls, "__init__")[0], types.FunctionType):
+            return ObjectValue(cls(*[a.constant() for a in args]), None)
+    if _python_init_exception(cls, args):
+        return _made_exception(tx, cls, args, kwargs)
     if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)) or cls.__module__.startswith("torch") \
             and not _plain_python_class(cls):
         if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) \
@@ -252,6 +260,22 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         tx.call(FunctionValue(init), [instance, *args], kwargs)
     elif args or kwargs:
         raise GraphBreak("unsupported-call", f"{cls.__name__}.__init__ is not a Python function")
+    return instance
+
+
+def _python_init_exception(cls: type, args) -> bool:
+    """An exception class whose __init__ is Python (storing fields, calling super().__init__), made
+    the C way otherwise (BaseException.__new__), with constant positional arguments."""
+    return issubclass(cls, BaseException) and type(cls) is type \
+        and lookup_static(cls, "__new__")[1].__module__ == "builtins" and isinstance(lookup_static(cls, "__init__")[0], types.FunctionType) and all(a.is_constant() for a in args)
+
+
+def _made_exception(tx, cls: type, args, kwargs) -> Value:
+    """The exception object itself, made now (its args set from the positional arguments, as
+    BaseException.__new__ does); its Python __init__ inlined, writes to it replayed after the graph."""
+    instance = ObjectValue(BaseException.__new__(cls, *[a.constant() for a in args]), None)
+    instance.made = True
+    tx.call(FunctionValue(lookup_static(cls, "__init__")[0]), [instance, *args], kwargs)
     return instance
 
 

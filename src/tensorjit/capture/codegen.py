@@ -58,10 +58,12 @@ def enter_grad_mode(enabled: bool, previous: bool) -> GradExit:
     return GradExit(previous)
 
 
-def make_function(code, globals_, name, defaults, kwdefaults, cells):
+def make_function(code, globals_, name, defaults, kwdefaults, cells, attributes=None):
     fn = types.FunctionType(code, globals_, name, defaults or None, cells or None)
     if kwdefaults:
         fn.__kwdefaults__ = kwdefaults
+    for attribute, value in (attributes or {}).items():  # written in the function (functools.wraps)
+        setattr(fn, attribute, value)
     return fn
 
 
@@ -81,6 +83,12 @@ def advanced_iterator(iterable, position: int):
     for _ in range(position):
         next(iterator)
     return iterator
+
+
+def advance_iterator(iterator, count: int) -> None:
+    """Take `count` items from `iterator`, as capture did from its reading of it."""
+    for _ in range(count):
+        next(iterator)
 
 
 def replace_contents(container, new):
@@ -103,6 +111,7 @@ HELPERS = {
     "make_function": make_function, "new_object": new_object, "MethodType": types.MethodType,
     "CellType": types.CellType, "enter_grad_mode": enter_grad_mode, "replace_contents": replace_contents,
     "advanced_iterator": advanced_iterator, "new_container": new_container,
+    "advance_iterator": advance_iterator,
 }
 
 
@@ -191,6 +200,14 @@ class RuntimeCodegen:
                                           for k, v in container.items.items()) + "}"
                 reads.append(f"__w{n} = {new}")
                 writes.append(f"{self.helper('replace_contents')}({self.source(container.source)}, __w{n})")
+                continue
+            if effect.kind == "advance":  # after the results are read: they may name items ahead of it
+                iterator = effect.target
+                writes.append(f"{self.helper('advance_iterator')}({self.source(iterator.source)}, {iterator.position})")
+                continue
+            if effect.kind == "delattr":
+                reads.append(f"__t{n} = {self.value(effect.target)}")
+                writes.append(f"delattr(__t{n}, {effect.key!r})")
                 continue
             reads.append(f"__w{n} = {self.value(effect.value)}")
             if effect.kind == "attr":

@@ -130,9 +130,11 @@ def may_vary(source: Source, owner, resume: bool) -> bool:
     """Whether an int read through `source` is one automatic dynamic follows: an argument of the
     compiled function, or an attribute or item of a plain object (its `owner`)."""
     import types
-    from .sources import AttrSource, ItemSource, LocalSource
+    from .sources import AttrSource, ItemAheadSource, ItemSource, LocalSource
     if isinstance(source, LocalSource):
         return not resume
+    if isinstance(source, ItemAheadSource):  # a loop's next item: an int counts up through range()
+        return True
     return isinstance(source, (AttrSource, ItemSource)) and owner is not None and \
         not isinstance(owner, (torch.nn.Module, type, types.ModuleType))
 

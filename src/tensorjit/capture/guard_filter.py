@@ -19,7 +19,7 @@ from .guards import Guard, GuardSet
 from .sources import GlobalSource, ModuleGlobalSource, Source
 
 GUARD_TYPES = {"type": "TYPE_MATCH", "id": "ID_MATCH", "constant": "EQUALS_MATCH", "tensor": "TENSOR_MATCH",
-               "tensor_dynamic": "TENSOR_MATCH", "length": "SEQUENCE_LENGTH", "keys": "DICT_KEYS_MATCH", "set_items": "EQUALS_MATCH",
+               "tensor_dynamic": "TENSOR_MATCH", "length": "SEQUENCE_LENGTH", "at_least": "SEQUENCE_LENGTH", "missing_attribute": "HASATTR", "keys": "DICT_KEYS_MATCH", "set_items": "EQUALS_MATCH",
                "same": "OBJECT_ALIASING", "global_state": "GLOBAL_STATE", "expression": "SHAPE_ENV",
                "no_hooks": "NN_MODULE_HOOKS"}
 

@@ -49,7 +49,7 @@ class Guard:
     """One check on the value reached through `source`."""
 
     source: Source | None
-    kind: str  # "type", "id", "constant", "tensor", "length", "keys", "set_items", "global_state", "same"
+    kind: str  # "type", "id", "constant", "tensor", "length", "at_least", "keys", "set_items", "global_state", "same"
     payload: Any = None
     other: Source | None = None
 
@@ -67,8 +67,15 @@ class Guard:
             return f"{where} == {self.payload!r}"
         if self.kind == "length":
             return f"len({where}) == {self.payload}"
+<<<<<<< HEAD
         if self.kind == "items":
             return f"{where} == {self.payload!r}, items of the same types"
+=======
+        if self.kind == "at_least":
+            return f"{where} >= {self.payload}"
+        if self.kind == "missing_attribute":
+            return f"{where} has no attribute {self.payload!r}"
+>>>>>>> capture-breadth-3
         if self.kind == "keys":
             return f"{where}.keys() == {list(self.payload)!r}"
         if self.kind == "set_items":
@@ -121,6 +128,9 @@ GLOBAL_STATE = (
     ("torch.get_default_dtype()", "_default_dtype()", torch.get_default_dtype),
     # Autocast changes the dtypes ops produce: an entry captured outside autocast is not valid inside.
     ("autocast enabled", "_autocast()", torch._C._is_any_autocast_enabled),
+    # What a backend reads when it compiles (kernel choices, TF32 matmuls), as torch.compile's guards.
+    ("torch.are_deterministic_algorithms_enabled()", "_deterministic()", torch.are_deterministic_algorithms_enabled),
+    ("torch.backends.cuda.matmul.allow_tf32", "_cublas_tf32()", torch._C._get_cublas_allow_tf32),
 )
 
 
@@ -217,11 +227,16 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         value = guard.payload
         if value is None or isinstance(value, bool):
             em.check(f"{v} is {value!r}")
+<<<<<<< HEAD
         elif type(value) in _IMMUTABLE_CONSTANTS or isinstance(value, enum.Enum):
             # Mostly the very object read at capture (an attribute nobody assigned since):
             # identity first, the typed comparison only when it is another object.
             name = em.constant(value)
             em.check(f"{v} is {name} or type({v}) is {em.constant(type(value), 'T')} and {v} == {name}")
+=======
+        elif type(value) is float and value != value:  # NaN equals nothing, itself included
+            em.check(f"type({v}) is float and math.isnan({v})")
+>>>>>>> capture-breadth-3
         else:
             em.check(f"type({v}) is {em.constant(type(value), 'T')} and {v} == {em.constant(value)}")
     elif kind == "tensor":
@@ -244,9 +259,16 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"{em.constant(guard.payload, 'K')}.matches({v})")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
+<<<<<<< HEAD
     elif kind == "items":  # a tuple of plain constants (`_collapse_tuples`): mostly the same object
         name = em.constant(guard.payload)
         em.check(f"{v} is {name} or _same_items({v}, {name})")
+=======
+    elif kind == "missing_attribute":  # hasattr() answered False, getattr() took its default
+        em.check(f"not hasattr({v}, {guard.payload!r})")
+    elif kind == "at_least":  # an int that may grow: a loop iterator with that many items left, or more
+        em.check(f"{v} >= {guard.payload}")
+>>>>>>> capture-breadth-3
     elif kind == "keys":
         em.check(f"list({v}.keys()) == {em.constant(list(guard.payload))}")
     elif kind == "set_items":  # the items and their iteration order (equal sets may iterate differently)
@@ -300,7 +322,11 @@ def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
     em.check(f"_storages_unshared(({written_text}), ({inputs_text})) is {unshared}")
 
 
+<<<<<<< HEAD
 _ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "items": 2, "keys": 2, "set_items": 2,
+=======
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "at_least": 2, "missing_attribute": 2, "keys": 2, "set_items": 2,
+>>>>>>> capture-breadth-3
           "no_hooks": 2, "tensor": 3,
           "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5,
           "no_backward_hooks": 2, "no_global_hooks": 0, "no_global_backward_hooks": 0}
@@ -468,7 +494,9 @@ def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
     env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
                _grad_enabled=torch.is_grad_enabled,
                _inference_mode=torch.is_inference_mode_enabled,
-               _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled)
+               _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled,
+               _deterministic=torch.are_deterministic_algorithms_enabled,
+               _cublas_tf32=torch._C._get_cublas_allow_tf32)
     body = "\n".join(em.lines)
     # math: ShapeEnv's guards on a symbolic float read `not math.isnan(...)`
     for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module),

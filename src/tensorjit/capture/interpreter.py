@@ -301,6 +301,12 @@ class Frame:
         store_attribute(self, obj, name, value, custom)
         return ConstantValue(None)
 
+    def delete_attribute(self, obj: Value, name: str, custom: bool = True) -> Value:
+        """`del obj.name`; custom=False is `object.__delattr__` (no class __delattr__)."""
+        from .attributes import delete_attribute
+        delete_attribute(self, obj, name, custom)
+        return ConstantValue(None)
+
     def set_grad_enabled(self, enabled: bool) -> Value:
         if torch.is_grad_enabled() != enabled:
             self.output.create_node("call_function", torch._C._set_grad_enabled, (enabled,), {}, None)

@@ -277,6 +277,11 @@ def STORE_ATTR(f, i):
     f.store_attribute(obj, i.argval, value)
 
 
+@opcode()
+def DELETE_ATTR(f, i):
+    f.delete_attribute(f.pop(), i.argval)
+
+
 # -- operators ------------------------------------------------------------------------
 _BINARY = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul,
            operator.mul, operator.mod, operator.or_, operator.pow, operator.rshift, operator.sub,

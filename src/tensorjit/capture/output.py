@@ -30,7 +30,7 @@ class GraphInput:
 
 @dataclass
 class SideEffect:
-    """A Python-visible write to replay after the graph: `kind` is attr, global, item, cell or list."""
+    """A Python-visible write to replay after the graph: `kind` is attr, delattr, global, item, cell, container, or advance (an input iterator capture took items from)."""
 
     kind: str
     target: Any  # a Value (the object written to) or a name
@@ -167,6 +167,16 @@ class OutputGraph:
         self.side_effects.append(SideEffect("attr", obj, name, value))
         if target_source is not None:
             self.side_effects[-1] = SideEffect("cell", target_source, name, value)
+
+    def record_attribute_delete(self, obj, name: str) -> None:
+        """`del obj.name` of an object from outside: later reads in capture raise AttributeError."""
+        from .values.base import DELETED
+        self.attribute_overlay[(id(obj.obj), name)] = DELETED
+        self.side_effects.append(SideEffect("delattr", obj, name, None))
+
+    def record_iterator_advance(self, iterator) -> None:
+        """An input iterator capture took items from: after the graph it is advanced by as many."""
+        self.side_effects.append(SideEffect("advance", iterator, None, None))
 
     def record_global_write(self, globals_dict, name: str, value, is_root: bool) -> None:
         if not is_root:

@@ -199,6 +199,75 @@ class ReduceSource(Source):
         return self.of
 
 
+def _iterator_state(iterator) -> tuple:
+    """The sequence under a list, tuple or range iterator and how many items it gave, read
+    without advancing it (an exhausted one reduces to an empty sequence; 3.13's range iterator
+    to the range still ahead, with no position)."""
+    _, arguments, *state = iterator.__reduce__()
+    position = state[0] if state and state[0] is not None else 0
+    return arguments[0], position
+
+
+def items_left(iterator) -> int:
+    sequence, position = _iterator_state(iterator)
+    return max(len(sequence) - position, 0)
+
+
+def item_ahead(iterator, ahead: int):
+    sequence, position = _iterator_state(iterator)
+    return sequence[position + ahead]
+
+
+@dataclass(frozen=True, slots=True)
+class ItemsLeftSource(Source):
+    """How many items a list, tuple or range iterator has still to give."""
+
+    of: Source
+
+    def expression(self) -> str:
+        return f"S[{__name__!r}].items_left({self.of.expression()})"
+
+    def base(self) -> Source:
+        return self.of
+
+    def __str__(self) -> str:
+        return f"items left in {self.of}"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemAheadSource(Source):
+    """The item a list, tuple or range iterator gives after `ahead` more: read by position from
+    wherever the iterator is, so the entry of a loop's resume function serves every iteration."""
+
+    of: Source
+    ahead: int
+
+    def expression(self) -> str:
+        return f"S[{__name__!r}].item_ahead({self.of.expression()}, {self.ahead})"
+
+    def base(self) -> Source:
+        return self.of
+
+    def __str__(self) -> str:
+        return f"item {self.ahead} ahead of {self.of}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProxiedMappingSource(Source):
+    """The dict a types.MappingProxyType views (the one object the proxy refers to)."""
+
+    of: Source
+
+    def expression(self) -> str:
+        return f"S['gc'].get_referents({self.of.expression()})[0]"
+
+    def base(self) -> Source:
+        return self.of
+
+    def __str__(self) -> str:
+        return f"the mapping {self.of} views"
+
+
 @dataclass(frozen=True, slots=True)
 class ReferentSource(Source):
     """`of()` where `of` is a weakref.ref: the object it refers to (None once that died)."""

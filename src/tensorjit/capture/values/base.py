@@ -128,3 +128,7 @@ UNBOUND = NullValue()
 
 def is_constant(*values: Value) -> bool:
     return all(v.is_constant() for v in values)
+
+
+DELETED = object()
+"""An OutputGraph.attribute_overlay entry: the attribute was deleted in the function."""

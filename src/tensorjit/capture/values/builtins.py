@@ -219,12 +219,19 @@ def _len(tx, obj: Value) -> Value:
     return tx.call_dunder(obj, "__len__", [])
 
 
+_LEGACY_TENSOR_TYPE = type(torch.FloatTensor)
+
+
 @builtin(py.isinstance)
 def _isinstance(tx, obj: Value, classes: Value) -> Value:
     cls = classes.constant()
     kind = obj.python_type()
     if isinstance(obj, TensorValue):
         kind = type(obj.example) if not isinstance(obj.example, torch._subclasses.FakeTensor) else obj.python_type()
+        if any(type(c) is _LEGACY_TENSOR_TYPE for c in (cls if isinstance(cls, tuple) else (cls,))):
+            # torch.FloatTensor & co. answer by dtype and device (their metaclass's __instancecheck__),
+            # which the example has as the input does (guarded)
+            return ConstantValue(isinstance(obj.example, cls))
     try:
         return ConstantValue(issubclass(kind, cls))
     except TypeError as e:
@@ -238,6 +245,11 @@ def _issubclass(tx, a: Value, b: Value) -> Value:
 
 @builtin(py.type)
 def _type(tx, obj: Value) -> Value:
+    from .objects import ObjectValue
+    if type(obj) is ObjectValue and obj.source is not None and not isinstance(obj.obj, type):
+        # read through the object: what capture then finds on the class (or misses) is guarded there
+        from ..sources import AttrSource
+        return tx.wrap(obj.python_type(), AttrSource(obj.source, "__class__"))
     return tx.wrap_constant_object(obj.python_type())
 
 
@@ -499,6 +511,28 @@ def _cast(tx, typ: Value, value: Value) -> Value:
     return value
 
 
+@builtin(py.delattr)
+def _delattr(tx, obj: Value, name: Value) -> Value:
+    return tx.delete_attribute(obj, name.constant())
+
+
+@builtin(py.object.__delattr__)
+def _object_delattr(tx, obj: Value, name: Value) -> Value:
+    return tx.delete_attribute(obj, name.constant(), custom=False)
+
+
+@builtin(py.dict.__new__, py.set.__new__, py.tuple.__new__, py.frozenset.__new__)
+def _container_new(tx, cls: Value, *args: Value, **kwargs: Value) -> Value:
+    from .container_subclasses import empty
+    base = {py.dict.__new__: py.dict, py.set.__new__: py.set, py.tuple.__new__: py.tuple,
+            py.frozenset.__new__: py.frozenset}[tx.current_builtin]
+    if base in (py.tuple, py.frozenset) and (kwargs or len(args) > 1):
+        error = TypeError(f"{base.__name__}() takes at most 1 argument" if not kwargs else
+                          f"{base.__name__}() takes no keyword arguments")
+        raise GraphBreak("op-error", str(error), exception=error)
+    return empty(tx, base, cls.constant(), list(args))
+
+
 @builtin(py.object.__setattr__)
 def _object_setattr(tx, obj: Value, name: Value, value: Value) -> Value:
     tx.store_attribute(obj, name.constant(), value, custom=False)
@@ -569,10 +603,16 @@ def _round(tx, value: Value, ndigits: Value | None = None) -> Value:
 
 
 def object_text(tx, value: Value, how) -> Value | None:
-    """str(value) or repr(value) (`how`: py.str or py.repr) of an object made in the function whose
-    class answers in Python (a Python __str__ or __repr__, inlined); None for anything else."""
-    from .objects import UserObjectValue, lookup_static
-    if not isinstance(value, UserObjectValue):
+    """str(value) or repr(value) (`how`: py.str or py.repr) of an object whose class answers in
+    Python (a Python __str__ or __repr__, inlined), made in the function or read from outside; of
+    an exception made in the function, its text (C's, from the constant arguments it holds);
+    None for anything else."""
+    from .objects import ObjectValue, UserObjectValue, lookup_static
+    if isinstance(value, ObjectValue) and not isinstance(value.obj, type):
+        if value.source is None and isinstance(value.obj, BaseException) and \
+                not _python_text_method(type(value.obj), how):
+            return ConstantValue(how(value.obj))
+    elif not isinstance(value, UserObjectValue):
         return None
     cls = value.python_type()
     if how is py.str:
@@ -584,6 +624,12 @@ def object_text(tx, value: Value, how) -> Value | None:
     if isinstance(lookup_static(cls, "__repr__")[0], types.FunctionType):  # object.__str__ calls repr
         return tx.call_dunder(value, "__repr__", [])
     return None
+
+
+def _python_text_method(cls: type, how) -> bool:
+    from .objects import lookup_static
+    names = ("__str__", "__repr__") if how is py.str else ("__repr__",)
+    return any(isinstance(lookup_static(cls, name)[0], types.FunctionType) for name in names)
 
 
 @builtin(py.repr)

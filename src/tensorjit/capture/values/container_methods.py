@@ -13,7 +13,8 @@ from typing import Callable
 
 from ..breaks import GraphBreak
 from .base import ConstantValue, Value
-from .containers import DictValue, DictViewValue, IteratorValue, ListValue, SetValue, TupleValue, each_item, hash_key
+from .containers import (DictValue, DictViewValue, IteratorValue, ListValue, MappingProxyValue, SetValue, TupleValue,
+                         each_item, hash_key)
 
 _METHODS: dict[tuple[type, str], Callable] = {}
 
@@ -150,20 +151,22 @@ def _reverse(tx, lst: ListValue) -> Value:
     return NONE
 
 
+def _equal(tx, item: Value, value: Value, what: str) -> bool:
+    """CPython's test of a list or tuple item against x: `item is x`, or `item == x` (its __eq__ first)."""
+    from .tensors import TensorValue
+    if item is value:
+        return True
+    if item.is_constant() and value.is_constant():
+        return item.constant() == value.constant()
+    if isinstance(item, TensorValue) or isinstance(value, TensorValue):
+        raise GraphBreak("data-dependent-op", f"{what} comparing a tensor reads its values")
+    return tx.binary_op(operator.eq, item, value).truth(tx)
+
+
 @method(ListValue, "remove")
 def _remove(tx, lst: ListValue, value: Value) -> Value:
-    """CPython's order: the first item that is x, or that answers `item == x` (its __eq__ first)."""
-    from .tensors import TensorValue
     for i, item in enumerate(lst.items):
-        if item is value:
-            equal = True
-        elif item.is_constant() and value.is_constant():
-            equal = item.constant() == value.constant()
-        elif isinstance(item, TensorValue) or isinstance(value, TensorValue):
-            raise GraphBreak("data-dependent-op", "list.remove comparing a tensor reads its values")
-        else:
-            equal = tx.binary_op(operator.eq, item, value).truth(tx)
-        if equal:
+        if _equal(tx, item, value, "list.remove"):
             lst.mutate(tx)
             del lst.items[i]
             return NONE
@@ -183,13 +186,26 @@ def _sort(tx, lst: ListValue, key: Value = NONE, reverse: Value = ConstantValue(
 @method(TupleValue, "count")
 @method(ListValue, "count")
 def _count(tx, seq, value: Value) -> Value:
-    return ConstantValue(seq.constant().count(value.constant()))
+    kind = seq.python_type().__name__
+    return ConstantValue(sum(_equal(tx, item, value, f"{kind}.count") for item in list(seq.items)))
 
 
 @method(TupleValue, "index")
 @method(ListValue, "index")
-def _index(tx, seq, value: Value) -> Value:
-    return ConstantValue(seq.constant().index(value.constant()))
+def _index(tx, seq, value: Value, start: Value = ConstantValue(0), stop: Value = ConstantValue(None)) -> Value:
+    """The first position in items[start:stop] (bounds as slice() reads them) whose item is, or equals, x."""
+    items = list(seq.items)
+    kind = seq.python_type().__name__
+    for i in range(len(items))[slice(start.constant(), stop.constant())]:
+        if _equal(tx, items[i], value, f"{kind}.index"):
+            return ConstantValue(i)
+    if not value.is_constant() or kind not in ("list", "tuple"):
+        raise GraphBreak("container-method", f"{kind}.index raising ValueError for {value!r}")
+    try:  # CPython's own message, which varies by version ("7 is not in list" on 3.11)
+        (list if kind == "list" else tuple)().index(value.constant())
+    except ValueError as error:
+        raise GraphBreak("op-error", str(error), exception=error) from None
+    raise AssertionError("index() of an empty sequence returned")
 
 
 @method(TupleValue, "_asdict")
@@ -299,6 +315,11 @@ def _setdefault(tx, d: DictValue, key: Value, default: Value = NONE) -> Value:
 @method(DictValue, "copy")
 def _dict_copy(tx, d: DictValue) -> Value:
     return DictValue(dict(d.items), d.cls)
+
+
+@method(MappingProxyValue, "copy")
+def _proxy_copy(tx, proxy: MappingProxyValue) -> Value:
+    return DictValue(dict(proxy.items), proxy.mapping.cls)  # the viewed dict's own copy
 
 
 @method(DictValue, "clear")

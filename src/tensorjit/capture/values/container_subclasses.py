@@ -27,6 +27,7 @@ _BASES = (dict, set, frozenset, tuple)
 _NEUTRAL_DUNDERS = {
     "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__init__", "__annotations__",
     "__firstlineno__", "__static_attributes__", "__orig_bases__", "__parameters__", "__slots__", "__classcell__",
+    "__new__",  # makes the instance (inlined by `instantiate`), changes none of its behaviour
 }
 
 
@@ -45,12 +46,18 @@ def container_base(cls: type) -> type | None:
     return base
 
 
-def new_container(cls: type, items) -> Any:
-    """An instance of the subclass `cls` holding `items`, made without running its Python __init__."""
+def new_container(cls: type, items, attributes=None) -> Any:
+    """An instance of the subclass `cls` holding `items` (and `attributes`, written in the function),
+    made without running its Python __new__ or __init__."""
     base = next(b for b in cls.__mro__ if b in _BASES)
     if base in (tuple, frozenset):
-        return base.__new__(cls, items)
-    obj = base.__new__(cls)
+        obj = base.__new__(cls, items)
+    else:
+        obj = base.__new__(cls)
+    if attributes:
+        obj.__dict__.update(attributes)
+    if base in (tuple, frozenset):
+        return obj
     if base is dict:
         dict.update(obj, items)
     else:
@@ -62,6 +69,14 @@ def instantiate(tx, cls: type, base: type, args: list[Value], kwargs: dict[str, 
     """`cls(*args, **kwargs)`: the base's __new__ (which fills immutable ones), then __init__."""
     from .functions import FunctionValue
     from .objects import lookup_static
+    new = lookup_static(cls, "__new__")[0]
+    if isinstance(new, staticmethod) and isinstance(new.__func__, types.FunctionType):
+        # a Python __new__ (which calls the base's: `empty`), then __init__ when it made a `cls`
+        instance = tx.call(FunctionValue(new.__func__), [tx.wrap_constant_object(cls), *args], kwargs)
+        made = instance.python_type()
+        if isinstance(made, type) and issubclass(made, cls):
+            _initialize(tx, cls, base, instance, args, kwargs)
+        return instance
     if base in (tuple, frozenset):
         if kwargs or len(args) > 1:
             raise GraphBreak("unsupported-call", f"{cls.__name__}() with arguments besides one iterable")
@@ -69,13 +84,30 @@ def instantiate(tx, cls: type, base: type, args: list[Value], kwargs: dict[str, 
         instance = TupleValue(items, cls) if base is tuple else SetValue(items, cls)
     else:
         instance = DictValue({}, cls) if base is dict else SetValue([], cls)
+    _initialize(tx, cls, base, instance, args, kwargs)
+    return instance
+
+
+def _initialize(tx, cls: type, base: type, instance: Value, args, kwargs) -> None:
+    from .functions import FunctionValue
+    from .objects import lookup_static
     init = lookup_static(cls, "__init__")[0]
     if isinstance(init, types.FunctionType):
         tx.call(FunctionValue(init), [instance, *args], kwargs)
     elif base in (dict, set):
         from .container_methods import call_container_method
         call_container_method(tx, instance, "__init__", list(args), dict(kwargs))
-    return instance
+
+
+def empty(tx, base: type, cls: type, args: list[Value]) -> Value:
+    """`base.__new__(cls, ...)` for a builtin container `base` and `cls` itself or a plain subclass:
+    dict and set come out empty (their __init__ fills them), tuple and frozenset hold the iterable."""
+    if cls is not base and container_base(cls) is not base:
+        raise GraphBreak("unsupported-call", f"{base.__name__}.__new__ of {cls.__name__}")
+    if base in (tuple, frozenset):
+        items = tx.iterate(args[0]).unpack(tx) if args else []
+        return TupleValue(items, cls) if base is tuple else SetValue(items, cls)
+    return DictValue({}, cls) if base is dict else SetValue([], cls)
 
 
 def subclass_attribute(tx, value: Value, name: str) -> Value | None:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..breaks import GraphBreak
-from ..sources import ItemSource
+from ..sources import AttrSource, ItemSource
 from .base import ConstantValue, Value
 
 
@@ -82,7 +82,7 @@ class TupleValue(SequenceValue):
         return TupleValue(items, tuple if _is_namedtuple(self.cls) else self.cls)
 
     def getattr(self, tx, name: str) -> Value:
-        found = _subclass_attribute(tx, self, name)
+        found = subclass_instance_attribute(self, name) or _subclass_attribute(tx, self, name)
         if found is not None:
             return found
         fields = _field_names(self.cls)
@@ -104,8 +104,8 @@ class TupleValue(SequenceValue):
         if _is_namedtuple(self.cls):
             return f"{cls}({parts})"
         if _subclass(self.cls):
-            return f"{cg.helper('new_container')}({cls}, ({parts},))" if self.items else \
-                f"{cg.helper('new_container')}({cls}, ())"
+            return f"{cg.helper('new_container')}({cls}, ({parts},){_attributes_text(cg, self)})" if self.items \
+                else f"{cg.helper('new_container')}({cls}, (){_attributes_text(cg, self)})"
         return f"{cls}(({parts},))" if self.items else f"{cls}()"
 
     def __repr__(self) -> str:
@@ -133,6 +133,27 @@ def _class_attribute(tx, value: TupleValue, name: str) -> Value:
 def _subclass(cls: type) -> bool:
     from .container_subclasses import container_base
     return container_base(cls) is not None
+
+
+def _attributes_text(cg, value: Value) -> str:
+    """The attributes written on a subclass instance made in the function, as new_container's argument."""
+    attributes = getattr(value, "attributes", None)
+    if not attributes:
+        return ""
+    return ", {" + ", ".join(f"{k!r}: {cg.value(v)}" for k, v in attributes.items()) + "}"
+
+
+def subclass_instance_attribute(value: Value, name: str) -> Value | None:
+    """An attribute written in the function on a subclass instance made there."""
+    return (getattr(value, "attributes", None) or {}).get(name)
+
+
+def _class_data_descriptor(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            kind = type(vars(klass)[name])
+            return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
+    return False
 
 
 def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
@@ -243,7 +264,10 @@ class DictValue(Value):
         return self.items[k]
 
     def getattr(self, tx, name: str) -> Value:
-        found = _subclass_attribute(tx, self, name)
+        attributes = getattr(self, "instance_attributes", None)  # a dict subclass instance from outside
+        if attributes is not None and name in attributes and not _class_data_descriptor(self.cls, name):
+            return tx.wrap(attributes[name], AttrSource(self.source, name))
+        found = subclass_instance_attribute(self, name) or _subclass_attribute(tx, self, name)
         if found is not None:
             return found
         if name in _DICT_METHODS:
@@ -262,7 +286,7 @@ class DictValue(Value):
         if self.cls is dict:
             return "{" + body + "}"
         if _subclass(self.cls):
-            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, {{{body}}})"
+            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, {{{body}}}{_attributes_text(cg, self)})"
         return f"{cg.constant(self.cls)}({{{body}}})"
 
     def __repr__(self) -> str:
@@ -271,6 +295,49 @@ class DictValue(Value):
 
 _DICT_METHODS = {"__init__", "get", "items", "keys", "values", "update", "pop", "popitem", "setdefault", "copy", "clear",
                  "__contains__", "__getitem__", "__len__"}
+
+
+class MappingProxyValue(DictValue):
+    """types.MappingProxyType(d): a read-only view of the dict `mapping`, which it sees change.
+
+    Its items are the dict's own (a write to the dict through another name shows through it);
+    every write through the view raises as Python's does. Made in the function, or from outside
+    (`source`: the proxy itself; the dict it views was wrapped through `ProxiedMappingSource`,
+    so a path that reaches the same dict shares one value with it)."""
+
+    def __init__(self, mapping: DictValue, source=None) -> None:
+        self.mapping = mapping
+        self.cls = types.MappingProxyType
+        self.source = source
+        self.mutated = False
+
+    @property
+    def items(self) -> dict:
+        return self.mapping.items
+
+    def constant(self) -> Any:
+        return types.MappingProxyType(self.mapping.constant())
+
+    def mutate(self, tx) -> None:
+        error = TypeError("'mappingproxy' object does not support item assignment")
+        raise GraphBreak("op-error", str(error), exception=error)
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in _PROXY_METHODS:
+            return ContainerMethodValue(self, name)
+        error = AttributeError(f"'mappingproxy' object has no attribute {name!r}")
+        raise GraphBreak("attribute-error", str(error), exception=error)
+
+    def reconstruct(self, cg) -> str:
+        if self.source is not None:
+            return cg.source(self.source)
+        return f"{cg.constant(types.MappingProxyType)}({cg.value(self.mapping)})"
+
+    def __repr__(self) -> str:
+        return f"MappingProxyValue({self.mapping!r})"
+
+
+_PROXY_METHODS = {"get", "items", "keys", "values", "copy", "__contains__", "__getitem__", "__len__"}
 
 
 class SetValue(Value):
@@ -306,7 +373,7 @@ class SetValue(Value):
         return list(self.items.values())
 
     def getattr(self, tx, name: str) -> Value:
-        found = _subclass_attribute(tx, self, name)
+        found = subclass_instance_attribute(self, name) or _subclass_attribute(tx, self, name)
         if found is not None:
             return found
         if name in _SET_METHODS and hasattr(self.cls, name):  # a frozenset has no mutating methods
@@ -323,7 +390,7 @@ class SetValue(Value):
         # made anew on each call: a constant would hand every call the same (mutable) set
         items = ", ".join(cg.value(v) for v in self.items.values())
         if _subclass(self.cls):
-            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, [{items}])"
+            return f"{cg.helper('new_container')}({cg.constant(self.cls)}, [{items}]{_attributes_text(cg, self)})"
         if self.cls is frozenset:
             return f"frozenset({{{items}}})" if items else "frozenset()"
         return f"{{{items}}}" if items else "set()"
@@ -469,6 +536,61 @@ class IteratorValue(Value):
             return f"{cg.helper('advanced_iterator')}({cg.value(self.over)}, {self.position})"
         rest = ", ".join(cg.value(v) for v in self.items[self.position:])
         return f"iter([{rest}])"
+
+
+class InputIteratorValue(IteratorValue):
+    """A list, tuple or range iterator that arrived as an input: a loop's iterator reaching the
+    resume function after a graph break in the loop's body.
+
+    Items are read by how far ahead of the iterator they are (`take(k)`), and the entry is guarded
+    only on the items taken and on how many are left (`guard_left`: at least one more than taken,
+    or exactly as many where capture saw the end). Guarding the iterator's position instead made
+    the next iteration miss the entry: a loop of N iterations compiled its resume function N times.
+    The real iterator is this value's source; after the graph it is advanced by what capture took
+    (`started` records that once, as a write replayed after the results are read)."""
+
+    def __init__(self, kind: type, left: int, take, guard_left, started) -> None:
+        super().__init__([])
+        self.kind = kind
+        self.left = left
+        self._take = take
+        self._guard_left = guard_left
+        self._started = started
+        self._taken: list[Value] = []
+
+    def python_type(self) -> type:
+        return self.kind
+
+    @property
+    def items(self) -> list[Value]:
+        self._guard_left("constant", self.left)
+        return [self._item(k) for k in range(self.left)]
+
+    def _item(self, k: int) -> Value:
+        while len(self._taken) <= k:
+            self._taken.append(self._take(len(self._taken)))
+        return self._taken[k]
+
+    def next(self) -> Value | None:
+        k = self.position
+        if k >= self.left:
+            self._guard_left("constant", self.left)
+            return None
+        self._guard_left("at_least", k + 1)
+        if k == 0:
+            self._started(self)
+        self.position += 1
+        return self._item(k)
+
+    def unpack(self, tx) -> list[Value]:
+        rest = self.items[self.position:]
+        if self.position < self.left and self.position == 0:
+            self._started(self)
+        self.position = self.left
+        return rest
+
+    def reconstruct(self, cg) -> str:
+        return cg.source(self.source)
 
 
 def _size(container: Value) -> int:

@@ -117,7 +117,7 @@ class FunctionValue(Value):
                 return tx.wrap(getattr(self.fn, name), AttrSource(self.source, name))
             return ConstantValue(getattr(self.fn, name))
         if name in ("__code__", "__defaults__", "__kwdefaults__", "__globals__", "__closure__", "__wrapped__",
-                    "__annotations__", "__dict__"):
+                    "__annotations__", "__dict__", "__type_params__"):
             if not hasattr(self.fn, name):
                 raise GraphBreak("attribute-error", f"function has no attribute {name!r}",
                                  exception=AttributeError(name))
@@ -153,6 +153,10 @@ class BindingValue(Value):
         return MethodValue(instance, self.function)
 
 
+# Attributes every function has, which functools.update_wrapper may write.
+_FUNCTION_SLOTS = ("__module__", "__doc__", "__annotations__", "__type_params__", "__wrapped__")
+
+
 class NestedFunctionValue(Value):
     """A function created while capturing (MAKE_FUNCTION): a closure, lambda or genexpr."""
 
@@ -166,9 +170,31 @@ class NestedFunctionValue(Value):
         self._kwdefaults = kwdefaults
         self._cells = cells
         self.source = None
+        self.written: dict[str, Value] = {}  # __module__, __doc__, __wrapped__... set in the function
+        self.namespace = None  # its __dict__ (a DictValue), once read or written
 
     def python_type(self) -> type:
         return types.FunctionType
+
+    def setattr(self, tx, name: str, value: Value) -> None:
+        """What functools.update_wrapper (and user code) writes on a function made in the function."""
+        if name in ("__name__", "__qualname__"):
+            if not (value.is_constant() and isinstance(value.constant(), str)):
+                error = TypeError(f"{name} must be set to a string object")
+                raise GraphBreak("op-error", str(error), exception=error)
+            setattr(self, "name" if name == "__name__" else "qualname", value.constant())
+        elif name in _FUNCTION_SLOTS:
+            self.written[name] = value
+        elif name == "__dict__" or hasattr(types.FunctionType, name):  # __defaults__, __code__: what calls read
+            raise GraphBreak("store-attr", f"setting {name} of a nested function")
+        else:
+            self._namespace().items[name] = value
+
+    def _namespace(self):
+        from .containers import DictValue
+        if self.namespace is None:
+            self.namespace = DictValue({})
+        return self.namespace
 
     def defaults(self, tx) -> list[Value]:
         return list(self._defaults)
@@ -185,6 +211,17 @@ class NestedFunctionValue(Value):
     def getattr(self, tx, name: str) -> Value:
         if name in ("__name__", "__qualname__"):
             return ConstantValue(self.name if name == "__name__" else self.qualname)
+        if name in self.written:
+            return self.written[name]
+        if name == "__module__":
+            return ConstantValue(self.globals.get("__name__"))
+        if name == "__dict__":
+            return self._namespace()
+        if self.namespace is not None and name in self.namespace.items:
+            return self.namespace.items[name]
+        if name not in _FUNCTION_SLOTS and not hasattr(types.FunctionType, name):
+            error = AttributeError(f"'function' object has no attribute {name!r}")
+            raise GraphBreak("attribute-error", str(error), exception=error)
         raise GraphBreak("getattr", f"attribute {name!r} of a nested function")
 
     def reconstruct(self, cg) -> str:
@@ -192,8 +229,14 @@ class NestedFunctionValue(Value):
         defaults = "(" + "".join(cg.value(d) + ", " for d in self._defaults) + ")"
         kwdefaults = "{" + ", ".join(f"{k!r}: {cg.value(v)}" for k, v in self._kwdefaults.items()) + "}"
         cells = "(" + "".join(cg.cell(c) + ", " for c in self._cells) + ")"
+        attributes = dict(self.written)
+        if self.qualname != self.code.co_qualname:
+            attributes["__qualname__"] = ConstantValue(self.qualname)
+        if self.namespace is not None:
+            attributes.update(self.namespace.items)
+        written = "{" + ", ".join(f"{k!r}: {cg.value(v)}" for k, v in attributes.items()) + "}"
         return (f"{cg.helper('make_function')}({cg.constant(self.code)}, {cg.constant(self.globals)}, "
-                f"{self.name!r}, {defaults}, {kwdefaults}, {cells})")
+                f"{self.name!r}, {defaults}, {kwdefaults}, {cells}, {written})")
 
     def __repr__(self) -> str:
         return f"NestedFunctionValue({self.qualname})"
@@ -237,4 +280,8 @@ class TorchFunctionValue(CallableConstant):
         return call_torch_function(tx, self.fn, args, kwargs)
 
     def getattr(self, tx, name: str) -> Value:
-        return tx.wrap(getattr(self.fn, name), AttrSource(self.source, name) if self.source else None)
+        try:
+            found = getattr(self.fn, name)
+        except AttributeError as error:  # the program's own exception (functools.wraps catches it)
+            raise GraphBreak("attribute-error", str(error), exception=error) from None
+        return tx.wrap(found, AttrSource(self.source, name) if self.source else None)

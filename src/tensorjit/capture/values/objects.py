@@ -17,7 +17,7 @@ import torch
 
 from ..breaks import GraphBreak
 from ..sources import AttrSource, CellSource, ClosureSource, ItemSource
-from .base import ConstantValue, NULL, Value
+from .base import DELETED, ConstantValue, NULL, Value
 from .containers import ContainerMethodValue, DictValue, SetValue, TupleValue
 from .functions import FunctionValue, MethodValue
 
@@ -57,6 +57,9 @@ class ObjectValue(Value):
 
     def getattr(self, tx, name: str, overlay: bool = True) -> Value:
         written = tx.output.attribute_overlay.get((id(self.obj), name)) if overlay else None
+        if written is DELETED:
+            error = AttributeError(f"{type(self.obj).__name__!r} object has no attribute {name!r}")
+            raise GraphBreak("attribute-error", str(error), exception=error)
         if written is not None:
             return written
         obj = self.obj
@@ -65,6 +68,9 @@ class ObjectValue(Value):
         if name == "with_traceback" and isinstance(obj, BaseException) and self.source is None:
             return WithTracebackValue(self)
         static, owner = lookup_static(type(obj), name)
+        namespace = written_namespace(tx, self)
+        if namespace is not None and name in namespace.items and not _data_descriptor(static):
+            return namespace.items[name]  # written through obj.__dict__ in the function
         if isinstance(static, property) and static.fget is not None:
             return tx.call(FunctionValue(static.fget, _class_member_source(self, owner, name, ".fget")), [self], {})
         if isinstance(static, types.FunctionType):
@@ -75,9 +81,16 @@ class ObjectValue(Value):
         try:
             value = getattr(obj, name)
         except AttributeError as e:
+            self._guard_missing(tx, name)
             raise GraphBreak("attribute-error", f"{type(obj).__name__!s} object has no attribute {name!r}",
                              exception=e)
         return tx.wrap(value, self.attribute_source(name))
+
+    def _guard_missing(self, tx, name: str) -> None:
+        """The answer `hasattr(obj, name) is False` holds while the attribute stays missing (set later, it recompiles)."""
+        if self.source is not None:
+            from ..guards import Guard
+            tx.output.guard(Guard(self.source, "missing_attribute", name))
 
     def _class_attribute(self, tx, cls: type, name: str) -> Value:
         static, owner = lookup_static(cls, name)
@@ -85,8 +98,10 @@ class ObjectValue(Value):
             return MethodValue(self, FunctionValue(static.__func__, None))
         try:
             value = getattr(cls, name)
-        except AttributeError:
-            raise GraphBreak("attribute-error", f"type object {cls.__name__!r} has no attribute {name!r}")
+        except AttributeError as e:
+            self._guard_missing(tx, name)
+            raise GraphBreak("attribute-error", f"type object {cls.__name__!r} has no attribute {name!r}",
+                             exception=e)
         return tx.wrap(value, self.attribute_source(name))
 
     def call(self, tx, args, kwargs) -> Value:
@@ -105,6 +120,26 @@ def _class_member_source(value: ObjectValue, owner, name, suffix=""):
     if value.source is None or owner is None:
         return None
     return AttrSource(AttrSource(value.source, "__class__"), name) if not suffix else None
+
+
+def written_namespace(tx, value: "ObjectValue") -> DictValue | None:
+    """The object's __dict__ as capture holds it, once the function wrote to it (`obj.__dict__[k] = v`)."""
+    if value.source is None:
+        return None
+    known = tx.output.wrapped.get(AttrSource(value.source, "__dict__"))
+    if known is None or not isinstance(known[1], DictValue) or not known[1].mutated:
+        return None
+    return known[1]
+
+
+def _data_descriptor(attribute) -> bool:
+    return hasattr(type(attribute), "__set__") or hasattr(type(attribute), "__delete__")
+
+
+def made_exception(value: Value) -> bool:
+    """An exception object made during capture (a class with a Python __init__, see calls._instantiate):
+    attribute writes on it are recorded like those on an object from outside."""
+    return isinstance(value, ObjectValue) and value.source is None and getattr(value, "made", False)
 
 
 class NNModuleValue(ObjectValue):
@@ -170,6 +205,12 @@ class UserObjectValue(Value):
 
     def setattr(self, tx, name: str, value: Value) -> None:
         self.attributes[name] = value
+
+    def delattr(self, tx, name: str) -> None:
+        if name not in self.attributes:
+            error = AttributeError(f"{self.cls.__name__!r} object has no attribute {name!r}")
+            raise GraphBreak("attribute-error", str(error), exception=error)
+        del self.attributes[name]
 
     def truth(self, tx) -> bool:
         for name in ("__bool__", "__len__"):  # Python's order: __bool__, else __len__ != 0
@@ -257,20 +298,26 @@ class SuperValue(Value):
         self.obj = obj
 
     def getattr(self, tx, name: str) -> Value:
-        mro = self.obj.python_type().__mro__
+        owner = self.obj.constant() if self.obj.is_constant() else None
+        # super(C, cls) in a classmethod or __new__: the class's own MRO, not its metaclass's
+        mro = owner.__mro__ if isinstance(owner, type) and issubclass(owner, self.cls) else self.obj.python_type().__mro__
+        if self.cls not in mro:
+            error = TypeError("super(type, obj): obj must be an instance or subtype of type")
+            raise GraphBreak("op-error", str(error), exception=error)
         for klass in mro[mro.index(self.cls) + 1:]:
             if name in klass.__dict__:
                 attr = klass.__dict__[name]
                 if isinstance(attr, types.FunctionType):
                     return MethodValue(self.obj, FunctionValue(attr, None))
-                if isinstance(attr, classmethod):
-                    return MethodValue(tx.wrap_constant_object(self.obj.python_type()),
-                                       FunctionValue(attr.__func__, None))
+                if isinstance(attr, classmethod):  # bound to the class: obj's, or obj itself in a classmethod
+                    bound = self.obj if isinstance(owner, type) and issubclass(owner, self.cls) else \
+                        tx.wrap_constant_object(self.obj.python_type())
+                    return MethodValue(bound, FunctionValue(attr.__func__, None))
                 if isinstance(attr, property):
                     return tx.call(FunctionValue(attr.fget, None), [self.obj], {})
                 if isinstance(attr, staticmethod):
                     return FunctionValue(attr.__func__, None)
-                if callable(attr) and klass is object:
+                if callable(attr) and klass is object or made_exception(self.obj) and name == "__init__":
                     return BuiltinMethodOfObject(self.obj, attr, name)
                 if klass is dict and name in _DICT_READS and isinstance(self.obj, ObjectValue) \
                         and self.obj.source is not None:
@@ -368,10 +415,19 @@ class BuiltinMethodOfObject(Value):
         self.name = name
 
     def call(self, tx, args, kwargs) -> Value:
+        if self.name == "__init__" and made_exception(self.obj):  # BaseException.__init__ sets .args
+            if kwargs or not all(a.is_constant() for a in args):
+                raise GraphBreak("unsupported-call", "an exception's args that are not constants")
+            self.method(self.obj.obj, *[a.constant() for a in args])
+            return ConstantValue(None)
         if self.name in ("__init__",):
             return ConstantValue(None)
+        if self.name == "__new__":  # super().__new__(cls) reaching object's
+            return tx.call(tx.wrap_constant_object(object.__new__), list(args), kwargs)
         if self.name == "__setattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
             return tx.store_attribute(self.obj, args[0].constant(), args[1], custom=False)
+        if self.name == "__delattr__" and isinstance(self.obj, (UserObjectValue, ObjectValue)):
+            return tx.delete_attribute(self.obj, args[0].constant(), custom=False)
         if self.name == "__eq__" and len(args) == 1:  # object's: identity, else NotImplemented
             return ConstantValue(True) if args[0] is self.obj else tx.wrap_constant_object(NotImplemented)
         if self.name == "__ne__" and len(args) == 1:  # object's: the negation of type(self).__eq__
