@@ -67,15 +67,12 @@ class Guard:
             return f"{where} == {self.payload!r}"
         if self.kind == "length":
             return f"len({where}) == {self.payload}"
-<<<<<<< HEAD
         if self.kind == "items":
             return f"{where} == {self.payload!r}, items of the same types"
-=======
         if self.kind == "at_least":
             return f"{where} >= {self.payload}"
         if self.kind == "missing_attribute":
             return f"{where} has no attribute {self.payload!r}"
->>>>>>> capture-breadth-3
         if self.kind == "keys":
             return f"{where}.keys() == {list(self.payload)!r}"
         if self.kind == "set_items":
@@ -227,16 +224,13 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         value = guard.payload
         if value is None or isinstance(value, bool):
             em.check(f"{v} is {value!r}")
-<<<<<<< HEAD
+        elif type(value) is float and value != value:  # NaN equals nothing, itself included
+            em.check(f"type({v}) is float and math.isnan({v})")
         elif type(value) in _IMMUTABLE_CONSTANTS or isinstance(value, enum.Enum):
             # Mostly the very object read at capture (an attribute nobody assigned since):
             # identity first, the typed comparison only when it is another object.
             name = em.constant(value)
             em.check(f"{v} is {name} or type({v}) is {em.constant(type(value), 'T')} and {v} == {name}")
-=======
-        elif type(value) is float and value != value:  # NaN equals nothing, itself included
-            em.check(f"type({v}) is float and math.isnan({v})")
->>>>>>> capture-breadth-3
         else:
             em.check(f"type({v}) is {em.constant(type(value), 'T')} and {v} == {em.constant(value)}")
     elif kind == "tensor":
@@ -259,16 +253,13 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         em.check(f"{em.constant(guard.payload, 'K')}.matches({v})")
     elif kind == "length":
         em.check(f"len({v}) == {guard.payload}")
-<<<<<<< HEAD
     elif kind == "items":  # a tuple of plain constants (`_collapse_tuples`): mostly the same object
         name = em.constant(guard.payload)
         em.check(f"{v} is {name} or _same_items({v}, {name})")
-=======
     elif kind == "missing_attribute":  # hasattr() answered False, getattr() took its default
         em.check(f"not hasattr({v}, {guard.payload!r})")
     elif kind == "at_least":  # an int that may grow: a loop iterator with that many items left, or more
         em.check(f"{v} >= {guard.payload}")
->>>>>>> capture-breadth-3
     elif kind == "keys":
         em.check(f"list({v}.keys()) == {em.constant(list(guard.payload))}")
     elif kind == "set_items":  # the items and their iteration order (equal sets may iterate differently)
@@ -322,11 +313,8 @@ def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
     em.check(f"_storages_unshared(({written_text}), ({inputs_text})) is {unshared}")
 
 
-<<<<<<< HEAD
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "items": 2, "keys": 2, "set_items": 2,
-=======
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "at_least": 2, "missing_attribute": 2, "keys": 2, "set_items": 2,
->>>>>>> capture-breadth-3
+_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "items": 2, "at_least": 2,
+          "missing_attribute": 2, "keys": 2, "set_items": 2,
           "no_hooks": 2, "tensor": 3,
           "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5,
           "no_backward_hooks": 2, "no_global_hooks": 0, "no_global_backward_hooks": 0}
