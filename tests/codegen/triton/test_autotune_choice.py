@@ -58,6 +58,7 @@ def test_choice_is_timed_once_then_read_from_disk(monkeypatch, tmp_path):
 
 
 def test_without_a_path_or_gpu_nothing_is_recorded(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a machine with a GPU
     candidates = [FakeCandidate("a", [0.0], 1.0), FakeCandidate("b", [0.0], 1.0)]
     assert AutotunedLauncher(candidates)._choose(()) is candidates[0]  # no GPU: the first
     assert not list(tmp_path.iterdir())
