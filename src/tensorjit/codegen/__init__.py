@@ -27,6 +27,7 @@ def compile_aten_graph(gm, example_inputs, *, config=None):
     from ..config import config as default_config
     config = config or default_config
     devices = _devices(example_inputs)
+    eager = gm.forward  # the graph as traced: the emitters' graph passes rewrite gm in place
     try:
         if devices <= {"cpu"}:
             from .cpp.compile import compile_cpu_graph
@@ -35,11 +36,11 @@ def compile_aten_graph(gm, example_inputs, *, config=None):
             try:
                 from .triton.compile import compile_graph
             except ImportError:  # no Triton
-                return gm.forward
+                return eager
             return compile_graph(gm, list(example_inputs), config)
     except UntrustedCache:  # the cache warned once, naming the directory; ATen execution instead
-        return gm.forward
+        return eager
     except Exception as error:  # never a wrong answer: ATen execution instead
         log.warning("tensorjit codegen failed (%s: %s); running the graph through ATen",
                     type(error).__name__, error)
-    return gm.forward
+    return eager

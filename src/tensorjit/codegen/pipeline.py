@@ -33,6 +33,7 @@ from ..capture.guards import GUARDED_INPUTS
 
 def compile_graph(gm, example_inputs, config, emitter):
     name = type(gm).__name__
+    eager = gm.forward  # the graph as traced: prepare_graph rewrites gm in place
     emitter.prepare_graph(gm, example_inputs)
     with timed(name, "lowering"):
         lowered = GraphLowering(gm, example_inputs, half_floats=emitter.half_floats, device=emitter.device)
@@ -41,8 +42,8 @@ def compile_graph(gm, example_inputs, config, emitter):
         verify(program)
     hook = emitter.build(name, program, config)
     if hook is None:
-        return gm.forward
-    runner = build_runner(program, hook, lowered.constants, gm.forward,
+        return eager
+    runner = build_runner(program, hook, lowered.constants, eager,
                           profile=getattr(config, "profile_kernels", False), proven=gm.meta.get(GUARDED_INPUTS))
     logs.output_code(name, "Python wrapper", runner.wrapper_source)
     runner.program = program

@@ -36,15 +36,16 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], *, c
     from tensorjit.codegen.verify import IRError
     from tensorjit.runtime.disk_cache import UntrustedCache
 
+    eager = gm.forward  # the graph as traced: the graph passes (channels-last, padding) rewrite gm in place
     try:
         compiled: Callable[..., Any] = compile_graph(gm, list(example_inputs), config)
     except IRError:  # raised only under Config.verify_ir (the tests): a code generator bug, shown
         raise
     except UntrustedCache:  # the cache warned once, naming the directory
-        compiled = gm.forward
+        compiled = eager
     except Exception as error:  # noqa: BLE001 - a lowering gap must not become a wrong answer
         log.warning("tensorjit triton: running the graph eagerly: %s: %s", type(error).__name__, error)
-        compiled = gm.forward
+        compiled = eager
     if config is not None and getattr(config, "triton_cudagraphs", False):
         from tensorjit.runtime.cudagraphs import CudaGraphRunner, Settings
 

@@ -113,8 +113,32 @@ def _undo(gm: torch.fx.GraphModule, copies: list[torch.fx.Node], example_inputs:
     propagate(gm, example_inputs)
 
 
+RESHAPING_VIEWS = (aten.view.default, aten._unsafe_view.default)
+
+
 def propagate(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
+    """New layouts (meta["val"]) through the graph. A `view` whose input came out channels-last
+    where eager's was contiguous may not exist any more (flattening a convolution's output for a
+    linear layer): it becomes `reshape`, which copies where it must. The graph is functional, so
+    only the aliasing changes, and nothing reads through it."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
+    class LayoutPropagation(FakeTensorProp):
+        def run_node(self, node):
+            if node.op == "call_function" and node.target in RESHAPING_VIEWS:
+                source = self.env.get(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else None
+                if isinstance(source, torch.Tensor) and not _view_exists(source, node.args[1]):
+                    node.target = aten.reshape.default
+            return super().run_node(node)
+
+    LayoutPropagation(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
+    gm.recompile()
+
+
+def _view_exists(source: torch.Tensor, size) -> bool:
+    try:
+        torch.empty_strided(source.shape, source.stride(), dtype=source.dtype, device="meta").view(size)
+    except (RuntimeError, ValueError):  # (the meta implementation raises ValueError)
+        return False
+    return True
