@@ -16,15 +16,7 @@ import torch
 
 import tensorjit
 from tensorjit.capture.opcodes import CALL_ADAPTER
-
-
-class Counting:
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
+from conformance.harness import CountingBackend
 
 
 def untraceable(x):
@@ -37,12 +29,12 @@ def combine(a, b=1.0, *, scale=1.0):
 
 
 def check(fn, *args, graphs=None):
-    backend = Counting()
+    backend = CountingBackend()
     compiled = tensorjit.compile(fn, backend=backend)
     for _ in range(2):  # the second call runs the cached entry and resume functions
         torch.testing.assert_close(compiled(*args), fn(*args))
     if graphs is not None:
-        assert backend.graphs == graphs
+        assert backend.graph_count == graphs
     return compiled
 
 
@@ -114,7 +106,7 @@ def test_break_on_a_tensor_condition_both_ways():
         return x - 10
 
     for f in (fn, negated, truth):
-        compiled = tensorjit.compile(f, backend=Counting())
+        compiled = tensorjit.compile(f, backend=CountingBackend())
         for x in (torch.ones(3), -torch.ones(3), torch.ones(3), -torch.ones(3)):
             torch.testing.assert_close(compiled(x), f(x))
 
@@ -124,7 +116,7 @@ def test_break_at_not_of_a_tensor():
         flag = not (x.sum() > 0)
         return x * 2 if flag else x / 2
 
-    compiled = tensorjit.compile(fn, backend=Counting())
+    compiled = tensorjit.compile(fn, backend=CountingBackend())
     for x in (torch.ones(3), -torch.ones(3)):
         torch.testing.assert_close(compiled(x), fn(x))
 
@@ -140,7 +132,7 @@ def test_locals_swapped_and_closures_with_defaults_in_one_graph():
         fast = lambda t, k=2.0: t * k  # noqa: E731
         return inner(x) + inner(y, 0.5, power=1) + fast(x) + sum(v * 2 for v in (x, y))
 
-    compiled = tensorjit.compile(fn, backend=Counting(), fullgraph=True)
+    compiled = tensorjit.compile(fn, backend=CountingBackend(), fullgraph=True)
     a, b = torch.randn(3), torch.randn(3)
     torch.testing.assert_close(compiled(a, b), fn(a, b))
 
@@ -150,7 +142,7 @@ def test_formatted_strings_fold_at_capture():
         label = f"{name!r:>8}|{x.shape[0]:03d}|{name}|{name!s}"
         return x * len(label)
 
-    compiled = tensorjit.compile(fn, backend=Counting(), fullgraph=True)
+    compiled = tensorjit.compile(fn, backend=CountingBackend(), fullgraph=True)
     x = torch.randn(4)
     torch.testing.assert_close(compiled(x, "abc"), fn(x, "abc"))
 
@@ -165,7 +157,7 @@ def test_super_method_call_in_one_graph():
             return super().forward(x) * 2
 
     model = Child()
-    compiled = tensorjit.compile(model.forward, backend=Counting(), fullgraph=True)
+    compiled = tensorjit.compile(model.forward, backend=CountingBackend(), fullgraph=True)
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x), model(x))
 
@@ -191,9 +183,9 @@ def test_callee_of_a_resumed_pending_call_is_compiled_too():
         y = x.sin()
         return breaking_helper(y, untraceable(y)) * 2
 
-    backend = Counting()
+    backend = CountingBackend()
     compiled = tensorjit.compile(fn, backend=backend)
     x = torch.randn(4)
     torch.testing.assert_close(compiled(x), fn(x))
     # x.sin(); the compiled helper after its own break; the final multiplication
-    assert backend.graphs == 3
+    assert backend.graph_count == 3

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import tensorjit
+from conformance.harness import CountingBackend
 
 EVENTS = []
 
@@ -28,15 +29,6 @@ def yields_twice():
     yield 2
 
 
-class Counting:
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
-
-
 class UsesContext(torch.nn.Module):
     def forward(self, x):
         with no_grad_scaled(3) as s:
@@ -45,14 +37,14 @@ class UsesContext(torch.nn.Module):
 
 
 def test_contextmanager_in_forward_is_one_graph():
-    backend = Counting()
+    backend = CountingBackend()
     x = torch.randn(2, requires_grad=True)
     EVENTS.clear()
     out = tensorjit.compile(UsesContext(), backend=backend, fullgraph=True)(x)
     assert EVENTS == ["enter", "exit"]
     expected = UsesContext()(x)
     torch.testing.assert_close(out[0], expected[0])
-    assert out[1:] == expected[1:] and backend.graphs == 1
+    assert out[1:] == expected[1:] and backend.graph_count == 1
 
 
 def test_an_exception_through_the_with_body_is_eager_and_correct():
@@ -163,8 +155,8 @@ def test_grad_mode_decorating_a_function_inside_the_compiled_function(make):
         return y, y.requires_grad, inside, outside, torch.is_grad_enabled()
 
     x = torch.zeros(3, requires_grad=True)
-    backend = Counting()
+    backend = CountingBackend()
     out = tensorjit.compile(fn, backend=backend, fullgraph=True)(x)
     expected = fn(x)
     torch.testing.assert_close(out[0], expected[0])
-    assert out[1:] == expected[1:] and backend.graphs == 1
+    assert out[1:] == expected[1:] and backend.graph_count == 1

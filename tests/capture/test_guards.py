@@ -8,6 +8,7 @@ import tensorjit
 
 from tensorjit.capture.guards import Guard, GuardSet, TensorSignature, global_state_guards
 from tensorjit.capture.sources import AttrSource, ItemSource, LocalSource
+from conformance.harness import CountingBackend
 
 
 def build(*guards, closure=None, globals_=None):
@@ -170,26 +171,17 @@ def test_a_tuple_of_constants_is_one_guard_with_the_items_types():
     assert "_same_items" not in check.source_text and check.check(((1, 5),))
 
 
-class _CountingBackend:
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
-
-
 def test_a_nan_argument_matches_its_guard():
-    backend = _CountingBackend()
+    backend = CountingBackend()
     compiled = tensorjit.compile(lambda x, n: x * 2 + n, backend=backend)
     for _ in range(3):
         assert compiled(torch.ones(2), float("nan")).isnan().all()
-    assert backend.graphs == 1
+    assert backend.graph_count == 1
     torch.testing.assert_close(compiled(torch.ones(2), 1.5), torch.full((2,), 3.5))
 
 
 def test_deterministic_algorithms_and_tf32_are_global_state_an_entry_depends_on():
-    backend = _CountingBackend()
+    backend = CountingBackend()
     compiled = tensorjit.compile(lambda x: x + 1, backend=backend)
     before = (torch.are_deterministic_algorithms_enabled(), torch._C._get_cublas_allow_tf32())
     try:
@@ -198,12 +190,12 @@ def test_deterministic_algorithms_and_tf32_are_global_state_an_entry_depends_on(
         compiled(torch.ones(2))
         torch._C._set_cublas_allow_tf32(not before[1])
         compiled(torch.ones(2))
-        assert backend.graphs == 3
+        assert backend.graph_count == 3
     finally:
         torch.use_deterministic_algorithms(before[0])
         torch._C._set_cublas_allow_tf32(before[1])
     compiled(torch.ones(2))
-    assert backend.graphs == 3
+    assert backend.graph_count == 3
 
 
 def test_an_attribute_found_missing_is_guarded_missing():

@@ -11,28 +11,20 @@ import pytest
 import torch
 
 import tensorjit
-
-
-class Counting:
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
+from conformance.harness import CountingBackend
 
 
 def same(program, *args, fullgraph=False, graphs=None):
     """Run program(log, *args) eagerly and compiled; outputs and logs must agree."""
     eager_log, compiled_log = [], []
     expected = program(eager_log, *[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
-    backend = Counting()
+    backend = CountingBackend()
     compiled = tensorjit.compile(program, backend=backend, fullgraph=fullgraph)
     actual = compiled(compiled_log, *[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
     torch.testing.assert_close(actual, expected)
     assert _plain(compiled_log) == _plain(eager_log)
     if graphs is not None:
-        assert backend.graphs == graphs
+        assert backend.graph_count == graphs
     return actual
 
 
@@ -355,11 +347,11 @@ def test_a_graph_break_in_the_consumer_keeps_the_graphs_before_the_loop():
             log.append(len(log))
         return x
 
-    backend = Counting()
+    backend = CountingBackend()
     log = []
     out = tensorjit.compile(program, backend=backend)(log, torch.ones(2))
     torch.testing.assert_close(out, program([], torch.ones(2)))
-    assert log == [0, 1, 2, 3] and backend.graphs >= 1
+    assert log == [0, 1, 2, 3] and backend.graph_count >= 1
 
 
 def test_a_user_generator_read_across_a_graph_break():

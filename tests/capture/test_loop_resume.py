@@ -7,15 +7,7 @@ ahead of the iterator and guards only what it took and how many are left."""
 import torch
 
 import tensorjit
-
-
-class Counting:
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
+from conformance.harness import CountingBackend
 
 
 def _break():
@@ -56,10 +48,10 @@ def over_tuple_of_objects(x, items):
 
 
 def _graphs_for(fn, *args):
-    backend = Counting()
+    backend = CountingBackend()
     compiled = tensorjit.compile(fn, backend=backend)
     torch.testing.assert_close(compiled(*args), fn(*args))
-    return backend.graphs
+    return backend.graph_count
 
 
 def test_the_resume_function_of_a_loop_over_a_list_compiles_once():
@@ -86,7 +78,7 @@ def test_a_loop_index_read_after_the_break_stays_correct():
 def test_items_read_ahead_of_the_iterator_are_the_right_ones():
     x = torch.randn(3)
     items = tuple({"k": k, "t": torch.full((3,), float(k))} for k in range(7))
-    out, total = tensorjit.compile(over_tuple_of_objects, backend=Counting())(x, items)
+    out, total = tensorjit.compile(over_tuple_of_objects, backend=CountingBackend())(x, items)
     ref, ref_total = over_tuple_of_objects(x, items)
     torch.testing.assert_close(out, ref)
     assert total == ref_total == 21
@@ -99,7 +91,7 @@ def test_the_iterator_is_advanced_by_what_capture_took():
     xs = [torch.randn(2) for _ in range(5)]
     it = iter(xs)
     next(it)
-    compiled = tensorjit.compile(take_two, backend=Counting())
+    compiled = tensorjit.compile(take_two, backend=CountingBackend())
     torch.testing.assert_close(compiled(it), xs[1] + xs[2])
     assert next(it) is xs[3]
     torch.testing.assert_close(compiled(iter(xs)), xs[0] + xs[1])
@@ -115,7 +107,7 @@ def test_an_item_returned_after_the_break_is_the_one_taken():
         return y, t
 
     items = [torch.randn(2) for _ in range(6)]
-    compiled = tensorjit.compile(last_before_break, backend=Counting())
+    compiled = tensorjit.compile(last_before_break, backend=CountingBackend())
     y, t = compiled(torch.randn(2), items)
     assert t is items[-1]
     torch.testing.assert_close(y, items[-1] * 2)

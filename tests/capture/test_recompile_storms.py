@@ -6,15 +6,7 @@ import warnings
 import torch
 
 import tensorjit
-
-
-class Counting:
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
+from conformance.harness import CountingBackend
 
 
 class BuildsModulesInForward(torch.nn.Module):
@@ -25,32 +17,32 @@ class BuildsModulesInForward(torch.nn.Module):
 
 
 def test_modules_built_in_forward_reuse_the_entries():
-    backend = Counting()
+    backend = CountingBackend()
     model = BuildsModulesInForward()
     compiled = tensorjit.compile(model, backend=backend)
     x = torch.randn(3, 4)
     compiled(x)
-    graphs = backend.graphs
+    graphs = backend.graph_count
     for _ in range(4):
         torch.testing.assert_close(compiled(x), model(x))
-    assert backend.graphs == graphs
+    assert backend.graph_count == graphs
 
 
 def test_a_module_of_the_same_class_reuses_the_entry_and_reads_its_own_parameters():
-    backend = Counting()
+    backend = CountingBackend()
     compiled = tensorjit.compile(lambda m, x: m(x) * 2, backend=backend)
     x = torch.randn(2, 3)
     for _ in range(3):
         layer = torch.nn.Linear(3, 4)
         torch.testing.assert_close(compiled(layer, x), layer(x) * 2)
-    assert backend.graphs == 1
+    assert backend.graph_count == 1
 
 
 def test_objects_dying_between_calls_bound_the_recompiles():
     def fn(x, cls):
         return x * cls.k
 
-    backend = Counting()
+    backend = CountingBackend()
     compiled = tensorjit.compile(fn, backend=backend)
     x = torch.randn(3)
     with warnings.catch_warnings():
@@ -60,7 +52,7 @@ def test_objects_dying_between_calls_bound_the_recompiles():
             torch.testing.assert_close(compiled(x, cls), x * i)
             del cls
             gc.collect()
-    assert backend.graphs <= tensorjit.config.config.cache_size_limit
+    assert backend.graph_count <= tensorjit.config.config.cache_size_limit
 
 
 def test_lazy_modules_initialize_on_the_first_call_and_then_stay_compiled():
@@ -70,14 +62,14 @@ def test_lazy_modules_initialize_on_the_first_call_and_then_stay_compiled():
     expected = eager(x)
     torch.manual_seed(0)
     lazy = torch.nn.Sequential(torch.nn.LazyConv2d(6, 3), torch.nn.Flatten(), torch.nn.LazyLinear(5))
-    backend = Counting()
+    backend = CountingBackend()
     compiled = tensorjit.compile(lazy, backend=backend)
     torch.testing.assert_close(compiled(x), expected)
-    graphs = backend.graphs
+    graphs = backend.graph_count
     for _ in range(3):
         torch.testing.assert_close(compiled(x), lazy(x))
     assert type(lazy[2]) is torch.nn.Linear
-    assert backend.graphs <= graphs + 1  # at most once more: the modules changed class
+    assert backend.graph_count <= graphs + 1  # at most once more: the modules changed class
 
 
 class Box:
