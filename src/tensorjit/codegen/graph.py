@@ -299,9 +299,13 @@ class GraphLowering:
             elif node.op == "output":
                 outputs = self.lower_outputs(node.args[0])
             else:
-                self.env[node] = self.lower_node(node)
-                if len(node.users) > 1 and not self.cheap_to_share(node):
-                    self.env[node] = self.realize(self.env[node], node)
+                self.env[node] = value = self.lower_node(node)
+                if isinstance(value, tuple):
+                    # A multi-result node (var_mean) read by its getitems and returned whole
+                    # (saved for the backward): each reduction computed once, not once per reader.
+                    self.env[node] = tuple(self.realize(v) if isinstance(v, ReductionValue) else v for v in value)
+                elif len(node.users) > 1 and not self.cheap_to_share(node):
+                    self.env[node] = self.realize(value, node)
         return ir.Program(tuple(self.buffers.values()), tuple(self.steps), tuple(inputs), outputs)
 
     def cheap_to_share(self, node) -> bool:
