@@ -27,9 +27,10 @@ def test_an_aten_call_after_a_group_is_refused():
     assert "ATen call" in refusals[0].reason
 
 
-def test_an_output_in_permuted_strides_is_refused():
-    refusals = refusals_of(lambda x: x.softmax(-1).t() * 2, torch.randn(8, 8))
-    assert len(refusals) == 1 and "permuted strides" in refusals[0].reason
+def test_an_output_in_permuted_strides_joins_where_it_stores():
+    """(It was refused while group members had to store row-major; test_batch_norm_fusion
+    checks the values and strides.)"""
+    assert refusals_of(lambda x: x.softmax(-1).t() * 2, torch.randn(8, 8)) == []
 
 
 def test_refusals_print_through_the_fusion_log(capsys):

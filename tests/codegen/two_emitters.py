@@ -21,7 +21,11 @@ def on_device(emitter: str, inputs: tuple) -> tuple:
 
 def compile_with(emitter: str, fn, *inputs):
     inputs = on_device(emitter, inputs)
-    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    return compile_traced(emitter, make_fx(fn, decomposition_table=decompositions())(*inputs), *inputs)
+
+
+def compile_traced(emitter: str, gm, *inputs):
+    """An ATen graph as it is (a test that edits the traced graph: no retrace)."""
     if emitter == "cpp":
         from tensorjit.codegen.cpp.compile import compile_cpu_graph
         from tensorjit.config import Config

@@ -140,8 +140,19 @@ def test_cpu_tensor_in_graph_is_logged_and_correct():
     assert any("on the CPU" in line for line in logs.recent("cudagraphs")), logs.recent("cudagraphs")
 
 
+@pytest.fixture
+def full_float32_convolutions():
+    """cuDNN convolutions default to TF32 (10-bit mantissa): eager's NCHW and the compiled
+    channels-last convolutions then round differently by ~1e-3, which training amplifies; the
+    comparison is meant at float32 precision."""
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = saved
+
+
 @pytest.mark.parametrize("set_to_none", [True, False])
-def test_batched_gradient_copies_and_statistics_match_eager(set_to_none):
+def test_batched_gradient_copies_and_statistics_match_eager(set_to_none, full_float32_convolutions):
     """Ten parameters (gradients copied out in one batch) and batch-norm statistics (written back
     with one foreach copy), gradients accumulated over two steps and zeroed in place or dropped."""
     torch.manual_seed(0)

@@ -19,6 +19,7 @@ under TENSORJIT_LOGS=fusion and appended to the `refusals` list a caller passes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -71,6 +72,8 @@ def linear_form(index: ir.Index) -> LinearForm | None:
 def reads_within_row(load_index: ir.Index, producer, outer: int, reader_inner: dict[str, int]) -> bool:
     """Does every read at `load_index` land in the row of `producer`'s output that the
     current outer index owns? `reader_inner` maps the reader's inner variables to their sizes."""
+    if is_permuted(producer):
+        return reads_stored_elements(load_index, producer, outer, reader_inner)
     form = linear_form(load_index)
     if form is None:
         return False
@@ -90,6 +93,44 @@ def reads_within_row(load_index: ir.Index, producer, outer: int, reader_inner: d
     return 0 <= lowest and highest < row_size
 
 
+def is_permuted(member) -> bool:
+    """Does `member` store its elements other than row-major over its loops (`permuted_to_rows`:
+    a channel's elements of an NCHW tensor, looped channel first)?"""
+    if not isinstance(member, ir.Pointwise) or member.store is None:
+        return False
+    expected = {v.name: stride for v, stride, size in
+                zip(member.variables, contiguous_strides(member.ranges), member.ranges) if size != 1}
+    form = linear_form(member.store)
+    return form is None or form[1] != 0 or \
+        {name: c for name, c in form[0].items() if name in expected} != expected
+
+
+def reads_stored_elements(load_index: ir.Index, producer, outer: int, reader_inner: dict[str, int]) -> bool:
+    """`reads_within_row` for a producer that does not store row-major: every address read is
+    one the producer stores in the same row when the row terms and the constant agree and each
+    inner term of the read matches its own inner term of the store (same coefficient, a range
+    at least as long)."""
+    load, store = linear_form(load_index), linear_form(producer.store)
+    if load is None or store is None or load[1] != store[1]:
+        return False
+    load_terms, store_terms = dict(load[0]), dict(store[0])
+    for variable in producer.variables[:outer]:
+        if load_terms.pop(variable.name, 0) != store_terms.pop(variable.name, 0):
+            return False
+    sizes = {v.name: size for v, size in zip(producer.variables[outer:], producer.ranges[outer:])}
+    for name, coefficient in load_terms.items():
+        if name not in reader_inner:
+            return False  # depends on a variable outside this row's loops
+        if reader_inner[name] == 1:
+            continue
+        match = next((p for p, c in store_terms.items() if c == coefficient and sizes.get(p, 0) >= reader_inner[name]),
+                     None)
+        if match is None:
+            return False
+        del store_terms[match]
+    return True
+
+
 def inner_variables(kernel, outer: int) -> dict[str, int]:
     if isinstance(kernel, ir.Reduction):
         return {v.name: size for v, size in zip(kernel.reduction_variables, kernel.reduction_ranges)}
@@ -97,11 +138,9 @@ def inner_variables(kernel, outer: int) -> dict[str, int]:
 
 
 def fit_refusal(kernel, ranges: tuple[int, ...]) -> str | None:
-    """Why `kernel` cannot run as a member of a group over `ranges` (None: it can). Its output
-    must be laid out row-major: `reads_within_row` assumes it; a graph output in eager's
-    permuted strides is not."""
-    if getattr(kernel, "output", None) in UNGROUPABLE[0]:
-        return f"{kernel.output} is stored in eager's permuted strides, not row by row"
+    """Why `kernel` cannot run as a member of a group over `ranges` (None: it can). A member
+    whose output is not laid out row-major over its loops carries its store index
+    (`with_store`, `permuted_to_rows`): `reads_within_row` reads such a member by it."""
     if isinstance(kernel, ir.Reduction):
         if kernel.ranges == ranges:
             return None
@@ -134,6 +173,84 @@ def over_rows(kernel, ranges: tuple[int, ...], buffers: dict[str, ir.Buffer]):
                         substitute(kernel.body, mapping, memo), rows + inner, None, store)
 
 
+def permuted_to_rows(kernel, ranges: tuple[int, ...], buffers: dict[str, ir.Buffer], anchor: dict[str, int],
+                     row_coefficients: tuple[int, ...]):
+    """`kernel` with its loops reordered so that the group's rows come first (batch norm's
+    normalisation over (N, C, H, W) joining the statistics' group over channels: loops C, N,
+    H, W), storing where it did; otherwise `kernel` itself. Row k is the loop whose
+    coefficient in `anchor` (a linear form over the kernel's variables) is
+    `row_coefficients[k]`, with the row's size: the reads and writes that tie the kernel to
+    the group say which of its loops are the rows. `join_refusal` checks the result."""
+    if not isinstance(kernel, ir.Pointwise) or kernel.scatter is not None or len(kernel.ranges) <= len(ranges):
+        return kernel
+    size = {v.name: extent for v, extent in zip(kernel.variables, kernel.ranges)}
+    row_names: list[str] = []
+    for extent, coefficient in zip(ranges, row_coefficients):
+        candidates = [name for name, c in anchor.items()
+                      if c == coefficient and size.get(name) == extent and name not in row_names]
+        if len(candidates) != 1:
+            return kernel
+        row_names.append(candidates[0])
+    store = linear_form(ir.store_index(kernel, buffers[kernel.output]))
+    if store is None or any(store[0].get(name) == 1 for name in row_names):
+        # Rows over its unit-stride loop (channels of an NHWC tensor): each row's elements would
+        # lie a row apart in memory; such statistics are column reductions, tiled across rows.
+        return kernel
+    rest = [(v, extent) for v, extent in zip(kernel.variables, kernel.ranges) if v.name not in row_names]
+    rows = tuple(ir.IndexVar(f"i{d}") for d in range(len(ranges)))
+    inner = tuple(ir.IndexVar(f"i{len(ranges) + d}") for d in range(len(rest)))
+    mapping = dict(zip(row_names, rows))
+    mapping.update({old.name: new for (old, _), new in zip(rest, inner)})
+    memo: dict = {}
+    store_index = substitute(ir.store_index(kernel, buffers[kernel.output]), mapping, memo)
+    return ir.Pointwise(kernel.name, kernel.output, ranges + tuple(extent for _, extent in rest),
+                        substitute(kernel.body, mapping, memo), rows + inner, None, store_index)
+
+
+def with_store(kernel, buffers: dict[str, ir.Buffer]):
+    """A pointwise kernel whose output eager lays out permuted (not row-major over its loops)
+    with its store index spelled out, so that a group reads it by where it stores
+    (`reads_stored_elements`)."""
+    if isinstance(kernel, ir.Pointwise) and kernel.store is None and kernel.scatter is None \
+            and kernel.output in UNGROUPABLE[0]:
+        return dataclasses.replace(kernel, store=ir.store_index(kernel, buffers[kernel.output]))
+    return kernel
+
+
+def after_rows(kernel, members: list, ranges: tuple[int, ...], buffers: dict[str, ir.Buffer]):
+    """`kernel`, about to follow `members` in a group over `ranges`, looped rows first: flattened
+    rows (`over_rows`) or its loops reordered after how it reads a reduction's results."""
+    kernel = with_store(over_rows(kernel, ranges, buffers), buffers)
+    if not isinstance(kernel, ir.Pointwise):
+        return kernel
+    results = {m.output for m in members if isinstance(m, ir.Reduction)}
+    for load in expression_loads(kernel.body):
+        form = linear_form(load.index) if load.buffer in results else None
+        if form is not None:  # (which loop reads the row's result says which loop is the row)
+            candidate = permuted_to_rows(kernel, ranges, buffers, form[0], contiguous_strides(ranges))
+            if candidate is not kernel:
+                return candidate
+    return kernel
+
+
+def before_rows(kernel, reduction: ir.Reduction, buffers: dict[str, ir.Buffer]):
+    """`kernel`, a producer of `reduction`'s input about to join its group, looped rows first:
+    flattened rows (`over_rows`) or its loops reordered after how the reduction reads it."""
+    ranges = reduction.ranges
+    kernel = with_store(over_rows(kernel, ranges, buffers), buffers)
+    if not isinstance(kernel, ir.Pointwise) or kernel.scatter is not None:
+        return kernel
+    store = linear_form(ir.store_index(kernel, buffers[kernel.output]))
+    for load in expression_loads(reduction.body):
+        form = linear_form(load.index) if load.buffer == kernel.output else None
+        if form is not None and store is not None:
+            coefficients = tuple(form[0].get(v.name, 0) for v in reduction.variables)
+            candidate = permuted_to_rows(kernel, ranges, buffers, store[0], coefficients)
+            if candidate is not kernel:
+                return candidate
+    return kernel
+
+
 def fits(kernel, ranges: tuple[int, ...]) -> bool:
     return fit_refusal(kernel, ranges) is None
 
@@ -163,7 +280,8 @@ def local_buffers(members: list, outer: int, read_outside: set[str], itemsize: d
     local, total = [], 0
     for member in members:
         size = row_elements(member, outer) * itemsize[member.output]
-        if member.output not in read_outside and total + size <= MAX_LOCAL_BYTES:
+        # (a permuted member's row is not one stretch of its buffer: it stays in memory)
+        if member.output not in read_outside and total + size <= MAX_LOCAL_BYTES and not is_permuted(member):
             local.append(member.output)
             total += size
     return tuple(local)
@@ -199,7 +317,7 @@ def fuse_loops(program: ir.Program, refusals: list | None = None) -> ir.Program:
     ranges_of: list[tuple[int, ...] | None] = []
     for step in program.steps:
         if runs and ranges_of[-1] is not None:
-            candidate = over_rows(step, ranges_of[-1], buffers)
+            candidate = after_rows(step, runs[-1], ranges_of[-1], buffers)
             reason = join_refusal(candidate, runs[-1], ranges_of[-1])
             if reason is None:
                 runs[-1].append(candidate)
@@ -210,9 +328,9 @@ def fuse_loops(program: ir.Program, refusals: list | None = None) -> ir.Program:
             start = len(runs)
             while start > 0 and ranges_of[start - 1] is None and len(runs[start - 1]) == 1 \
                     and isinstance(runs[start - 1][0], ir.Pointwise) \
-                    and fits(over_rows(runs[start - 1][0], step.ranges, buffers), step.ranges):
+                    and fits(before_rows(runs[start - 1][0], step, buffers), step.ranges):
                 start -= 1
-            members = [over_rows(run[0], step.ranges, buffers) for run in runs[start:]]
+            members = [before_rows(run[0], step, buffers) for run in runs[start:]]
             while members:
                 failing = next(((k, reason) for k, m in enumerate(members)
                                 if (reason := join_refusal(m, members[:k], step.ranges)) is not None), None)

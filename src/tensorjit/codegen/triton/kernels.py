@@ -40,7 +40,7 @@ import re
 from .. import ir
 from ..memory import expression_loads, names_read, names_written
 from ..ops import bind_indirect, evaluate
-from ..schedule import linear_form, row_index
+from ..schedule import is_permuted, linear_form, row_index
 from ..values import IR_TO_TORCH, contiguous_strides
 from . import expressions, heuristics, interpreter_math
 from .heuristics import LaunchShape
@@ -158,22 +158,39 @@ def is_column_reduction(group: ir.LoopGroup) -> bool:
     return across and not along
 
 
-def same_lane(index: ir.Index, reader, group: ir.LoopGroup) -> bool:
-    """Does `reader` read, at `index`, the element of the row its own lane holds?"""
+def lane_strides(producer, reader, group: ir.LoopGroup) -> tuple[tuple[int, ...], int] | None:
+    """Where `producer` stored the element of each of `reader`'s lane variables, and the row's
+    first element: row-major over the lanes, or, for a member that stores elsewhere
+    (schedule.permuted_to_rows), its store's strides when both enumerate the same lanes."""
+    outer = len(group.ranges)
+    variables, sizes = lanes(reader, outer)
+    if not is_permuted(producer):
+        return contiguous_strides(sizes), 0
+    form = linear_form(row_index(producer.store, {v.name for v in group.variables}))
+    produced, produced_sizes = lanes(producer, outer)
+    if form is None or produced_sizes != sizes:
+        return None
+    return tuple(form[0].get(v.name, 0) for v in produced), form[1]
+
+
+def same_lane(index: ir.Index, reader, producer, group: ir.LoopGroup) -> bool:
+    """Does `reader` read, at `index`, the element of the row that its own lane of `producer`
+    computed (lanes enumerate a member's loops row-major)?"""
     variables, sizes = lanes(reader, len(group.ranges))
+    stored = lane_strides(producer, reader, group)
     form = linear_form(row_index(index, {v.name for v in group.variables}))
-    if form is None:
+    if form is None or stored is None:
         return False
     size_of = {v.name: size for v, size in zip(variables, sizes)}
     terms = {name: c for name, c in form[0].items() if size_of.get(name) != 1}
-    expected = {v.name: stride for v, size, stride in zip(variables, sizes, contiguous_strides(sizes)) if size != 1}
-    return form[1] == 0 and terms == expected
+    expected = {v.name: stride for v, size, stride in zip(variables, sizes, stored[0]) if size != 1}
+    return form[1] == stored[1] and terms == expected
 
 
 def in_registers(load: ir.Load, producer, reader, group: ir.LoopGroup, persistent: bool) -> bool:
     if isinstance(producer, ir.Reduction):
         return True  # one value per row, computed before the reader's code
-    return persistent and same_lane(load.index, reader, group)
+    return persistent and same_lane(load.index, reader, producer, group)
 
 
 def prepare_groups(program: ir.Program) -> ir.Program:

@@ -1,0 +1,134 @@
+"""Batch norm's statistics and the pointwise work around them are one row group although
+their loops disagree: the statistics loop over channels (rows) and reduce over N, H, W; the
+normalisation and ReLU's backward loop over (N, C, H, W). `schedule.permuted_to_rows` loops
+such a neighbour channel first, storing where it did (NCHW), so a training step's batch norm
+is one kernel forward and one backward, as torch.compile's are."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tensorjit.codegen import ir
+from tensorjit.codegen.decomp import decompositions
+from two_emitters import EMITTERS, compile_traced, compile_with, on_device
+
+DIMS = [0, 2, 3]
+
+
+def batch_norm_relu(x, weight, bias):
+    mean = x.mean(DIMS, keepdim=True)
+    var = ((x - mean) ** 2).mean(DIMS, keepdim=True)
+    normed = (x - mean) * torch.rsqrt(var + 1e-5)
+    return torch.relu(normed * weight[None, :, None, None] + bias[None, :, None, None]), mean, var
+
+
+def batch_norm_relu_backward(grad, out, x, mean, invstd, weight):
+    g = torch.where(out <= 0, 0.0, grad)
+    total = g.sum(DIMS)
+    dot = (g * (x - mean[None, :, None, None])).sum(DIMS)
+    count = x.numel() // x.shape[1]
+    scale = (invstd * weight)[None, :, None, None]
+    projection = (dot * invstd * invstd / count)[None, :, None, None]
+    return (g - (x - mean[None, :, None, None]) * projection - (total / count)[None, :, None, None]) * scale, total, dot
+
+
+def groups(compiled) -> list[ir.LoopGroup]:
+    return [s for s in compiled.program.steps if isinstance(s, ir.LoopGroup)]
+
+
+def kernels(compiled) -> list:
+    return [s for s in compiled.program.steps if not isinstance(s, ir.Extern)]
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+@pytest.mark.parametrize("shape", [(4, 6, 5, 3), (2, 16, 8, 8)])
+def test_statistics_and_normalisation_are_one_group(emitter, shape):
+    inputs = (torch.randn(shape), torch.randn(shape[1]), torch.randn(shape[1]))
+    compiled = compile_with(emitter, batch_norm_relu, *inputs)
+    assert len(kernels(compiled)) == 1 and len(groups(compiled)) == 1, compiled.program
+    [group] = groups(compiled)
+    assert any(isinstance(m, ir.Pointwise) and m.ranges[0] == shape[1] for m in group.members), group
+    for got, want in zip(compiled(*on_device(emitter, inputs)), batch_norm_relu(*inputs)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+@pytest.mark.parametrize("shape", [(4, 6, 5, 3), (2, 16, 8, 8)])
+def test_relu_backward_sums_and_input_gradient_are_one_group(emitter, shape):
+    channels = shape[1]
+    inputs = (torch.randn(shape), torch.randn(shape), torch.randn(shape), torch.randn(channels),
+              torch.rand(channels) + 0.5, torch.randn(channels))
+    compiled = compile_with(emitter, batch_norm_relu_backward, *inputs)
+    assert len(kernels(compiled)) == 1, compiled.program
+    for got, want in zip(compiled(*on_device(emitter, inputs)), batch_norm_relu_backward(*inputs)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def relu_sum_then_transposed(x):
+    """The second pointwise reads the first one's output transposed within each channel: still
+    inside the row (it joins after a barrier); rolled across channels it is not."""
+    y = torch.relu(x) * 2
+    total = y.sum(DIMS)
+    return y.transpose(2, 3) + total[None, :, None, None], torch.roll(y, 1, 1) - total[None, :, None, None]
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_permuted_members_read_elsewhere_in_their_row_or_not_at_all(emitter):
+    x = torch.randn(2, 4, 3, 3)
+    compiled = compile_with(emitter, relu_sum_then_transposed, x)
+    [group] = groups(compiled)
+    assert len(group.members) == 3 and len(kernels(compiled)) == 2, compiled.program  # the roll stays out
+    for got, want in zip(compiled(*on_device(emitter, (x,))), relu_sum_then_transposed(x)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_var_mean_returned_whole_is_reduced_once(emitter):
+    """The autograd partitioner saves var_mean's result whole for the backward; its getitems
+    read it too. Each reduction runs once (it ran twice: one more pass over the activation per
+    batch norm of a training step)."""
+    def statistics(x):
+        var, mean = torch.var_mean(x, DIMS, correction=0, keepdim=True)
+        return (x - mean) * torch.rsqrt(var + 1e-5), mean
+
+    x = torch.randn(4, 6, 5, 3)
+    gm = make_fx(statistics, decomposition_table=decompositions())(x)
+    [var_mean] = [n for n in gm.graph.nodes if n.target == torch.ops.aten.var_mean.correction]
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    output.args = (tuple(output.args[0]) + (var_mean,),)
+    gm.recompile()
+    x = on_device(emitter, (x,))[0]
+    compiled = compile_traced(emitter, gm, x)
+    reductions = [m for s in compiled.program.steps for m in getattr(s, "members", (s,)) if isinstance(m, ir.Reduction)]
+    assert len(reductions) == 2, compiled.program
+    normed, mean, (var, mean_again) = compiled(x)
+    expected_var, expected_mean = torch.var_mean(x, DIMS, correction=0, keepdim=True)
+    torch.testing.assert_close(var, expected_var)
+    torch.testing.assert_close(mean_again, expected_mean)
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_an_output_in_eager_permuted_strides_joins_its_group(emitter):
+    def transposed_softmax(x):
+        return x.softmax(-1).t() * 2
+
+    [x] = on_device(emitter, (torch.randn(8, 16),))
+    compiled = compile_with(emitter, transposed_softmax, x)
+    assert len(kernels(compiled)) == 1, compiled.program
+    got, want = compiled(x), transposed_softmax(x)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_channels_last_statistics_stay_a_column_reduction(emitter):
+    """Over NHWC the channels are the unit-stride loop: looping them as rows would read each
+    row's elements a row apart, so the normalisation stays its own kernel and the statistics
+    a column reduction (tiled across channels on the GPU)."""
+    inputs = (torch.randn(4, 16, 5, 3).to(memory_format=torch.channels_last), torch.randn(16), torch.randn(16))
+    compiled = compile_with(emitter, batch_norm_relu, *inputs)
+    for group in groups(compiled):
+        assert all(isinstance(m, ir.Reduction) for m in group.members), group
+    for got, want in zip(compiled(*on_device(emitter, inputs)), batch_norm_relu(*inputs)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
