@@ -92,13 +92,12 @@ def test_var_mean_returned_whole_is_reduced_once(emitter):
         var, mean = torch.var_mean(x, DIMS, correction=0, keepdim=True)
         return (x - mean) * torch.rsqrt(var + 1e-5), mean
 
-    x = torch.randn(4, 6, 5, 3)
+    [x] = on_device(emitter, (torch.randn(4, 6, 5, 3),))
     gm = make_fx(statistics, decomposition_table=decompositions())(x)
     [var_mean] = [n for n in gm.graph.nodes if n.target == torch.ops.aten.var_mean.correction]
     output = next(n for n in gm.graph.nodes if n.op == "output")
     output.args = (tuple(output.args[0]) + (var_mean,),)
     gm.recompile()
-    x = on_device(emitter, (x,))[0]
     compiled = compile_traced(emitter, gm, x)
     reductions = [m for s in compiled.program.steps for m in getattr(s, "members", (s,)) if isinstance(m, ir.Reduction)]
     assert len(reductions) == 2, compiled.program
