@@ -131,3 +131,31 @@ def test_channels_last_statistics_stay_a_column_reduction(emitter):
         assert all(isinstance(m, ir.Reduction) for m in group.members), group
     for got, want in zip(compiled(*on_device(emitter, inputs)), batch_norm_relu(*inputs)):
         torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_few_rows_are_not_stacked_below_two_programs_per_multiprocessor():
+    """Stacking short rows XBLOCK to a program is for many rows: 512 channels of 16x4x4 pixels
+    stacked 16 to a program ran on 32 programs (0.21 ms where 512 programs take microseconds)."""
+    from tensorjit.codegen.triton import heuristics
+
+    for rows, length in [(512, 256), (128, 1024), (128, 16)]:
+        shape = heuristics.persistent_reduction_shape(rows, length)
+        assert shape.grid[0] >= min(rows, heuristics.MIN_PROGRAMS), (rows, length, shape)
+    assert heuristics.persistent_reduction_shape(4096, 768).xblock > 1  # many rows still share programs
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_a_permuted_producer_read_lane_by_lane_stays_in_registers(emitter):
+    """ReLU's backward feeds only its group's sums and the input gradient: the Triton kernel
+    keeps it in registers (never stored); C++ scratch rows are indexed by offset in the row,
+    where a permuted member's offsets do not fit, so there it is stored."""
+    shape = (2, 16, 4, 4)
+    inputs = (torch.randn(shape), torch.randn(shape), torch.randn(shape), torch.randn(16),
+              torch.rand(16) + 0.5, torch.randn(16))
+    compiled = compile_with(emitter, batch_norm_relu_backward, *inputs)
+    [group] = groups(compiled)
+    producer = group.members[0]
+    assert isinstance(producer, ir.Pointwise) and producer.store is not None, group
+    assert (producer.output in group.local) == (emitter == "triton"), group
+    for got, want in zip(compiled(*on_device(emitter, inputs)), batch_norm_relu_backward(*inputs)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)

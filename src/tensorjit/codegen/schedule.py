@@ -280,8 +280,7 @@ def local_buffers(members: list, outer: int, read_outside: set[str], itemsize: d
     local, total = [], 0
     for member in members:
         size = row_elements(member, outer) * itemsize[member.output]
-        # (a permuted member's row is not one stretch of its buffer: it stays in memory)
-        if member.output not in read_outside and total + size <= MAX_LOCAL_BYTES and not is_permuted(member):
+        if member.output not in read_outside and total + size <= MAX_LOCAL_BYTES:
             local.append(member.output)
             total += size
     return tuple(local)
@@ -295,6 +294,20 @@ def row_index(index: ir.Index, outer_variables: set[str]) -> ir.Index:
         return index  # an indirect index is never a row-local read (not linear: fuse_loops refuses it)
     left, right = row_index(index.left, outer_variables), row_index(index.right, outer_variables)
     return ir.index_add(left, right) if index.op == "add" else ir.index_mul(left, right)
+
+
+def permuted_in_memory(program: ir.Program) -> ir.Program:
+    """For an emitter whose row-local scratch is an array indexed by a member's offset in the
+    row (`row_index` of its store, C++): permuted members (`permuted_to_rows`) store at offsets
+    beyond the row's extent, so they stay in memory. (Triton keeps scratch in registers, lane
+    by lane: `triton.kernels.prepare_groups` decides there.)"""
+    steps = []
+    for step in program.steps:
+        if isinstance(step, ir.LoopGroup) and step.local:
+            permuted = {m.output for m in step.members if is_permuted(m)}
+            step = dataclasses.replace(step, local=tuple(name for name in step.local if name not in permuted))
+        steps.append(step)
+    return dataclasses.replace(program, steps=tuple(steps))
 
 
 UNGROUPABLE: list[set[str]] = [set()]

@@ -16,6 +16,7 @@ import torch
 from ... import logs
 from ..pipeline import compile_graph
 from ..report import timed
+from ..schedule import permuted_in_memory
 from ..wrapper import CppLaunch
 from ...runtime.disk_cache import UntrustedCache
 from ..triton.layout import prefer_channels_last
@@ -37,7 +38,7 @@ class CppEmitter:
             prefer_channels_last(gm, example_inputs, require_cuda=False)
 
     def prepare(self, program):
-        return program
+        return permuted_in_memory(program)
 
     def build(self, name: str, program, config) -> CppLaunch | None:
         with timed(name, "emit"):
