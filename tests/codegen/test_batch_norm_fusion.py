@@ -142,6 +142,9 @@ def test_few_rows_are_not_stacked_below_two_programs_per_multiprocessor():
         shape = heuristics.persistent_reduction_shape(rows, length)
         assert shape.grid[0] >= min(rows, heuristics.MIN_PROGRAMS), (rows, length, shape)
     assert heuristics.persistent_reduction_shape(4096, 768).xblock > 1  # many rows still share programs
+    assert heuristics.persistent_reduction_shape(128, 1024).num_warps >= 4  # (one warp took 4.6 us a row)
+    assert heuristics.pointwise_shape(32768, heavy=True).grid[0] >= heuristics.MIN_PROGRAMS
+    assert heuristics.pointwise_shape(1 << 22).xblock == 1024
 
 
 @pytest.mark.parametrize("emitter", EMITTERS)
