@@ -9,6 +9,7 @@ than one user (never recompute), feeds an Extern, or is a graph output.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -142,12 +143,14 @@ def node_values(gm: torch.fx.GraphModule, example_inputs) -> dict:
 
 class GraphLowering:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, *, half_floats: bool = False,
-                 device: torch.device | None = None):
+                 device: torch.device | None = None, shared_ops: int = MAX_SHARED_OPS):
         """half_floats: the emitter computes float16/bfloat16 (values.HALF_FLOATS). device: where
         the emitter's kernels run; a tensor elsewhere (a CPU scalar constant in a CUDA graph, a
-        CPU arange) is only ever passed to ATen calls, which follow eager's device rules."""
+        CPU arange) is only ever passed to ATen calls, which follow eager's device rules.
+        shared_ops: what the emitter recomputes rather than store (`cheap_to_share`)."""
         self.gm = gm
         self.half_floats = half_floats
+        self.shared_ops = shared_ops
         self.device = device
         self.example_inputs = example_inputs
         self.meta = node_values(gm, example_inputs)
@@ -325,7 +328,17 @@ class GraphLowering:
         body = value.load(tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape))))
         every = {f"i{d}" for d, size in enumerate(value.shape) if size != 1}
         reads = {load.buffer for load in expression_loads(body) if ir.variables_of(load.index) >= every}
-        return count_ops(body) <= MAX_SHARED_OPS and len(reads) <= MAX_SHARED_READS
+        return count_ops(body) <= self.sharing_budget(node, value) and len(reads) <= MAX_SHARED_READS
+
+    def sharing_budget(self, node, value: LazyValue) -> int:
+        """The emitter's budget (`shared_ops`) where no user reads the value broadcast over more
+        elements than it has (recomputed once per element either way); MAX_SHARED_OPS where one
+        does (a rotary table recomputed for every head)."""
+        numel = math.prod(value.shape)
+        users = [self.meta.get(user) for user in node.users]
+        if all(isinstance(meta, torch.Tensor) and meta.numel() <= numel for meta in users):
+            return max(self.shared_ops, MAX_SHARED_OPS)
+        return MAX_SHARED_OPS
 
     def feeds_extern(self, node) -> bool:
         """Does `node` (a view) reach, through views only, a node that will not be lowered

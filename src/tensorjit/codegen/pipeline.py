@@ -15,7 +15,8 @@ compiler). The steps, in order:
     wrapper.build_runner           one wrapper for every device; memory.last_uses frees temporaries
 
 An emitter has `half_floats` (does it compute float16/bfloat16), `device` (where its kernels
-run: tensors elsewhere only reach ATen calls) and the three methods above; everything else is
+run: tensors elsewhere only reach ATen calls), `shared_ops` (the operations per element it
+recomputes rather than store a shared value) and the three methods above; everything else is
 shared.
 """
 
@@ -36,7 +37,8 @@ def compile_graph(gm, example_inputs, config, emitter):
     eager = gm.forward  # the graph as traced: prepare_graph rewrites gm in place
     emitter.prepare_graph(gm, example_inputs)
     with timed(name, "lowering"):
-        lowered = GraphLowering(gm, example_inputs, half_floats=emitter.half_floats, device=emitter.device)
+        lowered = GraphLowering(gm, example_inputs, half_floats=emitter.half_floats, device=emitter.device,
+                                shared_ops=emitter.shared_ops)
         program = emitter.prepare(fuse_loops(squeeze_unit_loops(lowered.run())))
     if getattr(config, "verify_ir", False):
         verify(program)

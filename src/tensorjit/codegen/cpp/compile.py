@@ -16,6 +16,7 @@ import torch
 from ... import logs
 from ..pipeline import compile_graph
 from ..report import timed
+from ..graph import MAX_SHARED_OPS
 from ..schedule import permuted_in_memory
 from ..wrapper import CppLaunch
 from ...runtime.disk_cache import UntrustedCache
@@ -31,6 +32,7 @@ class CppEmitter:
     """The C++ emitter's part of the pipeline: one translation unit per graph, loaded with ctypes."""
 
     half_floats = False  # no half types in the C++ kernels: those ops stay ATen calls
+    shared_ops = MAX_SHARED_OPS
     device = torch.device("cpu")
 
     def prepare_graph(self, gm, example_inputs) -> None:
