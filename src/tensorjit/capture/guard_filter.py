@@ -21,7 +21,9 @@ from .sources import GlobalSource, ModuleGlobalSource, Source
 GUARD_TYPES = {"type": "TYPE_MATCH", "id": "ID_MATCH", "constant": "EQUALS_MATCH", "tensor": "TENSOR_MATCH",
                "tensor_dynamic": "TENSOR_MATCH", "length": "SEQUENCE_LENGTH", "at_least": "SEQUENCE_LENGTH", "missing_attribute": "HASATTR", "keys": "DICT_KEYS_MATCH", "set_items": "EQUALS_MATCH",
                "same": "OBJECT_ALIASING", "global_state": "GLOBAL_STATE", "expression": "SHAPE_ENV",
-               "no_hooks": "NN_MODULE_HOOKS"}
+               "no_hooks": "NN_MODULE_HOOKS", "no_backward_hooks": "NN_MODULE_HOOKS",
+               "no_global_hooks": "NN_MODULE_HOOKS", "no_global_backward_hooks": "NN_MODULE_HOOKS",
+               "code": "ID_MATCH", "items": "EQUALS_MATCH", "aliasing": "NO_TENSOR_ALIASING"}
 
 
 @dataclass
