@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from ..config import Config
-from . import builder, polyfills
+from . import builder, cpython, polyfills
 from .autograd_function import applied_function, call_apply
 from .breaks import GraphBreak, UserLocation
 from .output import OutputGraph, SideEffect
@@ -39,7 +39,6 @@ from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValu
 from .values.records import RecordValue
 from .values.tensors import TensorValue, record_call
 
-PY = sys.version_info[:2]
 MAX_STEPS = 200_000
 
 
@@ -67,7 +66,7 @@ def instructions_of(code: types.CodeType) -> tuple[list[Instruction], dict[int, 
     result: list[Instruction] = []
     lineno = code.co_firstlineno
     everything = list(dis.get_instructions(code))
-    raw = [i for i in everything if i.opname not in ("EXTENDED_ARG", "CACHE")]
+    raw = [i for i in everything if i.opname not in cpython.NOT_INSTRUCTIONS]
     index_of = {i.offset: n for n, i in enumerate(raw)}
     # A jump may target the EXTENDED_ARG prefix of an instruction: map it to that instruction.
     for i in reversed(everything):
@@ -78,21 +77,13 @@ def instructions_of(code: types.CodeType) -> tuple[list[Instruction], dict[int, 
         if i.positions is not None and i.positions.lineno is not None:
             lineno = i.positions.lineno
         target = None
-        if i.opcode in dis.hasjrel or i.opcode in dis.hasjabs:
+        if i.opcode in cpython.JUMP_OPCODES:
             target = index_of.get(i.argval)
         result.append(Instruction(i.opname, i.opcode, i.arg, i.argval, i.offset, lineno, target))
     return result, index_of
 
 
 _INSTRUCTION_CACHE: dict[types.CodeType, tuple] = {}
-_EXCEPTION_TABLES: dict[types.CodeType, list] = {}
-
-
-def exception_table(code: types.CodeType) -> list:
-    table = _EXCEPTION_TABLES.get(code)
-    if table is None:
-        table = _EXCEPTION_TABLES[code] = dis._parse_exception_table(code)
-    return table
 
 
 def cached_instructions(code: types.CodeType):
@@ -192,7 +183,7 @@ class Frame:
 
     def enter_handler(self, inst: Instruction, error: GraphBreak) -> bool:
         """Follow the exception table to the handler of `error`'s exception, as CPython would."""
-        for entry in exception_table(self.code):
+        for entry in cpython.exception_table(self.code):
             if entry.start <= inst.offset < entry.end:
                 del self.stack[entry.depth:]
                 if entry.lasti:
