@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from . import cpython
 from .guards import Guard
 from .higher_order import higher_order_value
 from .markers import marked_value
@@ -244,8 +245,7 @@ def _identity_guarded(obj: Any) -> bool:
 
 
 def _wrap_callable_or_object(tx, obj: Any, source: Source | None) -> Value:
-    from .opcodes import CALL_ADAPTER
-    if obj is CALL_ADAPTER:  # a NULL stack slot that a resume function received
+    if obj is cpython.CALL_ADAPTER:  # a NULL stack slot that a resume function received
         return ObjectValue(obj, source)
     marked = marked_value(obj, source)  # allow_in_graph, assume_constant_result, substitute_in_graph
     if marked is not None:

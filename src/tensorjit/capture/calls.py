@@ -88,7 +88,6 @@ def _bad_call(message: str) -> GraphBreak:
 
 def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .generators import GeneratorValue
-    from .interpreter import Frame
     from .skipfiles import check_inlinable
     if fn.code is HELPER_CODE:  # calling a @contextlib.contextmanager function
         return GeneratorContextValue(fn, list(args), dict(kwargs))
@@ -106,7 +105,7 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
         cells[name] = CellValue(bound.pop(name, None))
     for name, cell in zip(code.co_freevars, fn.closure_cells(tx)):
         cells[name] = cell
-    frame = Frame(tx.capture, code, fn.globals, tx, bound, cells)
+    frame = tx.child_frame(code, fn.globals, bound, cells)
     if code.co_flags & CO_GENERATOR:  # runs lazily, as far as the program reads it
         frame.is_generator = True
         return GeneratorValue(frame, fn, list(args), dict(kwargs))

@@ -75,7 +75,6 @@ class GeneratorContextValue(Value):
 
     def enter(self, tx) -> Value:
         from .calls import bind_arguments
-        from .interpreter import Frame
         from .values.objects import CellValue
         if self.frame is not None:
             raise GraphBreak("contextmanager", "a contextmanager object entered twice")
@@ -85,7 +84,7 @@ class GeneratorContextValue(Value):
         cells = {name: CellValue(bound.pop(name, None)) for name in code.co_cellvars}
         for name, cell in zip(code.co_freevars, fn.closure_cells(tx)):
             cells[name] = cell
-        frame = self.frame = Frame(tx.capture, code, fn.globals, tx, bound, cells)
+        frame = self.frame = tx.child_frame(code, fn.globals, bound, cells)
         frame.is_generator = True
         try:
             frame.run()

@@ -30,7 +30,6 @@ from .generators import unclosed_protected
 from .guard_filter import filter_guards
 from .guards import GUARDED_INPUTS, CompiledGuards, global_state_guards, saved_guards
 from .interpreter import Capture, Frame, StopCapture
-from .opcodes import CALL_ADAPTER
 from .output import OutputGraph
 from .resume import Successor, TailCall, hidden_parameters, resume_code, transformed_code
 from .dynamic import DynamicPolicy, may_vary, shape_guards
@@ -411,7 +410,7 @@ def _rebuilt_stack(frame: Frame, index: int, stack: list[Value]) -> tuple[list[V
     inst = frame.instructions[index]
     values: list[Value] = []
     for value in stack:
-        values.append(_ConstantMarker(CALL_ADAPTER) if isinstance(value, NullValue) else value)
+        values.append(_ConstantMarker(cpython.CALL_ADAPTER) if isinstance(value, NullValue) else value)
     callee = cpython.callee_slot(inst.opname, inst.arg, len(stack))
     if cpython.NULL_AFTER_CALLABLE:
         if callee is not None and _is_adapter(stack[callee]):  # a resume function's [ADAPTER, fn, ...]
@@ -422,7 +421,7 @@ def _rebuilt_stack(frame: Frame, index: int, stack: list[Value]) -> tuple[list[V
             if _null_consumer(frame, index, len(stack), position) == "CALL_FUNCTION_EX":
                 values[position] = _ConstantMarker(None)
             else:
-                values[position - 1], values[position] = _ConstantMarker(CALL_ADAPTER), stack[position - 1]
+                values[position - 1], values[position] = _ConstantMarker(cpython.CALL_ADAPTER), stack[position - 1]
                 if callee == position - 1:
                     callee = position
     wrapped = {callee} if callee is not None and 0 <= callee < len(values) and \
@@ -431,7 +430,7 @@ def _rebuilt_stack(frame: Frame, index: int, stack: list[Value]) -> tuple[list[V
 
 
 def _is_adapter(value: Value) -> bool:
-    return getattr(value, "obj", None) is CALL_ADAPTER
+    return getattr(value, "obj", None) is cpython.CALL_ADAPTER
 
 
 def _null_consumer(frame: Frame, index: int, depth: int, position: int) -> str | None:

@@ -26,6 +26,7 @@ from ..config import Config
 from . import builder, cpython, polyfills
 from .autograd_function import applied_function, call_apply
 from .breaks import GraphBreak, UserLocation
+from .module_call import call_module
 from .output import OutputGraph, SideEffect
 from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
 from .values.base import ConstantValue, NULL, NullValue, Value
@@ -262,6 +263,10 @@ class Frame:
             return call_apply(self, function_class, args, kwargs)
         return fn.call(self, args, kwargs)
 
+    def call_module(self, module: NNModuleValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        """Call an nn.Module: hooks and forward (module_call.py)."""
+        return call_module(self, module, args, kwargs)
+
     def call_object(self, value: ObjectValue, args, kwargs) -> Value:
         from .calls import call_object
         return call_object(self, value, args, kwargs)
@@ -271,6 +276,11 @@ class Frame:
         if isinstance(method, types.FunctionType):
             return self.call(FunctionValue(method), [obj, *args], {})
         raise GraphBreak("unsupported-operation", f"{obj.python_type().__name__}.{name} is not a Python method")
+
+    def getitem(self, obj: Value, index: Value) -> Value:
+        """`obj[index]`, as BINARY_SUBSCR does it."""
+        from .opcodes import getitem  # opcodes.py imports this module
+        return getitem(self, obj, index)
 
     def binary_op(self, op: Callable, a: Value, b: Value) -> Value:
         from .calls import binary_op
@@ -323,6 +333,11 @@ class Frame:
         raise GraphBreak("tensor-attribute", f".{name} of {source}")
 
     # -- inlining ------------------------------------------------------------------------
+    def child_frame(self, code: types.CodeType, globals_: dict, locals_: dict[str, Value],
+                    cells: dict[str, Any]) -> "Frame":
+        """The frame of a function this one calls (inlined, or a generator's, run lazily)."""
+        return Frame(self.capture, code, globals_, self, locals_, cells)
+
     def inline_function(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
         from .calls import inline_function
         from .regions import capture_region, is_compile_region, region_function

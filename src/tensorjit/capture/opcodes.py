@@ -16,7 +16,7 @@ import torch
 from . import cpython
 from .breaks import GraphBreak
 from .contextmanagers import Suspended
-from .cpython import FROM_312, FROM_313, PY, PY311, PY312, PY313, PY314, UP_TO_312
+from .cpython import CALL_ADAPTER, FROM_312, FROM_313, PY, PY311, PY312, PY313, PY314, UP_TO_312
 from .generators import GeneratorValue
 from .interpreter import Frame, Instruction, Return
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
@@ -767,14 +767,6 @@ def call_function(f: Frame, fn: Value, args: list[Value], kwargs: dict[str, Valu
     if isinstance(fn, ObjectValue) and fn.obj is CALL_ADAPTER:
         return f.call(args[0], args[1:], kwargs)
     return f.call(fn, args, kwargs)
-
-
-def _call_adapter(fn, *args, **kwargs):
-    """Stands in for a NULL stack slot in generated code: calls fn like CALL would."""
-    return fn(*args, **kwargs)
-
-
-CALL_ADAPTER = _call_adapter
 
 
 @opcode()

@@ -489,10 +489,9 @@ class GetterValue(Value):
         return self.kind
 
     def call(self, tx, args, kwargs) -> Value:
-        from ..opcodes import getitem
         obj = args[0]
         if self.kind is operator.itemgetter:
-            found = [getitem(tx, obj, tx.wrap_constant_object(k)) for k in self.keys]
+            found = [tx.getitem(obj, tx.wrap_constant_object(k)) for k in self.keys]
         else:
             found = []
             for path in self.keys:

@@ -166,8 +166,7 @@ class NNModuleValue(ObjectValue):
         return super().getattr(tx, name)
 
     def call(self, tx, args, kwargs) -> Value:
-        from ..module_call import call_module
-        return call_module(tx, self, args, kwargs)
+        return tx.call_module(self, args, kwargs)
 
     def __repr__(self) -> str:
         return f"NNModuleValue({type(self.obj).__name__})"
