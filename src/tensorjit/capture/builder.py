@@ -23,10 +23,12 @@ from . import cpython
 from .guards import Guard
 from .higher_order import higher_order_value
 from .markers import marked_value
-from .sources import AttrSource, ItemSource, Source
+from .polyfills.functools import wrap_partial
+from .sources import (AttrSource, ItemAheadSource, ItemSource, ItemsLeftSource, ProxiedMappingSource, Source,
+                      item_ahead, items_left)
 from .values.base import ConstantValue, Value
 from .values.builtins import BuiltinValue, has_handler
-from .values.containers import DictValue, ListValue, SetValue, TupleValue
+from .values.containers import DictValue, InputIteratorValue, ListValue, MappingProxyValue, SetValue, TupleValue
 from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
 from .values.objects import EnvironValue, NNModuleValue, ObjectValue
 from .values.tensors import SymbolicIntValue, TensorValue
@@ -115,7 +117,6 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     if type(obj) in _SEQUENCE_ITERATORS:
         return _wrap_iterator(tx, obj, source)
     if type(obj) is functools.partial:  # guarded by what it holds: an equal partial swapped in is the same
-        from .polyfills.functools import wrap_partial
         return wrap_partial(tx, obj, source)
     if isinstance(obj, types.MethodType):
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
@@ -135,8 +136,6 @@ def _wrap_mapping_proxy(tx, obj: types.MappingProxyType, source: Source) -> Valu
     """A mappingproxy from outside: a read-only view of the dict it refers to, which is wrapped
     (and guarded) as any dict is, one value with any other path that reaches it."""
     import gc
-    from .sources import ProxiedMappingSource
-    from .values.containers import MappingProxyValue
     tx.output.guard(Guard(source, "type", types.MappingProxyType))
     referents = gc.get_referents(obj)
     mapping = wrap(tx, referents[0], ProxiedMappingSource(source)) if len(referents) == 1 else None
@@ -220,8 +219,6 @@ _SET_ITEM_TYPES = _PLAIN_SET_ITEMS + (types.FunctionType, types.BuiltinFunctionT
 def _wrap_iterator(tx, obj: Any, source: Source) -> Value:
     """An iterator over a list, tuple or range, read without advancing it (through __reduce__):
     capture takes items ahead of where it is, and generated code advances it by as many."""
-    from .sources import ItemAheadSource, ItemsLeftSource, items_left, item_ahead
-    from .values.containers import InputIteratorValue
     tx.output.guard(Guard(source, "type", type(obj)))
 
     def take(ahead: int) -> Value:

@@ -27,6 +27,9 @@ from .markers import break_is_error
 from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
 from .contextmanagers import HELPER_CODE, ContextManagerFactoryValue, GeneratorContextValue
+from .generators import GeneratorValue
+from .skipfiles import check_inlinable
+from .sources import AttrSource, ReferentSource
 from .values.container_subclasses import container_base, instantiate as instantiate_container
 from .values.containers import (DictValue, IteratorValue, ListValue, MappingProxyValue, SequenceValue, TupleValue, SetValue,
                                hash_key)
@@ -87,8 +90,6 @@ def _bad_call(message: str) -> GraphBreak:
 
 
 def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    from .generators import GeneratorValue
-    from .skipfiles import check_inlinable
     if fn.code is HELPER_CODE:  # calling a @contextlib.contextmanager function
         return GeneratorContextValue(fn, list(args), dict(kwargs))
     if getattr(fn, "fn", None) is contextlib.contextmanager and len(args) == 1 and not kwargs:
@@ -125,8 +126,6 @@ def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Val
     if isinstance(obj, NullExit):  # the exit of a profiler range or nullcontext entered before a break
         return ConstantValue(False)
     if isinstance(obj, GradExit):  # the exit of a grad-mode block entered at a graph break
-        from .guards import Guard
-        from .sources import AttrSource
         if value.source is not None:
             tx.output.guard(Guard(AttrSource(value.source, "previous"), "constant", obj.previous))
         return tx.set_grad_enabled(obj.previous)
@@ -148,7 +147,6 @@ def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Val
 
 def _referent(tx, value: ObjectValue) -> Value:
     """`ref()`: the object a weak reference points to, read (and guarded) through the reference."""
-    from .sources import ReferentSource
     if value.source is None:
         return tx.wrap_constant_object(value.obj())
     return tx.wrap(value.obj(), ReferentSource(value.source))

@@ -16,6 +16,8 @@ import contextlib
 
 from .breaks import GraphBreak
 from .values.base import ConstantValue, Value
+from .values.functions import FunctionValue
+from .values.objects import CellValue
 
 
 @contextlib.contextmanager
@@ -36,7 +38,6 @@ class Suspended(Exception):
 
 def generator_function(helper) -> Value:
     """The decorated generator function a contextlib helper closes over (`func`)."""
-    from .values.functions import FunctionValue
     fn = getattr(helper, "fn", None)
     if fn is None or "func" not in fn.__code__.co_freevars:
         raise GraphBreak("contextmanager", "a contextmanager function made inside the compiled function")
@@ -75,7 +76,6 @@ class GeneratorContextValue(Value):
 
     def enter(self, tx) -> Value:
         from .calls import bind_arguments
-        from .values.objects import CellValue
         if self.frame is not None:
             raise GraphBreak("contextmanager", "a contextmanager object entered twice")
         fn = self.function

@@ -24,10 +24,13 @@ import torch
 
 from ..config import Config
 from . import builder, cpython, polyfills
+from .attributes import delete_attribute, store_attribute
 from .autograd_function import applied_function, call_apply
 from .breaks import GraphBreak, UserLocation
+from .calls import binary_op, call_object, inline_function
 from .module_call import call_module
 from .output import OutputGraph, SideEffect
+from .regions import capture_region, is_compile_region, region_function
 from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
 from .values.base import ConstantValue, NULL, NullValue, Value
 from .values.lazy import LazyValue
@@ -268,7 +271,6 @@ class Frame:
         return call_module(self, module, args, kwargs)
 
     def call_object(self, value: ObjectValue, args, kwargs) -> Value:
-        from .calls import call_object
         return call_object(self, value, args, kwargs)
 
     def call_dunder(self, obj: Value, name: str, args: list[Value]) -> Value:
@@ -283,7 +285,6 @@ class Frame:
         return getitem(self, obj, index)
 
     def binary_op(self, op: Callable, a: Value, b: Value) -> Value:
-        from .calls import binary_op
         return binary_op(self, op, a, b)
 
     def iterate(self, obj: Value) -> IteratorValue:
@@ -298,13 +299,11 @@ class Frame:
 
     def store_attribute(self, obj: Value, name: str, value: Value, custom: bool = True) -> Value:
         """`obj.name = value`; custom=False is `object.__setattr__` (no class __setattr__)."""
-        from .attributes import store_attribute
         store_attribute(self, obj, name, value, custom)
         return ConstantValue(None)
 
     def delete_attribute(self, obj: Value, name: str, custom: bool = True) -> Value:
         """`del obj.name`; custom=False is `object.__delattr__` (no class __delattr__)."""
-        from .attributes import delete_attribute
         delete_attribute(self, obj, name, custom)
         return ConstantValue(None)
 
@@ -339,8 +338,6 @@ class Frame:
         return Frame(self.capture, code, globals_, self, locals_, cells)
 
     def inline_function(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
-        from .calls import inline_function
-        from .regions import capture_region, is_compile_region, region_function
         if is_compile_region(fn):  # nested_compile_region: inlined, then outlined into a shared subgraph
             marked = region_function(fn)
             return capture_region(self, lambda: inline_function(self, marked, args, kwargs))

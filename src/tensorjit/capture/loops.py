@@ -22,7 +22,9 @@ import torch
 import torch.utils._pytree as pytree
 
 from .breaks import GraphBreak
-from .values.base import CallableConstant, Value
+from .values.base import CallableConstant, ConstantValue, Value
+from .values.containers import ListValue, TupleValue
+from .values.tensors import TensorValue, record_call
 
 
 class LoopBody(torch.nn.Module):
@@ -41,8 +43,6 @@ class LoopBody(torch.nn.Module):
 
 def _structure(tx, value: Value, what: str) -> Any:
     """`value` as a Python structure whose leaves are TensorValues (tuples and lists of them)."""
-    from .values.containers import ListValue, TupleValue
-    from .values.tensors import TensorValue
     if isinstance(value, TensorValue):
         return value
     if isinstance(value, (TupleValue, ListValue)):
@@ -90,7 +90,6 @@ def _record(tx, op, bodies: list[LoopBody], operands: tuple, fake: Callable | No
 
 def _items(tx, node: torch.fx.Node, result) -> list[Value]:
     """The TensorValues of a flat tuple or list result."""
-    from .values.tensors import TensorValue
     values = []
     for index, example in enumerate(result):
         item = tx.output.create_node("call_function", operator.getitem, (node, index), {}, example)
@@ -99,8 +98,6 @@ def _items(tx, node: torch.fx.Node, result) -> list[Value]:
 
 
 def _rebuild(tx, leaves: list[Value], spec) -> Value:
-    from .values.containers import ListValue, TupleValue
-
     def build(structure):
         if isinstance(structure, tuple):
             return TupleValue([build(item) for item in structure], tuple)
@@ -176,8 +173,6 @@ def _scan_puts_outputs_back_at_dim() -> bool:
 
 class ScanValue(CallableConstant):
     def call(self, tx, args, kwargs) -> Value:
-        from .values.base import ConstantValue
-        from .values.tensors import record_call
         bound = _bind(args, kwargs, ("combine_fn", "init", "xs", "dim", "reverse"), "scan")
         init_leaves, init_spec = pytree.tree_flatten(_structure(tx, bound["init"], "scan's init"))
         xs_leaves, xs_spec = pytree.tree_flatten(_structure(tx, bound["xs"], "scan's xs"))
@@ -207,7 +202,6 @@ class ScanValue(CallableConstant):
         if dim != 0 and _scan_puts_outputs_back_at_dim():
             ys = [record_call(tx, torch.movedim, [y, ConstantValue(0), ConstantValue(dim)], {})
                   if dim < y.example.dim() else y for y in ys]
-        from .values.containers import TupleValue
         return TupleValue([_rebuild(tx, carry, init_spec), _rebuild(tx, ys, body.spec)], tuple)
 
 

@@ -19,14 +19,15 @@ from .contextmanagers import Suspended
 from .cpython import CALL_ADAPTER, FROM_312, FROM_313, PY, PY311, PY312, PY313, PY314, UP_TO_312
 from .generators import GeneratorValue
 from .interpreter import Frame, Instruction, Return
+from .sources import TensorKeySource
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
 from .values.builtins import BuiltinValue, object_text
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
                                 SetValue, SliceValue, TupleValue, hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue,
-                             lookup_static)
+from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, SuperValue,
+                             UserObjectValue, lookup_static)
 from .values.records import RecordValue
 from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
 
@@ -257,7 +258,6 @@ def LOAD_SUPER_ATTR(f, i):
     obj = f.pop()
     cls = f.pop()
     f.pop()  # the global `super`
-    from .values.objects import SuperValue
     attr = SuperValue(cls.constant(), obj).getattr(f, i.argval)
     if i.arg & 1:
         _push_call_pair(f, attr)
@@ -414,7 +414,6 @@ def _tensor_keyed_item(f: Frame, obj: Value, key: TensorValue) -> Value | None:
     """`mapping[t]` for a dict from outside keyed by tensors (by identity, as Python hashes them),
     when `t` is an input too: read now, guarded through both sources. A missing key is left to
     eager Python (a defaultdict would make the item)."""
-    from .sources import TensorKeySource
     mapping = obj.obj if isinstance(obj, ObjectValue) else None
     if not isinstance(mapping, dict) or obj.source is None or key.source is None:
         return None

@@ -16,10 +16,12 @@ from typing import Any
 import torch
 
 from ..breaks import GraphBreak
-from ..sources import AttrSource, CellSource, ClosureSource, ItemSource
+from ..guards import Guard
+from ..sources import AttrSource, CellSource, ClosureSource, EnvironSource, ItemSource
 from .base import DELETED, ConstantValue, NULL, Value
 from .containers import ContainerMethodValue, DictValue, SetValue, TupleValue
 from .functions import FunctionValue, MethodValue
+from .lazy import LazyValue
 
 
 def lookup_static(cls: type, name: str) -> tuple[Any, type | None]:
@@ -89,7 +91,6 @@ class ObjectValue(Value):
     def _guard_missing(self, tx, name: str) -> None:
         """The answer `hasattr(obj, name) is False` holds while the attribute stays missing (set later, it recompiles)."""
         if self.source is not None:
-            from ..guards import Guard
             tx.output.guard(Guard(self.source, "missing_attribute", name))
 
     def _class_attribute(self, tx, cls: type, name: str) -> Value:
@@ -237,7 +238,6 @@ class CellValue(Value):
     def load(self, tx) -> Value:
         if self.contents is None:
             raise GraphBreak("unbound-cell", "free variable referenced before assignment")
-        from .lazy import LazyValue
         if type(self.contents) is LazyValue:
             self.contents = self.contents.realize(tx)
         return self.contents
@@ -345,7 +345,6 @@ class DictReadValue(Value):
         self.name = name
 
     def call(self, tx, args, kwargs) -> Value:
-        from ..guards import Guard
         real: dict = self.owner.obj
         tx.output.guard(Guard(self.owner.source, "keys", tuple(real.keys())))
         key = args[0].constant()
@@ -370,8 +369,6 @@ class EnvironValue(Value):
 
     def read(self, tx, key: str) -> Value:
         import os
-        from ..guards import Guard
-        from ..sources import EnvironSource
         value = os.environ.get(key)
         tx.output.guard(Guard(EnvironSource(key), "constant", value))
         return ConstantValue(value)
