@@ -189,19 +189,6 @@ def _builtin_on_tensor(tx, fn, args, kwargs) -> Value:
     raise GraphBreak("unsupported-call", f"{getattr(fn, '__qualname__', fn)} on a tensor")
 
 
-def wrap_attribute_of_constant(tx, value: ConstantValue, name: str) -> Value:
-    obj = value.value
-    if isinstance(obj, torch.dtype) or isinstance(obj, torch.device) or isinstance(
-            obj, (int, float, str, bool, complex, type(None), tuple, range, slice, frozenset, bytes,
-                  inspect.Signature, inspect.Parameter, types.MappingProxyType)):
-        try:
-            attr = getattr(obj, name)
-        except AttributeError:
-            raise GraphBreak("attribute-error", f"{type(obj).__name__!r} object has no attribute {name!r}")
-        return tx.wrap_constant_object(attr)
-    raise GraphBreak("getattr", f"attribute {name!r} of constant {type(obj).__name__}")
-
-
 # -- handlers ---------------------------------------------------------------------------
 @builtin(py.len)
 def _len(tx, obj: Value) -> Value:

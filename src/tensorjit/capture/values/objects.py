@@ -607,8 +607,7 @@ class NullContextValue(Value):
         return f"{cg.constant(contextlib.nullcontext)}({cg.value(self.result)})"
 
     def reconstruct_entered_exit(self, cg) -> str:
-        from ..codegen import NULL_EXIT
-        return cg.constant(NULL_EXIT)
+        return cg.null_exit()
 
 
 class PartialValue(Value):
