@@ -20,8 +20,10 @@ from typing import Any
 import torch
 
 from . import cpython
+from .flex_attention import flex_attention_value
 from .guards import Guard
 from .higher_order import higher_order_value
+from .loops import loop_value
 from .markers import marked_value
 from .polyfills.functools import wrap_partial
 from .sources import (AttrSource, ItemAheadSource, ItemSource, ItemsLeftSource, ProxiedMappingSource, Source,
@@ -247,7 +249,8 @@ def _wrap_callable_or_object(tx, obj: Any, source: Source | None) -> Value:
     marked = marked_value(obj, source)  # allow_in_graph, assume_constant_result, substitute_in_graph
     if marked is not None:
         return marked
-    higher_order = higher_order_value(obj, source)  # torch.cond, checkpoint
+    # torch.cond, checkpoint; while_loop, scan, map; flex_attention
+    higher_order = higher_order_value(obj, source) or loop_value(obj, source) or flex_attention_value(obj, source)
     if higher_order is not None:
         return higher_order
     if has_handler(obj):  # builtins and library callables with a symbolic meaning (len, itertools.chain, ...)

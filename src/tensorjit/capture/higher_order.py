@@ -25,7 +25,6 @@ from typing import Any
 import torch
 
 from .breaks import GraphBreak
-from .loops import loop_value
 from .values.base import CallableConstant, ConstantValue, Value
 from .values.functions import FunctionValue, NestedFunctionValue
 from .values.tensors import TensorValue, wrap_result
@@ -167,10 +166,8 @@ def _default_context():
 
 
 def higher_order_value(obj: Any, source) -> Value | None:
-    from .flex_attention import flex_attention_value
-    found = loop_value(obj, source) or flex_attention_value(obj, source)  # while_loop, scan, map; flex_attention
-    if found is not None:
-        return found
+    """torch.cond or checkpoint (loops.py and flex_attention.py answer for the others: they
+    build on this module)."""
     if obj is torch.cond:
         return CondValue(obj, source)
     checkpoint = getattr(torch.utils, "checkpoint", None)

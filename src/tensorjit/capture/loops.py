@@ -22,6 +22,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .breaks import GraphBreak
+from .higher_order import _real_function
 from .values.base import CallableConstant, ConstantValue, Value
 from .values.containers import ListValue, TupleValue
 from .values.tensors import TensorValue, record_call
@@ -53,7 +54,6 @@ def _structure(tx, value: Value, what: str) -> Any:
 
 
 def _function(tx, value: Value) -> Callable:
-    from .higher_order import _real_function
     try:
         return _real_function(tx, value)
     except GraphBreak as error:

@@ -41,11 +41,10 @@ class CapturedPartialValue(PartialValue):
 
 def wrap_partial(tx, obj: functools.partial, source) -> Value:
     """A partial from outside: its function, arguments and keywords are read (and guarded) through the source."""
-    from ..builder import wrap
     tx.output.guard(Guard(source, "type", functools.partial))
-    args = wrap(tx, obj.args, AttrSource(source, "args"))
-    keywords = wrap(tx, obj.keywords, AttrSource(source, "keywords"))
-    value = CapturedPartialValue(wrap(tx, obj.func, AttrSource(source, "func")), list(args.items), dict(keywords.items))
+    args = tx.wrap(obj.args, AttrSource(source, "args"))
+    keywords = tx.wrap(obj.keywords, AttrSource(source, "keywords"))
+    value = CapturedPartialValue(tx.wrap(obj.func, AttrSource(source, "func")), list(args.items), dict(keywords.items))
     value.source = source
     return value
 
