@@ -34,7 +34,7 @@ from .values.container_subclasses import container_base, instantiate as instanti
 from .values.containers import (DictValue, IteratorValue, ListValue, MappingProxyValue, SequenceValue, TupleValue, SetValue,
                                hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
+from .values.objects import (GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
                              UserObjectValue, is_not_implemented, lookup_static)
 from .values.records import RecordValue, is_record_class
@@ -100,13 +100,7 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
         raise GraphBreak("async", f"{code.co_name} is a coroutine")
     if tx.depth >= tx.config.inline_depth_limit:
         raise GraphBreak("recursion", f"inlining deeper than {tx.config.inline_depth_limit} calls")
-    bound = bind_arguments(code, fn.defaults(tx), fn.kwdefaults(tx), args, kwargs)
-    cells: dict = {}
-    for name in code.co_cellvars:
-        cells[name] = CellValue(bound.pop(name, None))
-    for name, cell in zip(code.co_freevars, fn.closure_cells(tx)):
-        cells[name] = cell
-    frame = tx.child_frame(code, fn.globals, bound, cells)
+    frame = tx.child_frame(fn, args, kwargs)
     if code.co_flags & CO_GENERATOR:  # runs lazily, as far as the program reads it
         frame.is_generator = True
         return GeneratorValue(frame, fn, list(args), dict(kwargs))

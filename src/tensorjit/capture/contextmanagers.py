@@ -17,7 +17,6 @@ import contextlib
 from .breaks import GraphBreak
 from .values.base import ConstantValue, Value
 from .values.functions import FunctionValue
-from .values.objects import CellValue
 
 
 @contextlib.contextmanager
@@ -75,16 +74,9 @@ class GeneratorContextValue(Value):
         raise GraphBreak("getattr", f"attribute {name!r} of a contextmanager object")
 
     def enter(self, tx) -> Value:
-        from .calls import bind_arguments
         if self.frame is not None:
             raise GraphBreak("contextmanager", "a contextmanager object entered twice")
-        fn = self.function
-        code = fn.code
-        bound = bind_arguments(code, fn.defaults(tx), fn.kwdefaults(tx), self.args, self.kwargs)
-        cells = {name: CellValue(bound.pop(name, None)) for name in code.co_cellvars}
-        for name, cell in zip(code.co_freevars, fn.closure_cells(tx)):
-            cells[name] = cell
-        frame = self.frame = tx.child_frame(code, fn.globals, bound, cells)
+        frame = self.frame = tx.child_frame(self.function, self.args, self.kwargs)
         frame.is_generator = True
         try:
             frame.run()

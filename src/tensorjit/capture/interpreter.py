@@ -27,7 +27,7 @@ from . import builder, cpython, polyfills
 from .attributes import delete_attribute, store_attribute
 from .autograd_function import applied_function, call_apply
 from .breaks import GraphBreak, UserLocation
-from .calls import binary_op, call_object, inline_function
+from .calls import binary_op, bind_arguments, call_object, inline_function
 from .module_call import call_module
 from .output import OutputGraph, SideEffect
 from .regions import capture_region, is_compile_region, region_function
@@ -332,10 +332,15 @@ class Frame:
         raise GraphBreak("tensor-attribute", f".{name} of {source}")
 
     # -- inlining ------------------------------------------------------------------------
-    def child_frame(self, code: types.CodeType, globals_: dict, locals_: dict[str, Value],
-                    cells: dict[str, Any]) -> "Frame":
-        """The frame of a function this one calls (inlined, or a generator's, run lazily)."""
-        return Frame(self.capture, code, globals_, self, locals_, cells)
+    def child_frame(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> "Frame":
+        """The frame of a call of function value `fn` from this one (inlined, or a generator's, run
+        lazily): the arguments bound as CPython binds them, the cells made."""
+        code = fn.code
+        bound = bind_arguments(code, fn.defaults(self), fn.kwdefaults(self), args, kwargs)
+        cells: dict[str, Any] = {name: CellValue(bound.pop(name, None)) for name in code.co_cellvars}
+        for name, cell in zip(code.co_freevars, fn.closure_cells(self)):
+            cells[name] = cell
+        return Frame(self.capture, code, fn.globals, self, bound, cells)
 
     def inline_function(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
         if is_compile_region(fn):  # nested_compile_region: inlined, then outlined into a shared subgraph
