@@ -13,6 +13,7 @@ import contextlib
 import enum
 import os
 import functools
+import gc
 import types
 import typing
 from typing import Any
@@ -137,7 +138,6 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
 def _wrap_mapping_proxy(tx, obj: types.MappingProxyType, source: Source) -> Value:
     """A mappingproxy from outside: a read-only view of the dict it refers to, which is wrapped
     (and guarded) as any dict is, one value with any other path that reaches it."""
-    import gc
     tx.output.guard(Guard(source, "type", types.MappingProxyType))
     referents = gc.get_referents(obj)
     mapping = wrap(tx, referents[0], ProxiedMappingSource(source)) if len(referents) == 1 else None

@@ -170,7 +170,6 @@ def _inference_mode(tx, args, kwargs):
 
 
 def _autocast(tx, args, kwargs):
-    import inspect
     bound = inspect.signature(torch.autocast.__init__).bind(None, *[a.constant() for a in args],
                                                             **{k: v.constant() for k, v in kwargs.items()})
     bound.apply_defaults()

@@ -23,6 +23,7 @@ assumed about the symbols into guard expressions over our sources.
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import torch
 from torch._guards import GuardSource, Source as TorchSource
@@ -128,7 +129,6 @@ class DynamicPolicy:
 def may_vary(source: Source, owner, resume: bool) -> bool:
     """Whether an int read through `source` is one automatic dynamic follows: an argument of the
     compiled function, or an attribute or item of a plain object (its `owner`)."""
-    import types
     if isinstance(source, LocalSource):
         return not resume
     if isinstance(source, ItemAheadSource):  # a loop's next item: an int counts up through range()

@@ -22,6 +22,7 @@ the frame, a block mask capture does not see as an object with tensor tables.
 from __future__ import annotations
 
 import math
+import sys
 import types
 from typing import Any, Callable
 
@@ -204,7 +205,6 @@ def _global(tx, fn: Callable, name: str) -> Value:
         source = GlobalSource(name)
     else:
         module = fn.__globals__.get("__name__")
-        import sys
         if module is None or getattr(sys.modules.get(module), "__dict__", None) is not fn.__globals__:
             raise GraphBreak("flex-attention", f"a score_mod or mask_mod reads tensor {name!r} of a module capture "
                              "cannot name", "the call runs eagerly")
@@ -250,7 +250,6 @@ def _block_mask(tx, mask: Value | None, query, key, real_function) -> tuple:
 
 
 def flex_attention_value(obj: Any, source) -> Value | None:
-    import sys
     module = sys.modules.get("torch.nn.attention.flex_attention")
     if module is not None and obj is getattr(module, "flex_attention", None):
         return FlexAttentionValue(obj, source)

@@ -15,7 +15,10 @@ close over tensors of the frame are graph breaks, logged; the call then runs eag
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import operator
+import sys
 from typing import Any, Callable
 
 import torch
@@ -160,8 +163,6 @@ def _scan_puts_outputs_back_at_dim() -> bool:
     `movedim(elem, 0, dim)` where it does: running it is no option (torch 2.13's eager scan
     compiles its function with Dynamo)."""
     if not _SCAN_LAYOUT:
-        import importlib
-        import inspect
 
         try:
             source = inspect.getsource(importlib.import_module("torch._higher_order_ops.scan").scan)
@@ -235,6 +236,5 @@ def loop_value(obj: Any, source) -> Value | None:
 
 
 def _user_function(module: str, name: str):
-    import sys
     loaded = sys.modules.get(f"torch._higher_order_ops.{module}")  # not imported: the user cannot call it
     return getattr(loaded, name, None) if loaded is not None else None

@@ -9,6 +9,7 @@ subclass of the list or dict value with its own methods registered beside it.
 from __future__ import annotations
 
 import collections
+import operator
 from typing import Any
 
 from ..breaks import GraphBreak
@@ -138,7 +139,6 @@ class CounterValue(DictValue):
 
 
 def _count_into(tx, counter: CounterValue, source: Value | None, kwargs: dict, sign: int) -> None:
-    import operator
     if source is None:
         pairs = []
     elif isinstance(source, DictValue):
@@ -161,7 +161,6 @@ def _counter(tx, source: Value | None = None, **kwargs: Value) -> Value:
 
 def counter_binary(op, a: Value, b: Value) -> Value | None:
     """`c + d`, `c - d`, `c | d`, `c & d` on Counters of constant counts, as Counter computes them."""
-    import operator
     if not (isinstance(a, CounterValue) and isinstance(b, CounterValue)) or \
             op not in (operator.add, operator.sub, operator.or_, operator.and_):
         return None

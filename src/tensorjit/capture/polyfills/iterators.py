@@ -9,6 +9,7 @@ islice, zip with a finite partner) work, and asking for all items is a graph bre
 from __future__ import annotations
 
 import itertools
+import operator
 from typing import Callable
 
 from ..breaks import GraphBreak
@@ -134,7 +135,6 @@ def _reads_fixed_items(args, kwargs) -> bool:
 
 @capture_rule(itertools.groupby, applies=_reads_fixed_items)
 def _groupby(tx, iterable: Value, key: Value | None = None) -> Value:
-    import operator
     if key is not None and key.is_constant() and key.constant() is None:
         key = None
     pairs, groups = [], []

@@ -115,7 +115,6 @@ class TupleValue(SequenceValue):
 
 def _class_attribute(tx, value: TupleValue, name: str) -> Value:
     """A method, property or constant of a tuple subclass (`class P(namedtuple(...))` with its own methods)."""
-    import types
     from .objects import lookup_static
     attr, owner = lookup_static(value.cls, name)
     if owner not in (None, tuple, object):

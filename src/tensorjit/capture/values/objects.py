@@ -9,7 +9,10 @@ managers that switch torch's global state live here too.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
+import os
 import types
 from typing import Any
 
@@ -364,11 +367,9 @@ class EnvironValue(Value):
         self.source = source
 
     def python_type(self) -> type:
-        import os
         return type(os.environ)
 
     def read(self, tx, key: str) -> Value:
-        import os
         value = os.environ.get(key)
         tx.output.guard(Guard(EnvironSource(key), "constant", value))
         return ConstantValue(value)
@@ -603,7 +604,6 @@ class NullContextValue(Value):
     getattr = GradModeValue.getattr
 
     def reconstruct(self, cg) -> str:
-        import contextlib
         return f"{cg.constant(contextlib.nullcontext)}({cg.value(self.result)})"
 
     def reconstruct_entered_exit(self, cg) -> str:
@@ -619,14 +619,12 @@ class PartialValue(Value):
         self.kwargs = kwargs
 
     def python_type(self) -> type:
-        import functools
         return functools.partial
 
     def call(self, tx, args, kwargs) -> Value:
         return tx.call(self.func, [*self.args, *args], {**self.kwargs, **kwargs})
 
     def reconstruct(self, cg) -> str:
-        import functools
         parts = [cg.value(self.func)] + [cg.value(a) for a in self.args] + \
             [f"{k}={cg.value(v)}" for k, v in self.kwargs.items()]
         return f"{cg.constant(functools.partial)}({', '.join(parts)})"
