@@ -173,6 +173,12 @@ def report() -> str:
     if upward:
         lines += ["", "Module-level imports that reach up a layer:", ""]
         lines += [f"- {e.importer} -> {e.imported} (line {e.line})" for e in upward]
+    if all_cycles:
+        lines += ["", "Cycles closed by imports inside functions:", ""]
+        lines += [f"- {' '.join(cycle)}" for cycle in all_cycles]
+    if inside:
+        lines += ["", "Imports of a capture module inside functions:", ""]
+        lines += [f"- {e.importer} -> {e.imported} (line {e.line})" for e in inside]
     return "\n".join(lines)
 
 
