@@ -26,14 +26,15 @@ import torch.utils._pytree as pytree
 
 from .breaks import GraphBreak
 from .values.base import Value
+from .values.functions import FunctionValue, MethodValue
+from .values.objects import ObjectValue
+from .values.tensors import TensorValue, record_call
 
 _APPLY = torch.autograd.Function.__dict__["apply"].__func__
 
 
 def applied_function(fn: Value) -> type | None:
     """The Function subclass whose `apply` `fn` is, or None."""
-    from .values.functions import FunctionValue, MethodValue
-    from .values.objects import ObjectValue
     if not isinstance(fn, MethodValue) or not isinstance(fn.function, FunctionValue) or fn.function.fn is not _APPLY:
         return None
     owner = fn.owner
@@ -44,7 +45,6 @@ def applied_function(fn: Value) -> type | None:
 
 
 def call_apply(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    from .values.tensors import TensorValue, record_call
     name = cls.__qualname__
     if kwargs:
         raise GraphBreak("autograd-function", f"{name}.apply takes no keyword arguments")

@@ -13,19 +13,25 @@ import contextlib
 import enum
 import os
 import functools
+import gc
 import types
 import typing
 from typing import Any
 
 import torch
 
+from . import cpython
+from .flex_attention import flex_attention_value
 from .guards import Guard
 from .higher_order import higher_order_value
+from .loops import loop_value
 from .markers import marked_value
-from .sources import AttrSource, ItemSource, Source
+from .polyfills.functools import wrap_partial
+from .sources import (AttrSource, ItemAheadSource, ItemSource, ItemsLeftSource, ProxiedMappingSource, Source,
+                      item_ahead, items_left)
 from .values.base import ConstantValue, Value
 from .values.builtins import BuiltinValue, has_handler
-from .values.containers import DictValue, ListValue, SetValue, TupleValue
+from .values.containers import DictValue, InputIteratorValue, ListValue, MappingProxyValue, SetValue, TupleValue
 from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
 from .values.objects import EnvironValue, NNModuleValue, ObjectValue
 from .values.tensors import SymbolicIntValue, TensorValue
@@ -114,7 +120,6 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     if type(obj) in _SEQUENCE_ITERATORS:
         return _wrap_iterator(tx, obj, source)
     if type(obj) is functools.partial:  # guarded by what it holds: an equal partial swapped in is the same
-        from .polyfills.functools import wrap_partial
         return wrap_partial(tx, obj, source)
     if isinstance(obj, types.MethodType):
         owner = wrap(tx, obj.__self__, AttrSource(source, "__self__"))
@@ -133,9 +138,6 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
 def _wrap_mapping_proxy(tx, obj: types.MappingProxyType, source: Source) -> Value:
     """A mappingproxy from outside: a read-only view of the dict it refers to, which is wrapped
     (and guarded) as any dict is, one value with any other path that reaches it."""
-    import gc
-    from .sources import ProxiedMappingSource
-    from .values.containers import MappingProxyValue
     tx.output.guard(Guard(source, "type", types.MappingProxyType))
     referents = gc.get_referents(obj)
     mapping = wrap(tx, referents[0], ProxiedMappingSource(source)) if len(referents) == 1 else None
@@ -219,8 +221,6 @@ _SET_ITEM_TYPES = _PLAIN_SET_ITEMS + (types.FunctionType, types.BuiltinFunctionT
 def _wrap_iterator(tx, obj: Any, source: Source) -> Value:
     """An iterator over a list, tuple or range, read without advancing it (through __reduce__):
     capture takes items ahead of where it is, and generated code advances it by as many."""
-    from .sources import ItemAheadSource, ItemsLeftSource, items_left, item_ahead
-    from .values.containers import InputIteratorValue
     tx.output.guard(Guard(source, "type", type(obj)))
 
     def take(ahead: int) -> Value:
@@ -244,13 +244,13 @@ def _identity_guarded(obj: Any) -> bool:
 
 
 def _wrap_callable_or_object(tx, obj: Any, source: Source | None) -> Value:
-    from .opcodes import CALL_ADAPTER
-    if obj is CALL_ADAPTER:  # a NULL stack slot that a resume function received
+    if obj is cpython.CALL_ADAPTER:  # a NULL stack slot that a resume function received
         return ObjectValue(obj, source)
     marked = marked_value(obj, source)  # allow_in_graph, assume_constant_result, substitute_in_graph
     if marked is not None:
         return marked
-    higher_order = higher_order_value(obj, source)  # torch.cond, checkpoint
+    # torch.cond, checkpoint; while_loop, scan, map; flex_attention
+    higher_order = higher_order_value(obj, source) or loop_value(obj, source) or flex_attention_value(obj, source)
     if higher_order is not None:
         return higher_order
     if has_handler(obj):  # builtins and library callables with a symbolic meaning (len, itertools.chain, ...)

@@ -27,11 +27,14 @@ from .markers import break_is_error
 from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
 from .contextmanagers import HELPER_CODE, ContextManagerFactoryValue, GeneratorContextValue
+from .generators import GeneratorValue
+from .skipfiles import check_inlinable
+from .sources import AttrSource, ReferentSource
 from .values.container_subclasses import container_base, instantiate as instantiate_container
 from .values.containers import (DictValue, IteratorValue, ListValue, MappingProxyValue, SequenceValue, TupleValue, SetValue,
                                hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (CellValue, GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
+from .values.objects import (GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
                              UserObjectValue, is_not_implemented, lookup_static)
 from .values.records import RecordValue, is_record_class
@@ -87,9 +90,6 @@ def _bad_call(message: str) -> GraphBreak:
 
 
 def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    from .generators import GeneratorValue
-    from .interpreter import Frame
-    from .skipfiles import check_inlinable
     if fn.code is HELPER_CODE:  # calling a @contextlib.contextmanager function
         return GeneratorContextValue(fn, list(args), dict(kwargs))
     if getattr(fn, "fn", None) is contextlib.contextmanager and len(args) == 1 and not kwargs:
@@ -100,13 +100,7 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
         raise GraphBreak("async", f"{code.co_name} is a coroutine")
     if tx.depth >= tx.config.inline_depth_limit:
         raise GraphBreak("recursion", f"inlining deeper than {tx.config.inline_depth_limit} calls")
-    bound = bind_arguments(code, fn.defaults(tx), fn.kwdefaults(tx), args, kwargs)
-    cells: dict = {}
-    for name in code.co_cellvars:
-        cells[name] = CellValue(bound.pop(name, None))
-    for name, cell in zip(code.co_freevars, fn.closure_cells(tx)):
-        cells[name] = cell
-    frame = Frame(tx.capture, code, fn.globals, tx, bound, cells)
+    frame = tx.child_frame(fn, args, kwargs)
     if code.co_flags & CO_GENERATOR:  # runs lazily, as far as the program reads it
         frame.is_generator = True
         return GeneratorValue(frame, fn, list(args), dict(kwargs))
@@ -126,8 +120,6 @@ def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Val
     if isinstance(obj, NullExit):  # the exit of a profiler range or nullcontext entered before a break
         return ConstantValue(False)
     if isinstance(obj, GradExit):  # the exit of a grad-mode block entered at a graph break
-        from .guards import Guard
-        from .sources import AttrSource
         if value.source is not None:
             tx.output.guard(Guard(AttrSource(value.source, "previous"), "constant", obj.previous))
         return tx.set_grad_enabled(obj.previous)
@@ -149,7 +141,6 @@ def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Val
 
 def _referent(tx, value: ObjectValue) -> Value:
     """`ref()`: the object a weak reference points to, read (and guarded) through the reference."""
-    from .sources import ReferentSource
     if value.source is None:
         return tx.wrap_constant_object(value.obj())
     return tx.wrap(value.obj(), ReferentSource(value.source))
@@ -179,7 +170,6 @@ def _inference_mode(tx, args, kwargs):
 
 
 def _autocast(tx, args, kwargs):
-    import inspect
     bound = inspect.signature(torch.autocast.__init__).bind(None, *[a.constant() for a in args],
                                                             **{k: v.constant() for k, v in kwargs.items()})
     bound.apply_defaults()

@@ -143,6 +143,10 @@ class RuntimeCodegen:
             self.env[name] = value
         return name
 
+    def null_exit(self) -> str:
+        """The __exit__ of a context with no effect (`NULL_EXIT`), for values, which cannot import this module."""
+        return self.constant(NULL_EXIT)
+
     def helper(self, name: str) -> str:
         self.env[f"_{name}"] = HELPERS[name]
         return f"_{name}"

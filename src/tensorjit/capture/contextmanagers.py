@@ -16,6 +16,7 @@ import contextlib
 
 from .breaks import GraphBreak
 from .values.base import ConstantValue, Value
+from .values.functions import FunctionValue
 
 
 @contextlib.contextmanager
@@ -36,7 +37,6 @@ class Suspended(Exception):
 
 def generator_function(helper) -> Value:
     """The decorated generator function a contextlib helper closes over (`func`)."""
-    from .values.functions import FunctionValue
     fn = getattr(helper, "fn", None)
     if fn is None or "func" not in fn.__code__.co_freevars:
         raise GraphBreak("contextmanager", "a contextmanager function made inside the compiled function")
@@ -74,18 +74,9 @@ class GeneratorContextValue(Value):
         raise GraphBreak("getattr", f"attribute {name!r} of a contextmanager object")
 
     def enter(self, tx) -> Value:
-        from .calls import bind_arguments
-        from .interpreter import Frame
-        from .values.objects import CellValue
         if self.frame is not None:
             raise GraphBreak("contextmanager", "a contextmanager object entered twice")
-        fn = self.function
-        code = fn.code
-        bound = bind_arguments(code, fn.defaults(tx), fn.kwdefaults(tx), self.args, self.kwargs)
-        cells = {name: CellValue(bound.pop(name, None)) for name in code.co_cellvars}
-        for name, cell in zip(code.co_freevars, fn.closure_cells(tx)):
-            cells[name] = cell
-        frame = self.frame = Frame(tx.capture, code, fn.globals, tx, bound, cells)
+        frame = self.frame = tx.child_frame(self.function, self.args, self.kwargs)
         frame.is_generator = True
         try:
             frame.run()

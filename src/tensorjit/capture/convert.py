@@ -10,7 +10,6 @@ Python and continues in a resume function (see `resume.py`).
 
 from __future__ import annotations
 
-import dis
 import inspect
 import time
 import types
@@ -31,7 +30,6 @@ from .generators import unclosed_protected
 from .guard_filter import filter_guards
 from .guards import GUARDED_INPUTS, CompiledGuards, global_state_guards, saved_guards
 from .interpreter import Capture, Frame, StopCapture
-from .opcodes import CALL_ADAPTER
 from .output import OutputGraph
 from .resume import Successor, TailCall, hidden_parameters, resume_code, transformed_code
 from .dynamic import DynamicPolicy, may_vary, shape_guards
@@ -412,8 +410,8 @@ def _rebuilt_stack(frame: Frame, index: int, stack: list[Value]) -> tuple[list[V
     inst = frame.instructions[index]
     values: list[Value] = []
     for value in stack:
-        values.append(_ConstantMarker(CALL_ADAPTER) if isinstance(value, NullValue) else value)
-    callee = _callee_slot(inst, len(stack))
+        values.append(_ConstantMarker(cpython.CALL_ADAPTER) if isinstance(value, NullValue) else value)
+    callee = cpython.callee_slot(inst.opname, inst.arg, len(stack))
     if cpython.NULL_AFTER_CALLABLE:
         if callee is not None and _is_adapter(stack[callee]):  # a resume function's [ADAPTER, fn, ...]
             callee += 1
@@ -423,7 +421,7 @@ def _rebuilt_stack(frame: Frame, index: int, stack: list[Value]) -> tuple[list[V
             if _null_consumer(frame, index, len(stack), position) == "CALL_FUNCTION_EX":
                 values[position] = _ConstantMarker(None)
             else:
-                values[position - 1], values[position] = _ConstantMarker(CALL_ADAPTER), stack[position - 1]
+                values[position - 1], values[position] = _ConstantMarker(cpython.CALL_ADAPTER), stack[position - 1]
                 if callee == position - 1:
                     callee = position
     wrapped = {callee} if callee is not None and 0 <= callee < len(values) and \
@@ -432,7 +430,7 @@ def _rebuilt_stack(frame: Frame, index: int, stack: list[Value]) -> tuple[list[V
 
 
 def _is_adapter(value: Value) -> bool:
-    return getattr(value, "obj", None) is CALL_ADAPTER
+    return getattr(value, "obj", None) is cpython.CALL_ADAPTER
 
 
 def _null_consumer(frame: Frame, index: int, depth: int, position: int) -> str | None:
@@ -451,38 +449,15 @@ def _null_consumer(frame: Frame, index: int, depth: int, position: int) -> str |
             index = inst.target + cpython.FOR_ITER_EXHAUSTED_SKIP
             continue
         jumps = inst.opname in cpython.UNCONDITIONAL_JUMPS
-        depth += _stack_effect(inst, jump=jumps)
+        depth += cpython.stack_effect(inst.opcode, inst.arg, jump=jumps)
         if depth <= position:
             return inst.opname
         index = inst.target if jumps else index + 1
     return None
 
 
-def _stack_effect(inst, jump: bool) -> int:
-    if inst.arg is not None or inst.opcode >= dis.HAVE_ARGUMENT:
-        return dis.stack_effect(inst.opcode, inst.arg, jump=jump)
-    return dis.stack_effect(inst.opcode, jump=jump)
-
-
-def _callee_slot(inst, depth: int) -> int | None:
-    """The stack slot of the callable that instruction `inst` calls, if it is a call."""
-    if cpython.NULL_AFTER_CALLABLE:
-        if inst.opname == "CALL":
-            return depth - inst.arg - 2  # [callable, self|NULL, args...]
-        if inst.opname == "CALL_KW":
-            return depth - inst.arg - 3  # [callable, self|NULL, args..., names]
-        if inst.opname == "CALL_FUNCTION_EX":
-            return depth - (4 if inst.arg & 1 else 3)  # [callable, unused, args, kwargs?]
-        return None
-    if inst.opname == "CALL":
-        return depth - inst.arg - 1  # [NULL|method, callable|self, args...]: the callable's slot
-    if inst.opname == "CALL_FUNCTION_EX":
-        return depth - (3 if inst.arg & 1 else 2)
-    return None
-
-
 _CONDITIONAL = cpython.CONDITIONAL_JUMPS
-_TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
+_TERMINAL = cpython.FRAME_EXITS
 
 
 def _successors(frame: Frame, index: int, depth: int) -> list[Successor]:
@@ -505,4 +480,4 @@ def _successors(frame: Frame, index: int, depth: int) -> list[Successor]:
         return [Successor(index + 1, depth - (3 + (inst.arg & 1)) + 1, False)]
     if inst.target is not None:
         raise GraphBreak("unsupported-break", f"cannot break at jump {name}")
-    return [Successor(index + 1, depth + _stack_effect(inst, jump=False), False)]
+    return [Successor(index + 1, depth + cpython.stack_effect(inst.opcode, inst.arg, jump=False), False)]

@@ -23,11 +23,12 @@ assumed about the symbols into guard expressions over our sources.
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import torch
 from torch._guards import GuardSource, Source as TorchSource
 
-from .sources import Source
+from .sources import AttrSource, ItemAheadSource, ItemSource, LocalSource, Source
 
 def _shapes():
     """torch.fx.experimental.symbolic_shapes, imported at first use: it imports sympy (half a second),
@@ -92,7 +93,6 @@ class DynamicPolicy:
 
         Floats follow ints (Dynamo's specialize_float=False): an LR that a scheduler changes on
         every step is a constant in the first graph and a graph input from the first recompile on."""
-        from .sources import LocalSource
         if type(value) not in (int, float) or not may_vary(source, owner, self.resume):
             return False
         if type(value) is int and value in (0, 1):
@@ -129,8 +129,6 @@ class DynamicPolicy:
 def may_vary(source: Source, owner, resume: bool) -> bool:
     """Whether an int read through `source` is one automatic dynamic follows: an argument of the
     compiled function, or an attribute or item of a plain object (its `owner`)."""
-    import types
-    from .sources import AttrSource, ItemAheadSource, ItemSource, LocalSource
     if isinstance(source, LocalSource):
         return not resume
     if isinstance(source, ItemAheadSource):  # a loop's next item: an int counts up through range()
@@ -222,7 +220,6 @@ def shape_guards(shape_env: ShapeEnv, fakes: list, sources: list[Source], contex
 
 def name_sizes_for_messages(shape_env: ShapeEnv, source: Source, rank: int) -> None:
     """Name `source`'s sizes in ShapeEnv's errors as torch does (`L['x'].size()[0]`), not as guards read them."""
-    from .sources import LocalSource
     user = f"L[{str(source)!r}]" if isinstance(source, LocalSource) else str(source)
     for dim in range(rank):
         shape_env.source_name_to_debug_name[f"{source.expression()}.size()[{dim}]"] = f"{user}.size()[{dim}]"

@@ -22,13 +22,18 @@ the frame, a block mask capture does not see as an object with tensor tables.
 from __future__ import annotations
 
 import math
+import sys
 import types
 from typing import Any, Callable
 
 import torch
 
 from .breaks import GraphBreak
+from .higher_order import RECOMPUTE, _real_function
+from .sources import GlobalSource, ModuleGlobalSource
 from .values.base import CallableConstant, ConstantValue, Value
+from .values.containers import TupleValue
+from .values.tensors import TensorValue, _example_of, to_node_argument, wrap_result
 
 KEY_BLOCK = 64
 """Keys per step of the online softmax: the largest score tensor is (batch, heads, queries, KEY_BLOCK)."""
@@ -153,8 +158,6 @@ def _allowed(masked, partial, full, block_size, b, h, q_idx, kv_idx, batch, head
 
 class FlexAttentionValue(CallableConstant):
     def call(self, tx, args, kwargs) -> Value:
-        from .higher_order import _real_function
-        from .values.tensors import TensorValue
         bound = dict(zip(_NAMES, args))
         bound.update(kwargs)
         option = lambda name, default: _constant(bound.get(name), default)
@@ -174,9 +177,6 @@ class FlexAttentionValue(CallableConstant):
 def _record(tx, tensors: tuple, functions: list, tables: Value, options: tuple) -> Value:
     """The node of `blocked_flex_attention`, tagged to be recomputed in the backward."""
     import torch.utils._pytree as pytree
-    from .higher_order import RECOMPUTE
-    from .values.containers import TupleValue
-    from .values.tensors import _example_of, to_node_argument, wrap_result
     output = tx.output
     modules = [ElementwiseFunction(fn, _global_tensors(fn)) if fn is not None else None for fn in functions]
     nodes = [output.add_submodule(m, "flex_function") if m is not None else None for m in modules]
@@ -201,12 +201,10 @@ def _record(tx, tensors: tuple, functions: list, tables: Value, options: tuple) 
 
 def _global(tx, fn: Callable, name: str) -> Value:
     """The tensor global `name` of `fn`, read by capture (a guarded graph input)."""
-    from .sources import GlobalSource, ModuleGlobalSource
     if fn.__globals__ is tx.capture.root_globals:
         source = GlobalSource(name)
     else:
         module = fn.__globals__.get("__name__")
-        import sys
         if module is None or getattr(sys.modules.get(module), "__dict__", None) is not fn.__globals__:
             raise GraphBreak("flex-attention", f"a score_mod or mask_mod reads tensor {name!r} of a module capture "
                              "cannot name", "the call runs eagerly")
@@ -235,7 +233,6 @@ def _function(tx, value: Value | None, real_function: Callable) -> Callable | No
 
 def _block_mask(tx, mask: Value | None, query, key, real_function) -> tuple:
     """(tables value, block size, mask_mod) of a block mask argument, or (None value, None, None)."""
-    from .values.containers import TupleValue
     if mask is None or mask.is_constant() and mask.constant() is None:
         return ConstantValue(None), None, None
     try:
@@ -253,7 +250,6 @@ def _block_mask(tx, mask: Value | None, query, key, real_function) -> tuple:
 
 
 def flex_attention_value(obj: Any, source) -> Value | None:
-    import sys
     module = sys.modules.get("torch.nn.attention.flex_attention")
     if module is not None and obj is getattr(module, "flex_attention", None):
         return FlexAttentionValue(obj, source)

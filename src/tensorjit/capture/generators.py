@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import types
 
+from . import cpython
 from .breaks import GraphBreak
 from .contextmanagers import Suspended
 from .values.base import ConstantValue, Value
@@ -205,9 +206,8 @@ def handler_around(frame, index: int) -> bool:
     """Does a handler of the program's own (a `try`, a `with`) cover instruction `index`? The
     handlers the compiler adds to every generator (PEP 479's StopIteration conversion) and to
     `yield from` (CLEANUP_THROW, which passes a throw to the sub-iterator) do not count."""
-    from .interpreter import exception_table
     offset = frame.instructions[index].offset
-    for entry in exception_table(frame.code):
+    for entry in cpython.exception_table(frame.code):
         if entry.start <= offset < entry.end:
             handler = frame.instructions[frame.index_of[entry.target]]
             return not (handler.opname == "CLEANUP_THROW" or

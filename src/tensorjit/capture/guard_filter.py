@@ -15,13 +15,9 @@ from typing import Any, Callable
 
 import torch
 
+from .guard_kinds import GUARD_KINDS
 from .guards import Guard, GuardSet
 from .sources import GlobalSource, ModuleGlobalSource, Source
-
-GUARD_TYPES = {"type": "TYPE_MATCH", "id": "ID_MATCH", "constant": "EQUALS_MATCH", "tensor": "TENSOR_MATCH",
-               "tensor_dynamic": "TENSOR_MATCH", "length": "SEQUENCE_LENGTH", "at_least": "SEQUENCE_LENGTH", "missing_attribute": "HASATTR", "keys": "DICT_KEYS_MATCH", "set_items": "EQUALS_MATCH",
-               "same": "OBJECT_ALIASING", "global_state": "GLOBAL_STATE", "expression": "SHAPE_ENV",
-               "no_hooks": "NN_MODULE_HOOKS"}
 
 
 @dataclass
@@ -84,7 +80,7 @@ def _entry(guard: Guard, wrapped: dict) -> GuardEntry:
     if isinstance(value, torch.nn.Module):
         modules.append(value)
     root = source.root() if source is not None else None
-    kind = GUARD_TYPES[guard.kind]
+    kind = GUARD_KINDS[guard.kind].torch_type
     return GuardEntry(name=str(source) if source is not None else "", has_value=has_value, value=value,
                       guard_type=kind, derived_guard_types=(), is_global=isinstance(root, (GlobalSource,
                                                                                             ModuleGlobalSource)),

@@ -12,7 +12,6 @@ alive; `GuardSet.on_death` tells the cache when such an object is gone.
 from __future__ import annotations
 
 import builtins
-import enum
 import math
 import sys
 import types
@@ -22,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from .guard_kinds import GLOBAL_STATE, GUARD_KINDS, tensor_signature_text  # noqa: F401 (tensor_signature_text: re-exported)
 from .sources import AttrSource, ItemSource, Source, is_literal_key
 
 
@@ -37,8 +37,6 @@ def storages_unshared(written: tuple, tensors: tuple) -> bool:
                for pointer in (t.untyped_storage().data_ptr() for t in written))
 
 
-_weakrefable_failures = (TypeError,)
-
 GUARDED_INPUTS = "tensorjit_guarded_inputs"
 """The key of a captured GraphModule's meta that holds, per graph input, the (shape, strides,
 dtype, device) its tensor guard proves before every call, or None (capture/convert.py)."""
@@ -49,53 +47,17 @@ class Guard:
     """One check on the value reached through `source`."""
 
     source: Source | None
-    kind: str  # "type", "id", "constant", "tensor", "length", "at_least", "keys", "set_items", "global_state", "same"
+    kind: str  # a name registered in guard_kinds.GUARD_KINDS: "type", "id", "constant", "tensor", ...
     payload: Any = None
     other: Source | None = None
 
+    def __post_init__(self) -> None:
+        if self.kind not in GUARD_KINDS:
+            raise ValueError(f"unknown guard kind {self.kind!r} (guard_kinds.py registers the kinds)")
+
     def describe(self) -> str:
         where = str(self.source) if self.source is not None else "global state"
-        if self.kind == "tensor":
-            return f"{where}: tensor {tensor_signature_text(self.payload)}"
-        if self.kind == "type":
-            return f"type({where}) is {self.payload.__qualname__}"
-        if self.kind == "id":
-            return f"{where} is the same object as at capture"
-        if self.kind == "code":
-            return f"{where} is code equal to the code at capture"
-        if self.kind == "constant":
-            return f"{where} == {self.payload!r}"
-        if self.kind == "length":
-            return f"len({where}) == {self.payload}"
-        if self.kind == "items":
-            return f"{where} == {self.payload!r}, items of the same types"
-        if self.kind == "at_least":
-            return f"{where} >= {self.payload}"
-        if self.kind == "missing_attribute":
-            return f"{where} has no attribute {self.payload!r}"
-        if self.kind == "keys":
-            return f"{where}.keys() == {list(self.payload)!r}"
-        if self.kind == "set_items":
-            return f"list({where}) == {list(self.payload)!r}"
-        if self.kind == "same":
-            return f"{where} is {self.other}"
-        if self.kind == "global_state":
-            return f"{self.payload[0]} == {self.payload[1]!r}"
-        if self.kind == "expression":
-            return f"shape guard {self.payload}"
-        if self.kind == "no_hooks":
-            return f"{where} has no hooks"
-        if self.kind == "no_backward_hooks":
-            return f"{where} has no backward hooks"
-        if self.kind in ("no_global_hooks", "no_global_backward_hooks"):
-            return "no global module hooks" if self.kind == "no_global_hooks" else "no global backward hooks"
-        if self.kind == "aliasing":
-            (written, inputs), unshared = self.payload
-            names = ", ".join(map(str, written))
-            return f"{names} {'share' if unshared else 'shares'} memory with {'no' if unshared else 'another'} input"
-        if self.kind == "tensor_dynamic":
-            return f"{where}: tensor with dynamic sizes, {tensor_signature_text(self.payload)}"
-        return f"{self.kind} guard on {where}"
+        return GUARD_KINDS[self.kind].describe(self, where)
 
 
 @dataclass(frozen=True)
@@ -111,24 +73,6 @@ class TensorSignature:
     def of(t: torch.Tensor) -> "TensorSignature":
         return TensorSignature(type(t), t.dtype, t.device, tuple(t.shape), tuple(t.stride()),
                                t.requires_grad)
-
-
-def tensor_signature_text(sig: TensorSignature) -> str:
-    return (f"{sig.cls.__name__}(dtype={sig.dtype}, device={sig.device}, shape={list(sig.shape)}, "
-            f"stride={list(sig.stride)}, requires_grad={sig.requires_grad})")
-
-
-# Global torch state an entry depends on: (description, expression, reader).
-GLOBAL_STATE = (
-    ("torch.is_grad_enabled()", "_grad_enabled()", torch.is_grad_enabled),
-    ("torch.is_inference_mode_enabled()", "_inference_mode()", torch.is_inference_mode_enabled),
-    ("torch.get_default_dtype()", "_default_dtype()", torch.get_default_dtype),
-    # Autocast changes the dtypes ops produce: an entry captured outside autocast is not valid inside.
-    ("autocast enabled", "_autocast()", torch._C._is_any_autocast_enabled),
-    # What a backend reads when it compiles (kernel choices, TF32 matmuls), as torch.compile's guards.
-    ("torch.are_deterministic_algorithms_enabled()", "_deterministic()", torch.are_deterministic_algorithms_enabled),
-    ("torch.backends.cuda.matmul.allow_tf32", "_cublas_tf32()", torch._C._get_cublas_allow_tf32),
-)
 
 
 def global_state_guards() -> list[Guard]:
@@ -193,131 +137,8 @@ class _Emitter:
 
 
 def _emit_guard(em: _Emitter, guard: Guard) -> None:
-    kind = guard.kind
-    if kind == "global_state":
-        text, value = guard.payload
-        expression = next(e for t, e, _ in GLOBAL_STATE if t == text)
-        em.check(f"{expression} is {em.constant(value)}" if isinstance(value, (bool, torch.dtype))
-                 else f"{expression} == {em.constant(value)}")
-        return
-    if kind == "expression":
-        em.check(guard.payload)
-        return
-    if kind == "aliasing":
-        _emit_aliasing(em, guard)
-        return
-    if kind in ("no_global_hooks", "no_global_backward_hooks"):  # register_module_forward_hook & co.
-        tables = _GLOBAL_HOOK_TABLES if kind == "no_global_hooks" else _GLOBAL_HOOK_TABLES[2:]
-        em.check("not (" + " or ".join(f"_module_globals.{t}" for t in tables) + ")")
-        return
-    v = em.value_of(guard.source)
-    if kind == "type":
-        em.check(f"type({v}) is {em.constant(guard.payload, 'T')}")
-    elif kind == "id":
-        try:
-            ref = weakref.ref(guard.payload)
-            em.weak.append(ref)
-            em.check(f"{v} is {em.constant(ref, 'R')}()")
-        except _weakrefable_failures:
-            em.check(f"{v} is {em.constant(guard.payload, 'O')}")
-    elif kind == "constant":
-        value = guard.payload
-        if value is None or isinstance(value, bool):
-            em.check(f"{v} is {value!r}")
-        elif type(value) is float and value != value:  # NaN equals nothing, itself included
-            em.check(f"type({v}) is float and math.isnan({v})")
-        elif type(value) in _IMMUTABLE_CONSTANTS or isinstance(value, enum.Enum):
-            # Mostly the very object read at capture (an attribute nobody assigned since):
-            # identity first, the typed comparison only when it is another object.
-            name = em.constant(value)
-            em.check(f"{v} is {name} or type({v}) is {em.constant(type(value), 'T')} and {v} == {name}")
-        else:
-            em.check(f"type({v}) is {em.constant(type(value), 'T')} and {v} == {em.constant(value)}")
-    elif kind == "tensor":
-        sig: TensorSignature = guard.payload
-        device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
-        grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
-        em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
-                 f"{grad} and {v}.shape == {em.constant(sig.shape)}{_strides_test(em, v, sig)} and {device}")
-    elif kind == "tensor_dynamic":  # sizes and strides are checked by the shape guards
-        sig = guard.payload
-        device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
-        grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
-        em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
-                 f"{grad} and {v}.dim() == {len(sig.shape)} and {device}")
-    elif kind == "no_hooks":  # an inlined module: a hook added later must recompile
-        em.check("not (" + " or ".join(_hook_table(em, guard.source, v, t) for t in _MODULE_HOOK_TABLES) + ")")
-    elif kind == "no_backward_hooks":  # a module whose forward hooks were inlined
-        em.check("not (" + " or ".join(_hook_table(em, guard.source, v, t) for t in _MODULE_HOOK_TABLES[2:]) + ")")
-    elif kind == "code":  # a saved identity guard on a code object (runtime/persist.SavedCode)
-        em.check(f"{em.constant(guard.payload, 'K')}.matches({v})")
-    elif kind == "length":
-        em.check(f"len({v}) == {guard.payload}")
-    elif kind == "items":  # a tuple of plain constants (`_collapse_tuples`): mostly the same object
-        name = em.constant(guard.payload)
-        em.check(f"{v} is {name} or _same_items({v}, {name})")
-    elif kind == "missing_attribute":  # hasattr() answered False, getattr() took its default
-        em.check(f"not hasattr({v}, {guard.payload!r})")
-    elif kind == "at_least":  # an int that may grow: a loop iterator with that many items left, or more
-        em.check(f"{v} >= {guard.payload}")
-    elif kind == "keys":
-        em.check(f"list({v}.keys()) == {em.constant(list(guard.payload))}")
-    elif kind == "set_items":  # the items and their iteration order (equal sets may iterate differently)
-        em.check(f"list({v}) == {em.constant(list(guard.payload))}")
-    elif kind == "same":
-        em.check(f"{v} is {em.value_of(guard.other)}")
-    else:
-        raise AssertionError(f"unknown guard kind {kind}")
-
-
-def _strides_test(em: _Emitter, v: str, sig: TensorSignature) -> str:
-    """Given the shape, the test that the strides are the signature's. With every size at least
-    2, the contiguous strides are the only ones is_contiguous() accepts (half the cost of
-    building and comparing the strides tuple); a 0-dim tensor has no strides to test."""
-    if not sig.shape:
-        return ""
-    if min(sig.shape) >= 2 and tuple(sig.stride) == _contiguous_strides(sig.shape):
-        return f" and {v}.is_contiguous()"
-    return f" and {v}.stride() == {em.constant(sig.stride)}"
-
-
-def _contiguous_strides(shape: tuple) -> tuple:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))
-
-
-_IMMUTABLE_CONSTANTS = frozenset({int, float, str, bytes, complex, torch.dtype, torch.device, torch.Size, range,
-                                   slice, torch.memory_format, torch.layout, type(Ellipsis)})
-"""Constants that cannot change while a guard holds them: the same object is an equal value."""
-
-_MODULE_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-
-
-def _hook_table(em: _Emitter, source: Source, value: str, table: str) -> str:
-    attribute = AttrSource(source, table)
-    return f"{em.dict_of(source)}[{table!r}]" if em.reads_dict(attribute) else f"{value}.{table}"
-
-
-_GLOBAL_HOOK_TABLES = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                       "_global_backward_pre_hooks")
-
-
-def _emit_aliasing(em: _Emitter, guard: Guard) -> None:
-    """Inputs the graph writes to share memory with no other input (or do, as they did at capture)."""
-    (written, inputs), unshared = guard.payload
-    written_text = "".join(f"{em.value_of(s)}, " for s in written)
-    inputs_text = "".join(f"{em.value_of(s)}, " for s in inputs)
-    em.check(f"_storages_unshared(({written_text}), ({inputs_text})) is {unshared}")
-
-
-_ORDER = {"global_state": 0, "type": 1, "id": 1, "code": 1, "constant": 2, "length": 2, "items": 2, "at_least": 2,
-          "missing_attribute": 2, "keys": 2, "set_items": 2,
-          "no_hooks": 2, "tensor": 3,
-          "tensor_dynamic": 3, "same": 4, "aliasing": 5, "expression": 5,
-          "no_backward_hooks": 2, "no_global_hooks": 0, "no_global_backward_hooks": 0}
+    v = em.value_of(guard.source) if guard.source is not None else None
+    GUARD_KINDS[guard.kind].emit(em, guard, v)
 
 
 @dataclass
@@ -338,7 +159,10 @@ class GuardSet:
             while s is not None:
                 n, s = n + 1, s.base()
             return n
-        return sorted(self.guards, key=lambda g: (g.kind in ("aliasing", "expression"), depth(g), _ORDER[g.kind]))
+        def rank(g: Guard) -> tuple:
+            kind = GUARD_KINDS[g.kind]
+            return kind.last, depth(g), kind.order
+        return sorted(self.guards, key=rank)
 
     def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True,
               lazy_parts: bool = False, saved=None, in_instance_dict=None,
@@ -479,12 +303,8 @@ def _compile_function(em: _Emitter, fn_globals: dict, closure, name: str, ending
 
 def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
     env = dict(em.constants)
-    env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules,
-               _grad_enabled=torch.is_grad_enabled,
-               _inference_mode=torch.is_inference_mode_enabled,
-               _default_dtype=torch.get_default_dtype, _autocast=torch._C._is_any_autocast_enabled,
-               _deterministic=torch.are_deterministic_algorithms_enabled,
-               _cublas_tf32=torch._C._get_cublas_allow_tf32)
+    env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules)
+    env.update((expression.removesuffix("()"), read) for _, expression, read in GLOBAL_STATE)
     body = "\n".join(em.lines)
     # math: ShapeEnv's guards on a symbolic float read `not math.isnan(...)`
     for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module),

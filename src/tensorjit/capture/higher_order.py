@@ -26,6 +26,8 @@ import torch
 
 from .breaks import GraphBreak
 from .values.base import CallableConstant, ConstantValue, Value
+from .values.functions import FunctionValue, NestedFunctionValue
+from .values.tensors import TensorValue, wrap_result
 
 RECOMPUTE = "recompute"  # torch's node meta key for it: make_fx copies it onto the ATen nodes traced from a node
 _CHECKPOINT_OPTIONS = ("use_reentrant", "preserve_rng_state", "determinism_check", "debug")
@@ -33,7 +35,6 @@ _CHECKPOINT_OPTIONS = ("use_reentrant", "preserve_rng_state", "determinism_check
 
 class CondValue(CallableConstant):
     def call(self, tx, args, kwargs) -> Value:
-        from .values.tensors import TensorValue
         pred, true_fn, false_fn, operands = _cond_arguments(args, kwargs)
         items = operands.unpack(tx)
         if not isinstance(pred, TensorValue):
@@ -61,7 +62,6 @@ class Branch(torch.nn.Module):
 
 
 def _record_cond(tx, pred, branches: list, operands: list) -> Value:
-    from .values.tensors import wrap_result
     output = tx.output
     arguments = (pred.node, *(output.add_submodule(b, "cond_branch") for b in branches),
                  tuple(o.node for o in operands))
@@ -87,7 +87,6 @@ def _cond_arguments(args: list[Value], kwargs: dict[str, Value]) -> tuple:
 
 def _real_function(tx, value: Value) -> Any:
     """The function object a branch value stands for (a new one for a closure made in the frame)."""
-    from .values.functions import FunctionValue, NestedFunctionValue
     if isinstance(value, FunctionValue) or isinstance(value, CallableConstant):
         return value.fn
     if isinstance(value, NestedFunctionValue):
@@ -167,11 +166,8 @@ def _default_context():
 
 
 def higher_order_value(obj: Any, source) -> Value | None:
-    from .flex_attention import flex_attention_value
-    from .loops import loop_value
-    found = loop_value(obj, source) or flex_attention_value(obj, source)  # while_loop, scan, map; flex_attention
-    if found is not None:
-        return found
+    """torch.cond or checkpoint (loops.py and flex_attention.py answer for the others: they
+    build on this module)."""
     if obj is torch.cond:
         return CondValue(obj, source)
     checkpoint = getattr(torch.utils, "checkpoint", None)

@@ -23,10 +23,14 @@ from typing import Any, Callable
 import torch
 
 from ..config import Config
-from . import builder, polyfills
+from . import builder, cpython, polyfills
+from .attributes import delete_attribute, store_attribute
 from .autograd_function import applied_function, call_apply
 from .breaks import GraphBreak, UserLocation
+from .calls import binary_op, bind_arguments, call_object, inline_function
+from .module_call import call_module
 from .output import OutputGraph, SideEffect
+from .regions import capture_region, is_compile_region, region_function
 from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
 from .values.base import ConstantValue, NULL, NullValue, Value
 from .values.lazy import LazyValue
@@ -39,7 +43,6 @@ from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValu
 from .values.records import RecordValue
 from .values.tensors import TensorValue, record_call
 
-PY = sys.version_info[:2]
 MAX_STEPS = 200_000
 
 
@@ -67,7 +70,7 @@ def instructions_of(code: types.CodeType) -> tuple[list[Instruction], dict[int, 
     result: list[Instruction] = []
     lineno = code.co_firstlineno
     everything = list(dis.get_instructions(code))
-    raw = [i for i in everything if i.opname not in ("EXTENDED_ARG", "CACHE")]
+    raw = [i for i in everything if i.opname not in cpython.NOT_INSTRUCTIONS]
     index_of = {i.offset: n for n, i in enumerate(raw)}
     # A jump may target the EXTENDED_ARG prefix of an instruction: map it to that instruction.
     for i in reversed(everything):
@@ -78,21 +81,13 @@ def instructions_of(code: types.CodeType) -> tuple[list[Instruction], dict[int, 
         if i.positions is not None and i.positions.lineno is not None:
             lineno = i.positions.lineno
         target = None
-        if i.opcode in dis.hasjrel or i.opcode in dis.hasjabs:
+        if i.opcode in cpython.JUMP_OPCODES:
             target = index_of.get(i.argval)
         result.append(Instruction(i.opname, i.opcode, i.arg, i.argval, i.offset, lineno, target))
     return result, index_of
 
 
 _INSTRUCTION_CACHE: dict[types.CodeType, tuple] = {}
-_EXCEPTION_TABLES: dict[types.CodeType, list] = {}
-
-
-def exception_table(code: types.CodeType) -> list:
-    table = _EXCEPTION_TABLES.get(code)
-    if table is None:
-        table = _EXCEPTION_TABLES[code] = dis._parse_exception_table(code)
-    return table
 
 
 def cached_instructions(code: types.CodeType):
@@ -192,7 +187,7 @@ class Frame:
 
     def enter_handler(self, inst: Instruction, error: GraphBreak) -> bool:
         """Follow the exception table to the handler of `error`'s exception, as CPython would."""
-        for entry in exception_table(self.code):
+        for entry in cpython.exception_table(self.code):
             if entry.start <= inst.offset < entry.end:
                 del self.stack[entry.depth:]
                 if entry.lasti:
@@ -271,8 +266,11 @@ class Frame:
             return call_apply(self, function_class, args, kwargs)
         return fn.call(self, args, kwargs)
 
+    def call_module(self, module: NNModuleValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        """Call an nn.Module: hooks and forward (module_call.py)."""
+        return call_module(self, module, args, kwargs)
+
     def call_object(self, value: ObjectValue, args, kwargs) -> Value:
-        from .calls import call_object
         return call_object(self, value, args, kwargs)
 
     def call_dunder(self, obj: Value, name: str, args: list[Value]) -> Value:
@@ -281,8 +279,12 @@ class Frame:
             return self.call(FunctionValue(method), [obj, *args], {})
         raise GraphBreak("unsupported-operation", f"{obj.python_type().__name__}.{name} is not a Python method")
 
+    def getitem(self, obj: Value, index: Value) -> Value:
+        """`obj[index]`, as BINARY_SUBSCR does it."""
+        from .opcodes import getitem  # opcodes.py imports this module
+        return getitem(self, obj, index)
+
     def binary_op(self, op: Callable, a: Value, b: Value) -> Value:
-        from .calls import binary_op
         return binary_op(self, op, a, b)
 
     def iterate(self, obj: Value) -> IteratorValue:
@@ -297,13 +299,11 @@ class Frame:
 
     def store_attribute(self, obj: Value, name: str, value: Value, custom: bool = True) -> Value:
         """`obj.name = value`; custom=False is `object.__setattr__` (no class __setattr__)."""
-        from .attributes import store_attribute
         store_attribute(self, obj, name, value, custom)
         return ConstantValue(None)
 
     def delete_attribute(self, obj: Value, name: str, custom: bool = True) -> Value:
         """`del obj.name`; custom=False is `object.__delattr__` (no class __delattr__)."""
-        from .attributes import delete_attribute
         delete_attribute(self, obj, name, custom)
         return ConstantValue(None)
 
@@ -332,9 +332,17 @@ class Frame:
         raise GraphBreak("tensor-attribute", f".{name} of {source}")
 
     # -- inlining ------------------------------------------------------------------------
+    def child_frame(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> "Frame":
+        """The frame of a call of function value `fn` from this one (inlined, or a generator's, run
+        lazily): the arguments bound as CPython binds them, the cells made."""
+        code = fn.code
+        bound = bind_arguments(code, fn.defaults(self), fn.kwdefaults(self), args, kwargs)
+        cells: dict[str, Any] = {name: CellValue(bound.pop(name, None)) for name in code.co_cellvars}
+        for name, cell in zip(code.co_freevars, fn.closure_cells(self)):
+            cells[name] = cell
+        return Frame(self.capture, code, fn.globals, self, bound, cells)
+
     def inline_function(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
-        from .calls import inline_function
-        from .regions import capture_region, is_compile_region, region_function
         if is_compile_region(fn):  # nested_compile_region: inlined, then outlined into a shared subgraph
             marked = region_function(fn)
             return capture_region(self, lambda: inline_function(self, marked, args, kwargs))

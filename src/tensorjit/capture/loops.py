@@ -15,14 +15,20 @@ close over tensors of the frame are graph breaks, logged; the call then runs eag
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import operator
+import sys
 from typing import Any, Callable
 
 import torch
 import torch.utils._pytree as pytree
 
 from .breaks import GraphBreak
-from .values.base import CallableConstant, Value
+from .higher_order import _real_function
+from .values.base import CallableConstant, ConstantValue, Value
+from .values.containers import ListValue, TupleValue
+from .values.tensors import TensorValue, record_call
 
 
 class LoopBody(torch.nn.Module):
@@ -41,8 +47,6 @@ class LoopBody(torch.nn.Module):
 
 def _structure(tx, value: Value, what: str) -> Any:
     """`value` as a Python structure whose leaves are TensorValues (tuples and lists of them)."""
-    from .values.containers import ListValue, TupleValue
-    from .values.tensors import TensorValue
     if isinstance(value, TensorValue):
         return value
     if isinstance(value, (TupleValue, ListValue)):
@@ -53,7 +57,6 @@ def _structure(tx, value: Value, what: str) -> Any:
 
 
 def _function(tx, value: Value) -> Callable:
-    from .higher_order import _real_function
     try:
         return _real_function(tx, value)
     except GraphBreak as error:
@@ -90,7 +93,6 @@ def _record(tx, op, bodies: list[LoopBody], operands: tuple, fake: Callable | No
 
 def _items(tx, node: torch.fx.Node, result) -> list[Value]:
     """The TensorValues of a flat tuple or list result."""
-    from .values.tensors import TensorValue
     values = []
     for index, example in enumerate(result):
         item = tx.output.create_node("call_function", operator.getitem, (node, index), {}, example)
@@ -99,8 +101,6 @@ def _items(tx, node: torch.fx.Node, result) -> list[Value]:
 
 
 def _rebuild(tx, leaves: list[Value], spec) -> Value:
-    from .values.containers import ListValue, TupleValue
-
     def build(structure):
         if isinstance(structure, tuple):
             return TupleValue([build(item) for item in structure], tuple)
@@ -163,8 +163,6 @@ def _scan_puts_outputs_back_at_dim() -> bool:
     `movedim(elem, 0, dim)` where it does: running it is no option (torch 2.13's eager scan
     compiles its function with Dynamo)."""
     if not _SCAN_LAYOUT:
-        import importlib
-        import inspect
 
         try:
             source = inspect.getsource(importlib.import_module("torch._higher_order_ops.scan").scan)
@@ -176,8 +174,6 @@ def _scan_puts_outputs_back_at_dim() -> bool:
 
 class ScanValue(CallableConstant):
     def call(self, tx, args, kwargs) -> Value:
-        from .values.base import ConstantValue
-        from .values.tensors import record_call
         bound = _bind(args, kwargs, ("combine_fn", "init", "xs", "dim", "reverse"), "scan")
         init_leaves, init_spec = pytree.tree_flatten(_structure(tx, bound["init"], "scan's init"))
         xs_leaves, xs_spec = pytree.tree_flatten(_structure(tx, bound["xs"], "scan's xs"))
@@ -207,7 +203,6 @@ class ScanValue(CallableConstant):
         if dim != 0 and _scan_puts_outputs_back_at_dim():
             ys = [record_call(tx, torch.movedim, [y, ConstantValue(0), ConstantValue(dim)], {})
                   if dim < y.example.dim() else y for y in ys]
-        from .values.containers import TupleValue
         return TupleValue([_rebuild(tx, carry, init_spec), _rebuild(tx, ys, body.spec)], tuple)
 
 
@@ -241,6 +236,5 @@ def loop_value(obj: Any, source) -> Value | None:
 
 
 def _user_function(module: str, name: str):
-    import sys
     loaded = sys.modules.get(f"torch._higher_order_ops.{module}")  # not imported: the user cannot call it
     return getattr(loaded, name, None) if loaded is not None else None

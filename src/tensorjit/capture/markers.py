@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 from .breaks import GraphBreak
 from .values.base import CallableConstant, ConstantValue, Value
+from .values.objects import ContextMethodValue
+from .values.tensors import record_call
 
 error_on_graph_break = False  # set by tensorjit.compiler.error_on_graph_break as a context manager
 _strict_codes: dict = {}  # code object -> flag, for functions decorated with error_on_graph_break
@@ -122,7 +124,6 @@ class InGraphValue(CallableConstant):
     """A callable marked allow_in_graph: one graph node, its result computed on fake tensors."""
 
     def call(self, tx, args, kwargs) -> Value:
-        from .values.tensors import record_call
         return record_call(tx, self.fn, args, kwargs)
 
 
@@ -174,7 +175,6 @@ class ErrorOnGraphBreakValue(Value):
         return ConstantValue(None)
 
     def getattr(self, tx, name: str) -> Value:
-        from .values.objects import ContextMethodValue
         if name in ("__enter__", "__exit__"):
             return ContextMethodValue(self, "enter" if name == "__enter__" else "exit")
         raise GraphBreak("getattr", f"attribute {name!r} of error_on_graph_break")

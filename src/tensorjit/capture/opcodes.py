@@ -16,38 +16,35 @@ import torch
 from . import cpython
 from .breaks import GraphBreak
 from .contextmanagers import Suspended
-from .cpython import PY, PY311, PY312, PY313, PY314
+from .cpython import CALL_ADAPTER, FROM_312, FROM_313, PY, PY311, PY312, PY313, PY314, UP_TO_312
 from .generators import GeneratorValue
 from .interpreter import Frame, Instruction, Return
+from .sources import TensorKeySource
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
 from .values.builtins import BuiltinValue, object_text
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
                                 SetValue, SliceValue, TupleValue, hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue,
-                             lookup_static)
+from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, SuperValue,
+                             UserObjectValue, lookup_static)
 from .values.records import RecordValue
 from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
 
 HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}
 
 
-def opcode(*versions: tuple[int, int]):
-    """Register the decorated function as the handler of the opcode it is named after."""
+def opcode(*versions: tuple[int, int], name: str | None = None):
+    """Register the decorated function as the handler of the opcode it is named after (or `name`)."""
     def register(fn):
         if versions and PY not in versions:
             return fn
-        if fn.__name__ in HANDLERS:
-            raise AssertionError(f"duplicate handler for {fn.__name__}")
-        HANDLERS[fn.__name__] = fn
+        opname = name or fn.__name__
+        if opname in HANDLERS:
+            raise AssertionError(f"duplicate handler for {opname}")
+        HANDLERS[opname] = fn
         return fn
     return register
-
-
-UP_TO_312 = (PY311, PY312)
-FROM_312 = (PY312, PY313, PY314)
-FROM_313 = (PY313, PY314)
 
 
 # -- stack and no-ops ------------------------------------------------------------------
@@ -119,8 +116,7 @@ def _load_fast(f: Frame, name: str) -> None:
     f.push(value)
 
 
-if PY >= (3, 12):
-    HANDLERS["LOAD_FAST_CHECK"] = LOAD_FAST
+opcode(*FROM_312, name="LOAD_FAST_CHECK")(LOAD_FAST)
 
 
 @opcode(*FROM_312)
@@ -251,7 +247,7 @@ def LOAD_METHOD(f, i):
 
 @opcode()
 def LOAD_ATTR(f, i):
-    if PY >= (3, 12) and i.arg & 1:
+    if cpython.LOAD_ATTR_LOADS_METHODS and i.arg & 1:
         _load_method(f, i.argval)
     else:
         f.push(f.getattr(f.pop(), i.argval))
@@ -262,7 +258,6 @@ def LOAD_SUPER_ATTR(f, i):
     obj = f.pop()
     cls = f.pop()
     f.pop()  # the global `super`
-    from .values.objects import SuperValue
     attr = SuperValue(cls.constant(), obj).getattr(f, i.argval)
     if i.arg & 1:
         _push_call_pair(f, attr)
@@ -295,7 +290,7 @@ _BINARY = [operator.add, operator.and_, operator.floordiv, operator.lshift, oper
 def BINARY_OP(f, i):
     b = f.pop()
     a = f.pop()
-    if i.arg == cpython.NB_SUBSCR and PY >= PY314:
+    if i.arg == cpython.NB_SUBSCR and cpython.SUBSCRIPT_IS_BINARY_OP:
         f.push(getitem(f, a, b))
     else:
         f.push(f.binary_op(_BINARY[i.arg], a, b))
@@ -419,7 +414,6 @@ def _tensor_keyed_item(f: Frame, obj: Value, key: TensorValue) -> Value | None:
     """`mapping[t]` for a dict from outside keyed by tensors (by identity, as Python hashes them),
     when `t` is an input too: read now, guarded through both sources. A missing key is left to
     eager Python (a defaultdict would make the item)."""
-    from .sources import TensorKeySource
     mapping = obj.obj if isinstance(obj, ObjectValue) else None
     if not isinstance(mapping, dict) or obj.source is None or key.source is None:
         return None
@@ -707,11 +701,7 @@ for _name, _when in {
     "POP_JUMP_IF_NONE": _is_none,
     "POP_JUMP_IF_NOT_NONE": lambda f, v: not _is_none(f, v),
 }.items():
-    variants = [_name]
-    if PY == (3, 11):
-        variants = [_name.replace("POP_JUMP_IF", "POP_JUMP_FORWARD_IF"),
-                    _name.replace("POP_JUMP_IF", "POP_JUMP_BACKWARD_IF")]
-    for _variant in variants:
+    for _variant in cpython.jump_variants(_name):
         HANDLERS[_variant] = (lambda when: lambda f, i: _pop_jump(f, i, when))(_when)
 
 
@@ -776,14 +766,6 @@ def call_function(f: Frame, fn: Value, args: list[Value], kwargs: dict[str, Valu
     if isinstance(fn, ObjectValue) and fn.obj is CALL_ADAPTER:
         return f.call(args[0], args[1:], kwargs)
     return f.call(fn, args, kwargs)
-
-
-def _call_adapter(fn, *args, **kwargs):
-    """Stands in for a NULL stack slot in generated code: calls fn like CALL would."""
-    return fn(*args, **kwargs)
-
-
-CALL_ADAPTER = _call_adapter
 
 
 @opcode()

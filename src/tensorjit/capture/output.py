@@ -17,8 +17,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .aliasing import WriteWatch
 from .breaks import GraphBreak
+from .dynamic import ExpressionSource, SizeSource, name_sizes_for_messages, new_shape_env, symbolic_float, symbolic_int
 from .guards import Guard, GuardSet, TensorSignature
 from .sources import Source
+from .values.base import DELETED
+from .values.tensors import TensorValue
 
 
 @dataclass
@@ -40,7 +43,6 @@ class SideEffect:
 
 class OutputGraph:
     def __init__(self, fn_name: str, policy=None, arguments: tuple = ()) -> None:
-        from .dynamic import new_shape_env
         self.graph = torch.fx.Graph()
         self.policy = policy
         self.shape_env = new_shape_env() if policy is not None and policy.any_possible(arguments) else None
@@ -87,7 +89,6 @@ class OutputGraph:
             self.guard(Guard(source, "same", other=first_source))
             return node, fake
         if context is not None:
-            from .dynamic import ExpressionSource, name_sizes_for_messages
             name_sizes_for_messages(self.shape_env, source, example.dim())
             fake = self.fake_mode.from_tensor(example, symbolic_context=context,
                                               source=ExpressionSource(source.expression()))
@@ -113,7 +114,6 @@ class OutputGraph:
 
     def _add_size_inputs(self, fake: torch.Tensor, source: Source, example: torch.Tensor) -> None:
         """An int placeholder for each new symbol among `fake`'s sizes."""
-        from .dynamic import SizeSource
         for dim, size in enumerate(fake.shape):
             if isinstance(size, torch.SymInt):
                 symbol = size.node.expr
@@ -125,7 +125,6 @@ class OutputGraph:
 
     def add_int_input(self, value: int | float, source: Source) -> torch.fx.Node:
         """A graph placeholder for an int (or float) argument that is symbolic in this capture."""
-        from .dynamic import symbolic_float, symbolic_int
         self.guard(Guard(source, "type", type(value)))
         example = (symbolic_float if type(value) is float else symbolic_int)(self.shape_env, value, source)
         node = self._placeholder(str(source))
@@ -170,7 +169,6 @@ class OutputGraph:
 
     def record_attribute_delete(self, obj, name: str) -> None:
         """`del obj.name` of an object from outside: later reads in capture raise AttributeError."""
-        from .values.base import DELETED
         self.attribute_overlay[(id(obj.obj), name)] = DELETED
         self.side_effects.append(SideEffect("delattr", obj, name, None))
 
@@ -185,7 +183,6 @@ class OutputGraph:
         self.side_effects.append(SideEffect("global", None, name, value))
 
     def constant_tensor(self, tensor: torch.Tensor):
-        from .values.tensors import TensorValue
         existing = self.inputs_by_id.get(id(tensor))
         if existing is not None:
             return TensorValue(existing[0], existing[1])

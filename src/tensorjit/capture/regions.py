@@ -24,6 +24,10 @@ from typing import Any, Callable
 
 import torch
 import torch.fx
+from .aliasing import storage_key
+from .values.containers import ListValue, TupleValue
+from .values.functions import FunctionValue
+from .values.tensors import TensorValue
 
 REGION_MARKS = ("_tensorjit_nested_compile_region", "__marked_compile_region_fn__")
 
@@ -42,7 +46,6 @@ def region_function(fn_value):
         return fn_value
     while hasattr(real, REGION_MARKS[1]):
         real = getattr(real, REGION_MARKS[1])
-    from .values.functions import FunctionValue
     return FunctionValue(real)
 
 
@@ -66,15 +69,12 @@ def _visible_effects(output) -> tuple[int, frozenset]:
     """What a caller could observe of code run so far: Python-visible writes replayed after the
     graph (attributes, globals, cells, containers from outside), and writes to the storage of
     the graph's inputs."""
-    from .aliasing import storage_key
     inputs = {storage_key(gi.node.meta["example_value"]) for gi in output.inputs
               if isinstance(gi.node.meta.get("example_value"), torch.Tensor)}
     return len(output.side_effects), frozenset(output.writes.written & inputs)
 
 
 def _tensor_leaves(value) -> list | None:
-    from .values.containers import ListValue, TupleValue
-    from .values.tensors import TensorValue
     if isinstance(value, TensorValue):
         return [value]
     if isinstance(value, (TupleValue, ListValue)):

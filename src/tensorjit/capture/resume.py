@@ -73,7 +73,7 @@ def _call_constant(fn: str, args: list[Instr], n: int, lineno: int) -> list[Inst
 
 def _item(state: str, index: int, lineno: int) -> list[Instr]:
     return [Instr("LOAD_FAST", state, lineno=lineno), Instr("LOAD_CONST", index, lineno=lineno),
-            Instr("BINARY_SUBSCR", lineno=lineno)]
+            *cpython.subscript(lineno)]
 
 
 @dataclass(frozen=True)
@@ -143,8 +143,7 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     for successor, label, _ in exits:
         if successor.is_jump:
             instr.arg = label
-            if "BACKWARD" in instr.name:  # 3.11: the exit blocks come after everything
-                instr.name = instr.name.replace("BACKWARD", "FORWARD")
+            instr.name = cpython.forward_jump(instr.name)  # the exit blocks come after everything
     fallthrough = [label for s, label, _ in exits if not s.is_jump]
     if fallthrough:
         bc.insert(position + 1, Instr("JUMP_FORWARD", fallthrough[0], lineno=lineno))

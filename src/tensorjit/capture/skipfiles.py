@@ -11,6 +11,7 @@ unittest.mock, whose patching rewrites modules and classes.
 from __future__ import annotations
 
 from .breaks import GraphBreak
+from .values.functions import FunctionValue
 
 _SKIPPED_MODULE_PREFIXES = (
     "logging", "warnings", "threading", "inspect", "traceback", "abc", "typing", "contextlib",
@@ -48,7 +49,6 @@ def check_inlinable(fn):
     if getattr(real, "_torchdynamo_disable", False) is True:  # torch.compiler.disable / torch._dynamo.disable
         original = _traced_by_dynamo_itself(real)
         if original is not None:
-            from .values.functions import FunctionValue
             return FunctionValue(original)
         reason = getattr(real, "_torchdynamo_disable_msg", None)
         name = getattr(getattr(real, "_torchdynamo_orig_callable", real), "__qualname__", code.co_name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 
 from ..values.builtins import BuiltinValue
+from ..values.containers import DictViewValue, IteratorValue, SequenceValue
 from .iterators import has_lazy_input
 from .registry import Sample, polyfill
 
@@ -138,7 +139,6 @@ def all_(iterable):
 
 def _symbolic_items(args, kwargs) -> bool:
     """Whether sorted() gets items that are not all constants (the handler sorts constants only)."""
-    from ..values.containers import DictViewValue, IteratorValue, SequenceValue
     if not args:
         return False
     items = args[0]

@@ -9,12 +9,14 @@ subclass of the list or dict value with its own methods registered beside it.
 from __future__ import annotations
 
 import collections
+import operator
 from typing import Any
 
 from ..breaks import GraphBreak
 from ..values.base import ConstantValue, Value
+from ..values.builtins import BuiltinValue
 from ..values.container_methods import method
-from ..values.containers import ContainerMethodValue, DictValue, ListValue, each_item
+from ..values.containers import ContainerMethodValue, DictValue, ListValue, TupleValue, each_item
 from .registry import capture_rule
 
 NONE = ConstantValue(None)
@@ -25,7 +27,6 @@ def _dict_body(cg, items: dict) -> str:
 
 
 def _initial_items(tx, args: list[Value], kwargs: dict[str, Value]) -> dict:
-    from ..values.builtins import BuiltinValue
     return tx.call(BuiltinValue(dict), args, kwargs).items if args or kwargs else {}
 
 
@@ -60,7 +61,6 @@ def _move_to_end(tx, d: OrderedDictValue, key: Value, last: Value = ConstantValu
 
 @method(OrderedDictValue, "popitem")
 def _popitem(tx, d: OrderedDictValue, last: Value = ConstantValue(True)) -> Value:
-    from ..values.containers import TupleValue
     if not d.items:
         raise GraphBreak("op-error", "KeyError: dictionary is empty", exception=KeyError("dictionary is empty"))
     d.mutate(tx)
@@ -139,7 +139,6 @@ class CounterValue(DictValue):
 
 
 def _count_into(tx, counter: CounterValue, source: Value | None, kwargs: dict, sign: int) -> None:
-    import operator
     if source is None:
         pairs = []
     elif isinstance(source, DictValue):
@@ -162,7 +161,6 @@ def _counter(tx, source: Value | None = None, **kwargs: Value) -> Value:
 
 def counter_binary(op, a: Value, b: Value) -> Value | None:
     """`c + d`, `c - d`, `c | d`, `c & d` on Counters of constant counts, as Counter computes them."""
-    import operator
     if not (isinstance(a, CounterValue) and isinstance(b, CounterValue)) or \
             op not in (operator.add, operator.sub, operator.or_, operator.and_):
         return None
@@ -188,7 +186,6 @@ def _counter_subtract(tx, c: CounterValue, source: Value | None = None, **kwargs
 
 @method(CounterValue, "most_common")
 def _most_common(tx, c: CounterValue, n: Value = NONE) -> Value:
-    from ..values.containers import TupleValue
     ranked = sorted(c.items.items(), key=lambda pair: pair[1].constant(), reverse=True)  # stable, as Counter's
     if n.constant() is not None:
         ranked = ranked[:max(n.constant(), 0)]

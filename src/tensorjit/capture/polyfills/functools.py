@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 
 from ..breaks import GraphBreak
+from ..guards import Guard
+from ..sources import AttrSource
 from ..values.base import Value
 from ..values.containers import DictValue, TupleValue
 from ..values.objects import PartialValue
@@ -39,13 +41,10 @@ class CapturedPartialValue(PartialValue):
 
 def wrap_partial(tx, obj: functools.partial, source) -> Value:
     """A partial from outside: its function, arguments and keywords are read (and guarded) through the source."""
-    from ..builder import wrap
-    from ..guards import Guard
-    from ..sources import AttrSource
     tx.output.guard(Guard(source, "type", functools.partial))
-    args = wrap(tx, obj.args, AttrSource(source, "args"))
-    keywords = wrap(tx, obj.keywords, AttrSource(source, "keywords"))
-    value = CapturedPartialValue(wrap(tx, obj.func, AttrSource(source, "func")), list(args.items), dict(keywords.items))
+    args = tx.wrap(obj.args, AttrSource(source, "args"))
+    keywords = tx.wrap(obj.keywords, AttrSource(source, "keywords"))
+    value = CapturedPartialValue(tx.wrap(obj.func, AttrSource(source, "func")), list(args.items), dict(keywords.items))
     value.source = source
     return value
 

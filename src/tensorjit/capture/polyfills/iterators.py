@@ -9,11 +9,13 @@ islice, zip with a finite partner) work, and asking for all items is a graph bre
 from __future__ import annotations
 
 import itertools
+import operator
 from typing import Callable
 
 from ..breaks import GraphBreak
+from ..generators import GeneratorValue
 from ..values.base import ConstantValue, Value
-from ..values.containers import IteratorValue
+from ..values.containers import IteratorValue, TupleValue
 from .registry import capture_rule
 
 
@@ -79,7 +81,6 @@ def _repeat(tx, value: Value, times: Value | None = None) -> Value:
 def runs_code(value: Value) -> bool:
     """Is value an iterator whose next() runs code (a generator made during capture) or that never
     ends? The eager handlers read every item at once, which such an iterator only allows lazily."""
-    from ..generators import GeneratorValue
     return isinstance(value, (EndlessIteratorValue, GeneratorValue))
 
 
@@ -134,8 +135,6 @@ def _reads_fixed_items(args, kwargs) -> bool:
 
 @capture_rule(itertools.groupby, applies=_reads_fixed_items)
 def _groupby(tx, iterable: Value, key: Value | None = None) -> Value:
-    import operator
-    from ..values.containers import TupleValue
     if key is not None and key.is_constant() and key.constant() is None:
         key = None
     pairs, groups = [], []

@@ -13,13 +13,13 @@ import operator
 from ..values.base import ConstantValue, Value
 from ..values.containers import DictValue, ListValue, SequenceValue, TupleValue
 from ..values.objects import lookup_static
+from .collections import counter_binary
 
 _ORDERINGS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
 
 
 def plain_binary(tx, op, a: Value, b: Value, same_object) -> Value | None:
     """The value of `a op b`, or None when this module has no rule for the operands."""
-    from .collections import counter_binary
     counted = counter_binary(op, a, b)
     if counted is not None:
         return counted

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+from ..generators import GeneratorValue
 from ..values.base import Value
 from ..values.builtins import BuiltinValue
 from ..values.containers import ContainerMethodValue
@@ -108,7 +109,6 @@ def call(tx, entry: Polyfill, fn: Value, args: list[Value], kwargs: dict[str, Va
         args = [fn.owner, *args]
     if not entry.inlined:
         return entry.implementation(tx, *args, **kwargs)
-    from ..generators import GeneratorValue
     result = tx.inline_function(FunctionValue(entry.implementation), args, kwargs)
     if isinstance(result, GeneratorValue) and isinstance(entry.target, type):
         result.presented_type = entry.target  # type(zip(...)) is zip

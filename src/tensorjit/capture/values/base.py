@@ -8,7 +8,11 @@ interpreter asks of it. Operations a family cannot answer raise `GraphBreak`.
 
 from __future__ import annotations
 
+import inspect
+import types
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from ..breaks import GraphBreak
 from ..sources import Source
@@ -79,14 +83,27 @@ class ConstantValue(Value):
             raise GraphBreak("iterate", f"{type(self.value).__name__} is not iterable", exception=e) from None
 
     def getattr(self, tx, name: str) -> Value:
-        from .builtins import wrap_attribute_of_constant
-        return wrap_attribute_of_constant(tx, self, name)
+        return _attribute_of_constant(tx, self, name)
 
     def reconstruct(self, cg) -> str:
         return cg.constant(self.value)
 
     def __repr__(self) -> str:
         return f"ConstantValue({self.value!r})"
+
+
+def _attribute_of_constant(tx, value: ConstantValue, name: str) -> Value:
+    """An attribute of a constant of an immutable builtin type (a dtype's is_floating_point, a tuple's count)."""
+    obj = value.value
+    if isinstance(obj, torch.dtype) or isinstance(obj, torch.device) or isinstance(
+            obj, (int, float, str, bool, complex, type(None), tuple, range, slice, frozenset, bytes,
+                  inspect.Signature, inspect.Parameter, types.MappingProxyType)):
+        try:
+            attr = getattr(obj, name)
+        except AttributeError:
+            raise GraphBreak("attribute-error", f"{type(obj).__name__!r} object has no attribute {name!r}")
+        return tx.wrap_constant_object(attr)
+    raise GraphBreak("getattr", f"attribute {name!r} of constant {type(obj).__name__}")
 
 
 class CallableConstant(Value):

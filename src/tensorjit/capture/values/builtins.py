@@ -21,9 +21,14 @@ from typing import Any, Callable
 import torch
 
 from ..breaks import GraphBreak
+from ..guards import Guard
+from ..sources import AttrSource
 from .base import CallableConstant, ConstantValue, NULL, Value
+from .container_subclasses import empty
 from .containers import (ContainerMethodValue, DictValue, DictViewValue, IteratorValue, ListValue, SetValue, SliceValue,
                          TupleValue)
+from .functions import FunctionValue, MethodValue
+from .objects import BuiltinMethodOfObject, DictReadValue, ObjectValue, SuperValue, UserObjectValue, lookup_static
 from .tensors import SymbolicIntValue, TensorValue, lazy_text, record_call
 
 _HANDLERS: dict[Any, Callable] = {}
@@ -184,19 +189,6 @@ def _builtin_on_tensor(tx, fn, args, kwargs) -> Value:
     raise GraphBreak("unsupported-call", f"{getattr(fn, '__qualname__', fn)} on a tensor")
 
 
-def wrap_attribute_of_constant(tx, value: ConstantValue, name: str) -> Value:
-    obj = value.value
-    if isinstance(obj, torch.dtype) or isinstance(obj, torch.device) or isinstance(
-            obj, (int, float, str, bool, complex, type(None), tuple, range, slice, frozenset, bytes,
-                  inspect.Signature, inspect.Parameter, types.MappingProxyType)):
-        try:
-            attr = getattr(obj, name)
-        except AttributeError:
-            raise GraphBreak("attribute-error", f"{type(obj).__name__!r} object has no attribute {name!r}")
-        return tx.wrap_constant_object(attr)
-    raise GraphBreak("getattr", f"attribute {name!r} of constant {type(obj).__name__}")
-
-
 # -- handlers ---------------------------------------------------------------------------
 @builtin(py.len)
 def _len(tx, obj: Value) -> Value:
@@ -212,7 +204,6 @@ def _len(tx, obj: Value) -> Value:
         return ConstantValue(obj.example.shape[0])
     if obj.is_constant():
         return ConstantValue(len(obj.constant()))
-    from .objects import ObjectValue
     if isinstance(obj, ObjectValue) and isinstance(obj.obj, (types.MappingProxyType, tuple, str, frozenset)) \
             and obj.source is None:
         return ConstantValue(len(obj.obj))  # an immutable value made at capture time (a signature's parameters)
@@ -245,10 +236,8 @@ def _issubclass(tx, a: Value, b: Value) -> Value:
 
 @builtin(py.type)
 def _type(tx, obj: Value) -> Value:
-    from .objects import ObjectValue
     if type(obj) is ObjectValue and obj.source is not None and not isinstance(obj.obj, type):
         # read through the object: what capture then finds on the class (or misses) is guarded there
-        from ..sources import AttrSource
         return tx.wrap(obj.python_type(), AttrSource(obj.source, "__class__"))
     return tx.wrap_constant_object(obj.python_type())
 
@@ -256,7 +245,6 @@ def _type(tx, obj: Value) -> Value:
 @builtin(py.callable)
 def _callable(tx, obj: Value) -> Value:
     """As Python decides it: whether type(obj) defines __call__ (every Value has a `call` method)."""
-    from .objects import BuiltinMethodOfObject, DictReadValue, ObjectValue, lookup_static
     if obj.is_constant():
         return ConstantValue(callable(obj.constant()))
     if isinstance(obj, ObjectValue):
@@ -439,7 +427,6 @@ def _print(tx, *args, **kwargs) -> Value:
 
 @builtin(py.super)
 def _super(tx, *args: Value) -> Value:
-    from .objects import SuperValue
     if args:
         return SuperValue(args[0].constant(), args[1])
     return tx.zero_argument_super()
@@ -447,10 +434,8 @@ def _super(tx, *args: Value) -> Value:
 
 @builtin(py.id)
 def _id(tx, obj: Value) -> Value:
-    from .objects import ObjectValue
     if isinstance(obj, ObjectValue):
         if obj.source is not None:  # objects are guarded by type: the answer holds for this object only
-            from ..guards import Guard
             tx.output.guard(Guard(obj.source, "id", obj.obj))
         return ConstantValue(id(obj.obj))
     raise GraphBreak("unsupported-call", "id() of a value made during capture")
@@ -459,8 +444,6 @@ def _id(tx, obj: Value) -> Value:
 @builtin(inspect.signature)
 def _signature(tx, fn: Value, **kwargs: Value) -> Value:
     """A signature is a property of the code, known at capture time."""
-    from .functions import FunctionValue, MethodValue
-    from .objects import ObjectValue
     target = fn
     if isinstance(fn, MethodValue) and isinstance(fn.function, FunctionValue):
         target = fn.function
@@ -489,10 +472,9 @@ class GetterValue(Value):
         return self.kind
 
     def call(self, tx, args, kwargs) -> Value:
-        from ..opcodes import getitem
         obj = args[0]
         if self.kind is operator.itemgetter:
-            found = [getitem(tx, obj, tx.wrap_constant_object(k)) for k in self.keys]
+            found = [tx.getitem(obj, tx.wrap_constant_object(k)) for k in self.keys]
         else:
             found = []
             for path in self.keys:
@@ -523,7 +505,6 @@ def _object_delattr(tx, obj: Value, name: Value) -> Value:
 
 @builtin(py.dict.__new__, py.set.__new__, py.tuple.__new__, py.frozenset.__new__)
 def _container_new(tx, cls: Value, *args: Value, **kwargs: Value) -> Value:
-    from .container_subclasses import empty
     base = {py.dict.__new__: py.dict, py.set.__new__: py.set, py.tuple.__new__: py.tuple,
             py.frozenset.__new__: py.frozenset}[tx.current_builtin]
     if base in (py.tuple, py.frozenset) and (kwargs or len(args) > 1):
@@ -541,7 +522,6 @@ def _object_setattr(tx, obj: Value, name: Value, value: Value) -> Value:
 
 @builtin(py.object.__new__)
 def _object_new(tx, cls: Value, *args, **kwargs) -> Value:
-    from .objects import UserObjectValue
     return UserObjectValue(cls.constant())
 
 
@@ -607,7 +587,6 @@ def object_text(tx, value: Value, how) -> Value | None:
     Python (a Python __str__ or __repr__, inlined), made in the function or read from outside; of
     an exception made in the function, its text (C's, from the constant arguments it holds);
     None for anything else."""
-    from .objects import ObjectValue, UserObjectValue, lookup_static
     if isinstance(value, ObjectValue) and not isinstance(value.obj, type):
         if value.source is None and isinstance(value.obj, BaseException) and \
                 not _python_text_method(type(value.obj), how):
@@ -627,7 +606,6 @@ def object_text(tx, value: Value, how) -> Value | None:
 
 
 def _python_text_method(cls: type, how) -> bool:
-    from .objects import lookup_static
     names = ("__str__", "__repr__") if how is py.str else ("__repr__",)
     return any(isinstance(lookup_static(cls, name)[0], types.FunctionType) for name in names)
 

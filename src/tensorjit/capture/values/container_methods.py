@@ -15,6 +15,7 @@ from ..breaks import GraphBreak
 from .base import ConstantValue, Value
 from .containers import (DictValue, DictViewValue, IteratorValue, ListValue, MappingProxyValue, SetValue, TupleValue,
                          each_item, hash_key)
+from .tensors import TensorValue
 
 _METHODS: dict[tuple[type, str], Callable] = {}
 
@@ -153,7 +154,6 @@ def _reverse(tx, lst: ListValue) -> Value:
 
 def _equal(tx, item: Value, value: Value, what: str) -> bool:
     """CPython's test of a list or tuple item against x: `item is x`, or `item == x` (its __eq__ first)."""
-    from .tensors import TensorValue
     if item is value:
         return True
     if item.is_constant() and value.is_constant():

@@ -19,7 +19,10 @@ from typing import Any
 
 from ..breaks import GraphBreak
 from .base import Value
+from .container_methods import call_container_method
 from .containers import DictValue, SetValue, TupleValue
+from .functions import FunctionValue, MethodValue
+from .objects import lookup_static
 
 _BASES = (dict, set, frozenset, tuple)
 
@@ -67,8 +70,6 @@ def new_container(cls: type, items, attributes=None) -> Any:
 
 def instantiate(tx, cls: type, base: type, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """`cls(*args, **kwargs)`: the base's __new__ (which fills immutable ones), then __init__."""
-    from .functions import FunctionValue
-    from .objects import lookup_static
     new = lookup_static(cls, "__new__")[0]
     if isinstance(new, staticmethod) and isinstance(new.__func__, types.FunctionType):
         # a Python __new__ (which calls the base's: `empty`), then __init__ when it made a `cls`
@@ -89,13 +90,10 @@ def instantiate(tx, cls: type, base: type, args: list[Value], kwargs: dict[str, 
 
 
 def _initialize(tx, cls: type, base: type, instance: Value, args, kwargs) -> None:
-    from .functions import FunctionValue
-    from .objects import lookup_static
     init = lookup_static(cls, "__init__")[0]
     if isinstance(init, types.FunctionType):
         tx.call(FunctionValue(init), [instance, *args], kwargs)
     elif base in (dict, set):
-        from .container_methods import call_container_method
         call_container_method(tx, instance, "__init__", list(args), dict(kwargs))
 
 
@@ -112,8 +110,6 @@ def empty(tx, base: type, cls: type, args: list[Value]) -> Value:
 
 def subclass_attribute(tx, value: Value, name: str) -> Value | None:
     """The attribute `name` as the subclass defines it in Python, or None where the base answers."""
-    from .functions import FunctionValue, MethodValue
-    from .objects import lookup_static
     cls = value.python_type()
     attr, owner = lookup_static(cls, name)
     if owner is None or owner in _BASES or owner is object:

@@ -17,6 +17,7 @@ import torch
 from ..breaks import GraphBreak
 from ..sources import AttrSource, ItemSource
 from .base import ConstantValue, Value
+from .functions import FunctionValue, MethodValue
 
 
 def _record_mutation(container, tx) -> None:
@@ -114,8 +115,6 @@ class TupleValue(SequenceValue):
 
 def _class_attribute(tx, value: TupleValue, name: str) -> Value:
     """A method, property or constant of a tuple subclass (`class P(namedtuple(...))` with its own methods)."""
-    import types
-    from .functions import FunctionValue, MethodValue
     from .objects import lookup_static
     attr, owner = lookup_static(value.cls, name)
     if owner not in (None, tuple, object):

@@ -9,17 +9,22 @@ managers that switch torch's global state live here too.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
+import os
 import types
 from typing import Any
 
 import torch
 
 from ..breaks import GraphBreak
-from ..sources import AttrSource, CellSource, ClosureSource, ItemSource
+from ..guards import Guard
+from ..sources import AttrSource, CellSource, ClosureSource, EnvironSource, ItemSource
 from .base import DELETED, ConstantValue, NULL, Value
 from .containers import ContainerMethodValue, DictValue, SetValue, TupleValue
 from .functions import FunctionValue, MethodValue
+from .lazy import LazyValue
 
 
 def lookup_static(cls: type, name: str) -> tuple[Any, type | None]:
@@ -89,7 +94,6 @@ class ObjectValue(Value):
     def _guard_missing(self, tx, name: str) -> None:
         """The answer `hasattr(obj, name) is False` holds while the attribute stays missing (set later, it recompiles)."""
         if self.source is not None:
-            from ..guards import Guard
             tx.output.guard(Guard(self.source, "missing_attribute", name))
 
     def _class_attribute(self, tx, cls: type, name: str) -> Value:
@@ -166,8 +170,7 @@ class NNModuleValue(ObjectValue):
         return super().getattr(tx, name)
 
     def call(self, tx, args, kwargs) -> Value:
-        from ..module_call import call_module
-        return call_module(tx, self, args, kwargs)
+        return tx.call_module(self, args, kwargs)
 
     def __repr__(self) -> str:
         return f"NNModuleValue({type(self.obj).__name__})"
@@ -238,7 +241,6 @@ class CellValue(Value):
     def load(self, tx) -> Value:
         if self.contents is None:
             raise GraphBreak("unbound-cell", "free variable referenced before assignment")
-        from .lazy import LazyValue
         if type(self.contents) is LazyValue:
             self.contents = self.contents.realize(tx)
         return self.contents
@@ -346,7 +348,6 @@ class DictReadValue(Value):
         self.name = name
 
     def call(self, tx, args, kwargs) -> Value:
-        from ..guards import Guard
         real: dict = self.owner.obj
         tx.output.guard(Guard(self.owner.source, "keys", tuple(real.keys())))
         key = args[0].constant()
@@ -366,13 +367,9 @@ class EnvironValue(Value):
         self.source = source
 
     def python_type(self) -> type:
-        import os
         return type(os.environ)
 
     def read(self, tx, key: str) -> Value:
-        import os
-        from ..guards import Guard
-        from ..sources import EnvironSource
         value = os.environ.get(key)
         tx.output.guard(Guard(EnvironSource(key), "constant", value))
         return ConstantValue(value)
@@ -607,12 +604,10 @@ class NullContextValue(Value):
     getattr = GradModeValue.getattr
 
     def reconstruct(self, cg) -> str:
-        import contextlib
         return f"{cg.constant(contextlib.nullcontext)}({cg.value(self.result)})"
 
     def reconstruct_entered_exit(self, cg) -> str:
-        from ..codegen import NULL_EXIT
-        return cg.constant(NULL_EXIT)
+        return cg.null_exit()
 
 
 class PartialValue(Value):
@@ -624,14 +619,12 @@ class PartialValue(Value):
         self.kwargs = kwargs
 
     def python_type(self) -> type:
-        import functools
         return functools.partial
 
     def call(self, tx, args, kwargs) -> Value:
         return tx.call(self.func, [*self.args, *args], {**self.kwargs, **kwargs})
 
     def reconstruct(self, cg) -> str:
-        import functools
         parts = [cg.value(self.func)] + [cg.value(a) for a in self.args] + \
             [f"{k}={cg.value(v)}" for k, v in self.kwargs.items()]
         return f"{cg.constant(functools.partial)}({', '.join(parts)})"

@@ -22,7 +22,9 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from ..breaks import GraphBreak
+from ..sources import AttrSource
 from .base import ConstantValue, Value
+from .containers import DictValue, ListValue, SliceValue, TupleValue
 
 # Tensor methods whose result feeds Python with data: they end the graph.
 _DATA_DEPENDENT_METHODS = {
@@ -125,7 +127,6 @@ def _is_method(name: str) -> bool:
 
 
 def _attr(source, name):
-    from ..sources import AttrSource
     return AttrSource(source, name)
 
 
@@ -236,7 +237,6 @@ def _hint(value: Value, sizes: list) -> Any:
     if isinstance(value, LazyTextValue):
         sizes.extend(value.sizes)
         return value.text
-    from .containers import ListValue, TupleValue
     if isinstance(value, (TupleValue, ListValue)):
         inner = [_hint(item, sizes) for item in value.items]
         if any(h is _NO_HINT for h in inner):
@@ -269,7 +269,6 @@ def shape_value(tx, tensor: "TensorValue", method: str = "size") -> Value:
     shape = getattr(tensor.example, method)()
     if not any(isinstance(s, torch.SymInt) for s in shape):
         return ConstantValue(torch.Size(shape) if method == "size" else tuple(shape))
-    from .containers import TupleValue
     items = [size_value(tx, tensor, d, method) for d in range(len(shape))]
     return TupleValue(items, torch.Size if method == "size" else tuple)
 
@@ -335,7 +334,6 @@ def _scaled_update(tx, tensor: TensorValue, name: str, args: list[Value], value:
 # -- recording operations --------------------------------------------------------------
 def to_node_argument(tx, value: Value) -> Any:
     """The FX argument for a value: a node for tensors, plain data otherwise."""
-    from .containers import ListValue, TupleValue, SliceValue, DictValue
     if isinstance(value, (TensorValue, SymbolicIntValue)):
         return value.node
     if isinstance(value, (ListValue, TupleValue)):
@@ -421,7 +419,6 @@ def _describe(target) -> str:
 
 
 def wrap_result(tx, node: torch.fx.Node, result: Any, args: list[Value]) -> Value:
-    from .containers import TupleValue, ListValue
     if isinstance(result, torch.Tensor):
         for a in args:  # in-place ops and `out=` return an argument: keep its identity
             if isinstance(a, TensorValue) and a.example is result:
