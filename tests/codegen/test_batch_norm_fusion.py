@@ -162,3 +162,44 @@ def test_a_permuted_producer_read_lane_by_lane_stays_in_registers(emitter):
     assert (producer.output in group.local) == (emitter == "triton"), group
     for got, want in zip(compiled(*on_device(emitter, inputs)), batch_norm_relu_backward(*inputs)):
         torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def batch_norm_then_convolution(x, running_mean, weight):
+    """The running-mean update reads the batch mean but comes after the next convolution in
+    the graph's order (as in a traced training step)."""
+    mean = x.mean(DIMS)
+    var = ((x - mean[None, :, None, None]) ** 2).mean(DIMS)
+    normed = torch.relu((x - mean[None, :, None, None]) * torch.rsqrt(var + 1e-5)[None, :, None, None])
+    y = F.conv2d(normed, weight, padding=1)
+    return y, running_mean * 0.9 + mean * 0.1, var * 1.5
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_running_statistics_updates_join_the_statistics_group(emitter):
+    channels = 8
+    inputs = (torch.randn(2, channels, 6, 6), torch.randn(channels), torch.randn(4, channels, 3, 3))
+    compiled = compile_with(emitter, batch_norm_then_convolution, *inputs)
+    assert len(kernels(compiled)) == 1, compiled.program
+    [group] = groups(compiled)
+    assert sum(isinstance(m, ir.Pointwise) and m.ranges == (channels,) for m in group.members) == 2, group
+    for got, want in zip(compiled(*on_device(emitter, inputs)), batch_norm_then_convolution(*inputs)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def column_sum_then_product(x, w):
+    total = x.sum(0)
+    return x @ w, total * 2 + 1
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_an_epilogue_of_a_split_column_sum_runs_in_its_second_kernel(emitter):
+    """A bias gradient's epilogue joins the column sum's group; on the GPU the sum is split in
+    two kernels (split_reductions.py) and the epilogue runs in the second."""
+    inputs = (torch.randn(16384, 64), torch.randn(64, 16))
+    compiled = compile_with(emitter, column_sum_then_product, *inputs)
+    names = [s.name for s in compiled.program.steps if not isinstance(s, ir.Extern)]
+    assert len(names) == (2 if emitter == "triton" else 1), compiled.program
+    if emitter == "triton":
+        assert names[0].endswith("_partials") and isinstance(compiled.program.steps[-1], ir.LoopGroup)
+    for got, want in zip(compiled(*on_device(emitter, inputs)), column_sum_then_product(*inputs)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-3)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from .. import logs
 from . import ir
 
-from .memory import expression_loads, names_read, returned_names
+from .memory import expression_loads, names_read, names_written, returned_names
 from .squeeze import substitute
 from .values import contiguous_strides
 
@@ -149,8 +149,8 @@ def fit_refusal(kernel, ranges: tuple[int, ...]) -> str | None:
         return "it writes through an index tensor (scatter), not row by row"
     if not isinstance(kernel, ir.Pointwise):
         return "it is an ATen call (Extern), not a loop kernel"
-    if len(kernel.ranges) > len(ranges) and kernel.ranges[:len(ranges)] == ranges:
-        return None
+    if len(kernel.ranges) >= len(ranges) and kernel.ranges[:len(ranges)] == ranges:
+        return None  # (equal ranges: one element per row, a reduction's epilogue)
     return f"its ranges {list(kernel.ranges)} do not extend the rows {list(ranges)}"
 
 
@@ -320,6 +320,41 @@ def refuse(refusals: list | None, first, second, reason: str) -> None:
         refusals.append(refusal)
 
 
+def writes_in_place(step) -> bool:
+    """An ATen call that mutates one of its arguments (what it writes is not its output)."""
+    schema = getattr(getattr(step, "target", None), "_schema", None)
+    return isinstance(step, ir.Extern) and schema is not None and schema.is_mutable
+
+
+def hoist_row_epilogues(steps) -> list:
+    """Each pointwise kernel over exactly a reduction's rows (batch norm's running-statistics
+    update and weight gradient read its batch statistics) moved up to just after that
+    reduction, when the reduction is the last step writing what it reads and nothing in
+    between writes in place: the graph's order left them after the next convolution, where
+    each ran as a launch of its own (363 per densenet121 training step)."""
+    kept: list = []
+    after: dict[int, list] = {}  # position in `kept` -> epilogues moved behind it
+    writer: dict[str, int] = {}
+    last_in_place = -1
+    for step in steps:
+        position = None
+        if isinstance(step, ir.Pointwise) and step.scatter is None:
+            last = max((writer[name] for name in names_read(step) if name in writer), default=-1)
+            if last > last_in_place and isinstance(kept[last], ir.Reduction) and kept[last].ranges == step.ranges \
+                    and last != len(kept) - 1:
+                position = last
+        if position is not None:
+            after.setdefault(position, []).append(step)
+        else:
+            position = len(kept)
+            kept.append(step)
+            if writes_in_place(step):
+                last_in_place = position
+        for name in names_written(step):
+            writer[name] = position
+    return [moved for position, step in enumerate(kept) for moved in [step] + after.get(position, [])]
+
+
 def fuse_loops(program: ir.Program, refusals: list | None = None) -> ir.Program:
     """Group runs of row-compatible kernels (see the module docstring); each refusal to fuse
     is logged and appended to `refusals`."""
@@ -328,7 +363,7 @@ def fuse_loops(program: ir.Program, refusals: list | None = None) -> ir.Program:
     buffers = {b.name: b for b in program.buffers}
     runs: list[list] = []  # consecutive steps; a run of 2+ kernels with `ranges` becomes a group
     ranges_of: list[tuple[int, ...] | None] = []
-    for step in program.steps:
+    for step in hoist_row_epilogues(program.steps):
         if runs and ranges_of[-1] is not None:
             candidate = after_rows(step, runs[-1], ranges_of[-1], buffers)
             reason = join_refusal(candidate, runs[-1], ranges_of[-1])

@@ -146,11 +146,12 @@ def is_column_reduction(group: ir.LoopGroup) -> bool:
     """Reductions only, whose loads are consecutive across outputs and strided along the
     reduction (a sum over the batch dimension): lanes along the row would each read one
     element of a different memory line, so they are tiled across outputs instead."""
-    if not group.ranges or not all(isinstance(m, ir.Reduction) for m in group.members):
+    if not group.ranges or not all(isinstance(m, ir.Reduction) or is_row_epilogue(m, group) for m in group.members):
         return False
+    reductions = [m for m in group.members if isinstance(m, ir.Reduction)]
     innermost = next((v.name for v, size in zip(reversed(group.variables), reversed(group.ranges)) if size > 1), None)
-    reduced = {v.name for m in group.members for v, size in zip(m.reduction_variables, m.reduction_ranges) if size > 1}
-    forms = [linear_form(load.index) for m in group.members for load in expression_loads(m.body)]
+    reduced = {v.name for m in reductions for v, size in zip(m.reduction_variables, m.reduction_ranges) if size > 1}
+    forms = [linear_form(load.index) for m in reductions for load in expression_loads(m.body)]
     if innermost is None or not reduced or not forms or any(form is None for form in forms):
         return False
     across = any(form[0].get(innermost) == 1 for form in forms)
@@ -171,6 +172,12 @@ def lane_strides(producer, reader, group: ir.LoopGroup) -> tuple[tuple[int, ...]
     if form is None or produced_sizes != sizes:
         return None
     return tuple(form[0].get(v.name, 0) for v in produced), form[1]
+
+
+def is_row_epilogue(member, group: ir.LoopGroup) -> bool:
+    """A pointwise member with one element per row (a running-statistics update after the
+    statistics): it has no lanes, so it leaves a column reduction a column reduction."""
+    return isinstance(member, ir.Pointwise) and member.ranges == group.ranges
 
 
 def same_lane(index: ir.Index, reader, producer, group: ir.LoopGroup) -> bool:

@@ -29,7 +29,7 @@ from .. import ir
 from ..memory import expression_loads
 from ..squeeze import substitute
 from ..values import contiguous_strides
-from .kernels import COLUMN_TILE, is_column_reduction
+from .kernels import COLUMN_TILE, is_column_reduction, is_row_epilogue
 
 SPLITTABLE = {"sum", "max", "min", "prod", "any"}
 TARGET_PROGRAMS = 512
@@ -52,7 +52,12 @@ def split_column_reductions(program: ir.Program) -> ir.Program:
 
 def _split(step, buffers: list[ir.Buffer]) -> list | None:
     group = step if isinstance(step, ir.LoopGroup) else ir.LoopGroup(step.name, step.ranges, step.variables, (step,))
-    members = group.members
+    # Epilogues with one element per row (a running-statistics update) run after the final
+    # reduction, in the second kernel.
+    members = [m for m in group.members if not is_row_epilogue(m, group)]
+    epilogues = [m for m in group.members if is_row_epilogue(m, group)]
+    if not members or group.members[:len(members)] != tuple(members):
+        return None  # an epilogue before a reduction
     if not all(isinstance(m, ir.Reduction) and m.reduction_type in SPLITTABLE for m in members):
         return None
     if len({m.reduction_ranges for m in members}) != 1 or any(m.ranges != group.ranges for m in members):
@@ -74,7 +79,7 @@ def _split(step, buffers: list[ir.Buffer]) -> list | None:
         partial = _partial_buffer(member, outer, buffers)
         first.append(_first_stage(member, outer, inner, partial))
         second.append(_second_stage(member, outer, partial))
-    return [_as_step(first, group.name + "_partials"), _as_step(second, group.name, group.local)]
+    return [_as_step(first, group.name + "_partials"), _as_step(second + epilogues, group.name, group.local)]
 
 
 def _split_dimensions(reduction: tuple[int, ...], wanted: int, least: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -128,7 +133,7 @@ def _second_stage(member: ir.Reduction, outer: tuple[int, ...], partial: ir.Buff
                         blocks, member.dtype, member.divisor)
 
 
-def _as_step(members: list[ir.Reduction], name: str, local: tuple[str, ...] = ()):
+def _as_step(members: list, name: str, local: tuple[str, ...] = ()):
     if len(members) == 1 and not local:
         return members[0]
     first = members[0]
