@@ -20,7 +20,7 @@ def gelu_and_backward(x, grad):
 def rotary(q, positions):
     """A table computed once per position, read for every head: recomputing it per element of
     q would repeat its transcendentals heads x batch times."""
-    angles = positions[:, None] * torch.exp(torch.arange(8.0) * -0.5)[None, :]
+    angles = positions[:, None] * torch.exp(torch.arange(8.0, device=positions.device) * -0.5)[None, :]
     table = torch.cos(torch.sin(angles) * 3 + 1) * torch.tanh(angles)
     return q * table, q.flip(-1) * table
 
