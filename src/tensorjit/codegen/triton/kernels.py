@@ -143,15 +143,18 @@ step over the reduced dimension reads 64 consecutive elements per row of the til
 
 
 def is_column_reduction(group: ir.LoopGroup) -> bool:
-    """Reductions only, whose loads are consecutive across outputs and strided along the
-    reduction (a sum over the batch dimension): lanes along the row would each read one
-    element of a different memory line, so they are tiled across outputs instead."""
+    """Reductions (and their row epilogues) whose loads are consecutive across outputs and
+    strided along the reduction (a sum over the batch dimension): lanes along the row would
+    each read one element of a different memory line, so they are tiled across outputs
+    instead. Only loads that vary across the tiled outputs count: a layer-norm weight gradient
+    also reads each input row's mean and inverse deviation, the same for every output."""
     if not group.ranges or not all(isinstance(m, ir.Reduction) or is_row_epilogue(m, group) for m in group.members):
         return False
     reductions = [m for m in group.members if isinstance(m, ir.Reduction)]
     innermost = next((v.name for v, size in zip(reversed(group.variables), reversed(group.ranges)) if size > 1), None)
     reduced = {v.name for m in reductions for v, size in zip(m.reduction_variables, m.reduction_ranges) if size > 1}
     forms = [linear_form(load.index) for m in reductions for load in expression_loads(m.body)]
+    forms = [form for form in forms if form is None or innermost in form[0]]
     if innermost is None or not reduced or not forms or any(form is None for form in forms):
         return False
     across = any(form[0].get(innermost) == 1 for form in forms)

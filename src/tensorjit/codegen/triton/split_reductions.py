@@ -56,13 +56,11 @@ def _split(step, buffers: list[ir.Buffer]) -> list | None:
     # reduction, in the second kernel.
     members = [m for m in group.members if not is_row_epilogue(m, group)]
     epilogues = [m for m in group.members if is_row_epilogue(m, group)]
-    if not members or group.members[:len(members)] != tuple(members):
-        return None  # an epilogue before a reduction
-    if not all(isinstance(m, ir.Reduction) and m.reduction_type in SPLITTABLE for m in members):
+    if not members or not all(isinstance(m, ir.Reduction) and m.reduction_type in SPLITTABLE for m in members):
         return None
     if len({m.reduction_ranges for m in members}) != 1 or any(m.ranges != group.ranges for m in members):
         return None
-    written = {m.output for m in members}
+    written = {m.output for m in group.members}  # (a reduction reading an epilogue: no split either)
     if any(load.buffer in written for m in members for load in expression_loads(m.body)):
         return None  # a member reads another's result: its partials would need the final value
     outputs = math.prod(group.ranges)
