@@ -28,7 +28,6 @@ from .base import ConstantValue, Value
 _DATA_DEPENDENT_METHODS = {
     "item": "Tensor.item() reads a tensor's value into Python",
     "tolist": "Tensor.tolist() reads a tensor's values into Python",
-    "numpy": "Tensor.numpy() leaves torch",
     "__bool__": "bool() of a tensor depends on its value",
     "__int__": "int() of a tensor depends on its value",
     "__float__": "float() of a tensor depends on its value",
@@ -309,6 +308,8 @@ class TensorMethodValue(Value):
             if isinstance(result, (torch.SymInt, torch.SymBool)):  # specialize, with a shape guard
                 result = bool(result) if isinstance(result, torch.SymBool) else int(result)
             return ConstantValue(result)
+        if name == "numpy" and not args:
+            return tensor_to_array(tx, self.tensor, dict(kwargs))
         if name == "type" and not args and not kwargs:
             return ConstantValue(self.tensor.example.type())
         if name in _SCALED_UPDATES and isinstance(kwargs.get("value"), TensorValue) and len(args) == 2:
@@ -348,7 +349,9 @@ def to_node_argument(tx, value: Value) -> Any:
     if isinstance(value, DictValue):
         return {k: to_node_argument(tx, v) for k, v in value.items.items()}
     if value.is_constant():
-        return value.constant()
+        constant = value.constant()
+        # a NumPy scalar is the Python number it holds, as torch reads it (FX has no text for it)
+        return constant.item() if _is_numpy_scalar(constant) else constant
     raise GraphBreak("graph-argument", f"{value!r} cannot be passed to a graph operation")
 
 
@@ -363,6 +366,9 @@ def _example_of(tx, argument: Any) -> Any:
 def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str, Value],
                 method: bool = False) -> Value:
     """Put `target(*args, **kwargs)` into the graph and return its symbolic result."""
+    if any(type(a) is NumpyArrayValue for a in args) or kwargs and involves_array([], kwargs) or \
+            any(type(a) in _SEQUENCES for a in args) and involves_array(args, {}):
+        return torch_call_on_arrays(tx, target, args, kwargs, method)  # NumPy's rules, not torch's
     node_args = tuple(to_node_argument(tx, a) for a in args)
     node_kwargs = {k: to_node_argument(tx, v) for k, v in kwargs.items()}
     fake_args, fake_kwargs = pytree.tree_map(lambda a: _example_of(tx, a), (node_args, node_kwargs))
@@ -453,3 +459,9 @@ def _symbolic_shapes():
     which a process running warm-started entries never needs."""
     import torch.fx.experimental.symbolic_shapes as symbolic_shapes
     return symbolic_shapes
+
+
+from .containers import ListValue as _List, TupleValue as _Tuple  # noqa: E402  (they import this module)
+from .numpy import NumpyArrayValue, involves_array, is_numpy_scalar as _is_numpy_scalar, tensor_to_array, torch_call_on_arrays  # noqa: E402
+
+_SEQUENCES = (_List, _Tuple)
