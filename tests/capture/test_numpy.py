@@ -230,3 +230,46 @@ def test_samples_match_numpy(name, fn):
     opt, backend = _compiled(fn)
     _same(opt(a), fn(a))
     assert backend.graph_count == 1
+
+
+def test_a_read_only_array_passed_in_is_read_without_a_warning():
+    def fn(a):
+        return a * 2, a
+
+    a = np.broadcast_to(np.arange(3.0), (2, 3))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = _compiled(fn)[0](a)
+    np.testing.assert_array_equal(out[0], a * 2)
+    assert out[1] is a
+
+
+def test_an_array_numpy_makes_of_a_dtype_torch_lacks_runs_eagerly():
+    def fn():
+        return np.asarray(["L", "U"])
+
+    opt, backend = _compiled(fn, fullgraph=False)
+    np.testing.assert_array_equal(opt(), fn())
+    assert backend.graph_count == 0
+
+
+def test_min_and_max_of_an_array_are_elementwise_as_for_tensors():
+    def fn(a):
+        return min(a, 3), max(a, a - 1), abs(a - 5)
+
+    a = np.arange(10)
+    opt, backend = _compiled(fn)
+    out = opt(a)
+    _same(out, (np.minimum(a, 3), np.maximum(a, a - 1), np.abs(a - 5)))
+    assert backend.graph_count == 1
+
+
+def test_python_number_types_as_dtypes():
+    def fn(x):
+        return (x * 5).to(bool).to(float).to(int) + 8, torch.zeros(2, dtype=complex)
+
+    x = torch.randn(5)
+    opt, backend = _compiled(fn)
+    _same(opt(x), fn(x))
+    assert opt(x)[0].dtype == torch.int64

@@ -26,7 +26,7 @@ from .sources import AttrSource, ItemSource, Source
 from .values.base import ConstantValue, Value
 from .values.builtins import BuiltinValue, has_handler
 from .values.containers import DictValue, ListValue, SetValue, TupleValue
-from .values.numpy import as_tensor, constant_array, is_ndarray, is_numpy_constant, wrap_ndarray
+from .values.numpy import constant_array, is_ndarray, is_numpy_constant, viewable, wrap_ndarray
 from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
 from .values.objects import EnvironValue, NNModuleValue, ObjectValue
 from .values.tensors import SymbolicIntValue, TensorValue
@@ -286,7 +286,7 @@ def wrap_constant_object(tx, obj: Any) -> Value:
         return tx.constant_tensor(obj)
     if isinstance(obj, _CONSTANT_TYPES) or isinstance(obj, torch.Size) or is_numpy_constant(obj):
         return ConstantValue(obj)
-    if is_ndarray(obj) and as_tensor(obj) is not None:
+    if is_ndarray(obj) and viewable(obj):
         return constant_array(tx, obj)
     if type(obj) in (list, tuple) or _is_namedtuple(obj):
         items = [wrap_constant_object(tx, v) for v in obj]

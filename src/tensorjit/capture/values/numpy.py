@@ -23,6 +23,7 @@ The table of NumPy functions is capture/polyfills/numpy.py.
 from __future__ import annotations
 
 import operator
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -67,9 +68,19 @@ def as_tensor(array):
     if type(array) is not numpy.ndarray:
         return None
     try:
+        if not array.flags.writeable:  # torch warns that writes would be undefined: the graph's are not made
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                return torch.from_numpy(array)
         return torch.from_numpy(array)
     except (TypeError, ValueError, RuntimeError):
         return None
+
+
+def viewable(array) -> bool:
+    """Whether the graph can hold `array`: torch views its memory, and torch._numpy knows its dtype."""
+    tensor = as_tensor(array)
+    return tensor is not None and tensor.dtype in _NUMPY_DTYPES
 
 
 def to_ndarray(tensor: torch.Tensor):
@@ -392,6 +403,13 @@ def torch_call_on_arrays(tx, target, args: list[Value], kwargs: dict[str, Value]
             raise GraphBreak("numpy", f"{getattr(target, '__name__', target)} of a tensor and a NumPy array",
                              "convert one to the other's kind")
         return record_numpy_call(tx, target, args, kwargs, getattr(target, "__name__", "op"))
+    if any(type(a) is TensorValue for a in _leaves([*args, *kwargs.values()])):
+        raise GraphBreak("numpy", f"{getattr(target, '__qualname__', target)} of a tensor and a NumPy array",
+                         "convert one to the other's kind")
+    if target is torch.clamp and len(args) == 1 and len(kwargs) == 1:  # min(a, 3), max(a, 0)
+        (bound, value), = kwargs.items()
+        args, kwargs = [args[0], value], {}
+        target = torch.minimum if bound == "max" else torch.maximum
     replacement = _BUILTIN_STAND_INS.get(target)
     if replacement is not None and not kwargs:
         return record_numpy_call(tx, getattr(_tnp(), replacement), args, kwargs, replacement)
@@ -399,8 +417,9 @@ def torch_call_on_arrays(tx, target, args: list[Value], kwargs: dict[str, Value]
                      "convert it with torch.from_numpy first")
 
 
-_BUILTIN_STAND_INS = {torch.abs: "absolute"}
-"""torch functions that builtins call on tensors (abs()), and their NumPy names for arrays."""
+_BUILTIN_STAND_INS = {torch.abs: "absolute", torch.minimum: "minimum", torch.maximum: "maximum"}
+"""torch functions that builtins call on tensors (abs(), min() and max() of two), and their NumPy names
+for arrays: the same elementwise reading the builtins get for tensors."""
 
 
 def _to_tensor(tx, target, array: NumpyArrayValue, kwargs: dict[str, Value]) -> Value:
@@ -449,11 +468,10 @@ def wrap_ndarray(tx, array, source: Source) -> Value | None:
     """An ndarray read through `source`: a graph input (guarded as the tensor viewing it), or
     None where torch cannot view it."""
     from ..guards import Guard
-    tensor = as_tensor(array)
-    if tensor is None or tensor.dtype not in _NUMPY_DTYPES:
+    if not viewable(array):
         return None
     tx.output.guard(Guard(source, "type", numpy.ndarray))
-    node, fake = tx.output.add_input(tensor, NumpyTensorSource(source))
+    node, fake = tx.output.add_input(as_tensor(array), NumpyTensorSource(source))
     return NumpyArrayValue(node, fake, source)
 
 
@@ -461,6 +479,9 @@ def constant_array(tx, array) -> Value:
     """An ndarray made at capture time (a folded NumPy call): a constant of the graph, copied on
     each call so that the program may write to the array it gets."""
     from .tensors import record_call
+    if not viewable(array):
+        raise GraphBreak("numpy", f"an array of dtype {array.dtype} has no tensor counterpart",
+                         "it is made eagerly")
     tensor = tx.constant_tensor(torch.from_numpy(array.copy()))
     copy = record_call(tx, torch.clone, [tensor], {})
     return NumpyArrayValue(copy.node, copy.example)

@@ -350,9 +350,15 @@ def to_node_argument(tx, value: Value) -> Any:
         return {k: to_node_argument(tx, v) for k, v in value.items.items()}
     if value.is_constant():
         constant = value.constant()
-        # a NumPy scalar is the Python number it holds, as torch reads it (FX has no text for it)
+        # a NumPy scalar is the Python number it holds, as torch reads it (FX has no text for it);
+        # a Python number type given as a dtype (`x.to(float)`) is the dtype torch reads it as
+        if type(constant) is type and constant in _PYTHON_DTYPES:
+            return _PYTHON_DTYPES[constant]
         return constant.item() if _is_numpy_scalar(constant) else constant
     raise GraphBreak("graph-argument", f"{value!r} cannot be passed to a graph operation")
+
+
+_PYTHON_DTYPES = {float: torch.float64, int: torch.int64, bool: torch.bool, complex: torch.complex128}
 
 
 def _example_of(tx, argument: Any) -> Any:
