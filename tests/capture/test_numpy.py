@@ -273,3 +273,27 @@ def test_python_number_types_as_dtypes():
     opt, backend = _compiled(fn)
     _same(opt(x), fn(x))
     assert opt(x)[0].dtype == torch.int64
+
+
+def test_numpy_scalars_promote_as_numpy_scalars():
+    def fn(a, b):
+        return np.int64(3) + a, a * np.finfo(a.dtype).eps, b * np.float64(2), b + np.float32(1)
+
+    a, b = np.random.randn(3), np.ones(3, dtype=np.float32)
+    opt, backend = _compiled(fn)
+    _same(opt(a, b), fn(a, b))
+    assert backend.graph_count == 1
+
+
+def test_split_gives_a_list_and_shape_queries_compile_no_graph():
+    def split(a):
+        return np.split(a, 2, axis=1)
+
+    def queries(a):
+        return np.shape(a), np.ndim(a), np.size(a)
+
+    a = np.random.randn(3, 4)
+    _same(_compiled(split)[0](a), split(a))
+    opt, backend = _compiled(queries)
+    assert opt(a) == queries(a)
+    assert backend.graph_count == 0

@@ -33,6 +33,7 @@ from torch.utils import _pytree as pytree
 from ..breaks import GraphBreak
 from ..sources import Source
 from .base import ConstantValue, Value
+from .containers import ListValue, TupleValue
 from .tensors import SymbolicIntValue, TensorValue
 
 try:
@@ -120,6 +121,17 @@ class _Slot:
         self.index = index
 
 
+class _Scalar:
+    """A NumPy scalar in a NumpyCall's template: its Python value and dtype name (NumPy's own
+    scalar, given a torch._numpy array, would turn it into a NumPy array)."""
+
+    __slots__ = ("value", "dtype")
+
+    def __init__(self, value, dtype: str) -> None:
+        self.value = value
+        self.dtype = dtype
+
+
 class NumpyCall:
     """A graph node's target: `function(*arguments)` with torch._numpy's rules. The arguments are a
     template whose slots the node's inputs fill; constants stay in the template (NumPy scalars and
@@ -140,6 +152,8 @@ class NumpyCall:
         def fill(leaf):
             if isinstance(leaf, _Slot):
                 leaf = values[leaf.index]
+            if isinstance(leaf, _Scalar):  # a NumPy scalar: a 0-d array of its dtype, as NumPy promotes it
+                return tnp.asarray(leaf.value, dtype=leaf.dtype)
             return tnp.ndarray(leaf) if isinstance(leaf, torch.Tensor) else leaf
 
         args, kwargs = pytree.tree_map(fill, self.template)
@@ -204,6 +218,8 @@ def _template_constant(value: Any) -> Any:
         return value
     if isinstance(value, numpy.dtype):
         return value.name
+    if isinstance(value, numpy.generic):
+        return _Scalar(value.item(), value.dtype.name)
     if isinstance(value, type) and issubclass(value, numpy.generic):
         tnp_type = getattr(_tnp(), value.__name__, None)
         if tnp_type is None:
@@ -354,7 +370,23 @@ def record_numpy_call(tx, function: Callable | str, args: list[Value], kwargs: d
         call.mutates = bool(tx.output.writes.written)
         written |= tx.output.writes.written
         tx.output.writes.written = written
+    if not call.mutates and not any(isinstance(v, TensorValue) for v in _leaves([result])):
+        _drop_node(tx, call)  # only facts known now (np.shape, np.ndim): no graph work, as for tensors
+    if name in _LIST_RESULTS and isinstance(result, TupleValue):
+        result = ListValue(result.items)
     return numpy_result(tx, result, args)
+
+
+_LIST_RESULTS = {"split", "array_split", "hsplit", "vsplit", "dsplit"}
+"""NumPy functions that return a list of arrays (torch._numpy's return a tuple)."""
+
+
+def _drop_node(tx, call: "NumpyCall") -> None:
+    for node in reversed(tx.output.graph.nodes):
+        if node.target is call:
+            if not node.users:
+                tx.output.graph.erase_node(node)
+            return
 
 
 class _NodeValue(TensorValue):
@@ -368,7 +400,6 @@ class _NodeValue(TensorValue):
 
 def numpy_result(tx, result: Value, args: list[Value]) -> Value:
     """What a NumPy operation returned: tensors are arrays again, torch dtypes NumPy's dtypes."""
-    from .containers import ListValue, TupleValue
     if isinstance(result, NumpyArrayValue):
         return result
     if isinstance(result, TensorValue):
