@@ -297,3 +297,17 @@ def test_split_gives_a_list_and_shape_queries_compile_no_graph():
     opt, backend = _compiled(queries)
     assert opt(a) == queries(a)
     assert backend.graph_count == 0
+
+
+def test_one_array_passed_twice_is_one_array():
+    def fn(a, b):
+        a += 1
+        return b * 2, a is b
+
+    a, ref_a = np.zeros(2), np.zeros(2)
+    opt, backend = _compiled(fn)
+    _same(opt(a, a), fn(ref_a, ref_a))
+    np.testing.assert_array_equal(a, ref_a)
+    b = np.zeros(2)
+    _same(opt(a, b), fn(ref_a, np.zeros(2)))
+    assert backend.graph_count == 2

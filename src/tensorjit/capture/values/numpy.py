@@ -502,8 +502,14 @@ def wrap_ndarray(tx, array, source: Source) -> Value | None:
     if not viewable(array):
         return None
     tx.output.guard(Guard(source, "type", numpy.ndarray))
+    seen = tx.output.wrapped_by_id.get(id(array))
+    if seen is not None and seen[0] is array:  # one array reached two ways (fn(a, a)): one value, as one object
+        tx.output.guard(Guard(source, "same", other=seen[2]))
+        return seen[1]
     node, fake = tx.output.add_input(as_tensor(array), NumpyTensorSource(source))
-    return NumpyArrayValue(node, fake, source)
+    value = NumpyArrayValue(node, fake, source)
+    tx.output.wrapped_by_id[id(array)] = (array, value, source)
+    return value
 
 
 def constant_array(tx, array) -> Value:
