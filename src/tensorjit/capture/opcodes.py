@@ -18,7 +18,7 @@ from .breaks import GraphBreak
 from .contextmanagers import Suspended
 from .cpython import PY, PY311, PY312, PY313, PY314
 from .generators import GeneratorValue
-from .interpreter import Frame, Instruction, Return
+from .interpreter import Frame, Instruction, Return, handled_exception
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
 from .values.builtins import BuiltinValue, object_text
@@ -919,22 +919,43 @@ def BEFORE_WITH(f, i):
 
 @opcode()
 def RAISE_VARARGS(f, i):
-    exception = None
-    if i.arg == 1:
-        raised = f.stack[-1]
-        if isinstance(raised, ObjectValue) and isinstance(raised.obj, BaseException):
-            exception = raised.obj
-        elif raised.is_constant() and isinstance(raised.constant(), type) and \
-                issubclass(raised.constant(), BaseException):
-            exception = raised.constant()()
+    if i.arg == 0:  # bare `raise`: the exception being handled, when capture raised it
+        handled = f.capture.handled
+        if handled_exception(f.capture) is None:
+            raise GraphBreak("raise", "an exception is re-raised", "it is raised by Python, outside the graph")
+        error = GraphBreak("raise", "an exception is re-raised", exception=handled.obj)
+        error.root_step = getattr(handled, "root_step", None)
+        raise error
+    exception = _exception_of(f.stack[-i.arg])
+    if i.arg == 2 and exception is not None and f.stack[-2].source is not None:
+        exception = None  # an exception object from outside: its __cause__ is set by Python
+    if i.arg == 2 and exception is not None:  # raise ... from cause
+        cause = f.stack[-1]
+        if cause.is_constant() and cause.constant() is None:
+            exception.__cause__ = None  # sets __suppress_context__, as `from None` does
+        else:
+            exception.__cause__ = _exception_of(cause)
+            if exception.__cause__ is None:
+                exception = None  # a cause capture cannot make: Python raises it
     raise GraphBreak("raise", "an exception is raised", "it is raised by Python, outside the graph",
                      exception=exception)
+
+
+def _exception_of(raised: Value) -> BaseException | None:
+    """The exception `raise raised` raises: an instance made during capture, or a class called."""
+    if isinstance(raised, ObjectValue) and isinstance(raised.obj, BaseException):
+        return raised.obj
+    if raised.is_constant() and isinstance(raised.constant(), type) and \
+            issubclass(raised.constant(), BaseException):
+        return raised.constant()()
+    return None
 
 
 @opcode()
 def PUSH_EXC_INFO(f, i):
     exc = f.pop()
-    f.push(ConstantValue(None))
+    f.push(f.capture.handled)  # what POP_EXCEPT restores
+    f.capture.handled = exc
     f.push(exc)
 
 
@@ -946,7 +967,7 @@ def CHECK_EXC_MATCH(f, i):
 
 @opcode()
 def POP_EXCEPT(f, i):
-    f.pop()
+    f.capture.handled = f.pop()
 
 
 @opcode()
