@@ -1,0 +1,106 @@
+"""Generators leaving the compiled function half-read, and graph breaks inside generator bodies."""
+
+import torch
+
+import tensorjit
+from conformance.harness import CountingBackend
+
+
+def _whoo(t):
+    yield t + 1
+    yield t + 2
+    yield t + 3
+
+
+def _once(t):
+    yield t + 1
+
+
+def _main(t):
+    yield from _whoo(t)
+    yield t + 4
+
+
+def test_a_started_generator_returned_is_rebuilt_and_advanced():
+    def advanced(t):
+        gen = _whoo(t)
+        next(gen)
+        return gen, t.sin()
+
+    def exhausted(t):
+        gen = _once(t)
+        next(gen)
+        return gen
+
+    def delegating(t):
+        gen = _main(t)
+        next(gen)
+        next(gen)
+        return gen
+
+    t = torch.tensor([1.0])
+    backend = CountingBackend()
+    gen, y = tensorjit.compile(advanced, backend=backend, fullgraph=True)(t)
+    assert list(gen) == [t + 2, t + 3] and backend.graph_count == 1
+    torch.testing.assert_close(y, t.sin())
+    gen = tensorjit.compile(exhausted, backend="eager", fullgraph=True)(t)
+    assert next(gen, "end") == "end"
+    gen = tensorjit.compile(delegating, backend="eager", fullgraph=True)(t)
+    assert list(gen) == [t + 3, t + 4]
+
+
+LOG = []
+
+
+def _logs(t):
+    LOG.append("first")
+    yield t + 1
+    LOG.append("second")
+    yield t + 2
+
+
+def test_a_started_generator_with_effects_is_not_replayed():
+    def fn(t):
+        gen = _logs(t)
+        next(gen)
+        return gen
+
+    t = torch.tensor([1.0])
+    LOG.clear()
+    gen = tensorjit.compile(fn, backend="eager")(t)
+    assert LOG == ["first"]
+    assert list(gen) == [t + 2] and LOG == ["first", "second"]
+
+
+def _breaks(x):
+    yield x.sin()
+    torch._dynamo.graph_break()
+    yield x.cos()
+
+
+def test_a_break_inside_a_generator_the_frame_resumes_runs_the_call_eagerly():
+    def fn(t):
+        gen = _breaks(t)
+        s = next(gen)
+        s = s + next(gen)
+        return t + s
+
+    backend = CountingBackend()
+    t = torch.randn(2)
+    torch.testing.assert_close(tensorjit.compile(fn, backend=backend)(t), fn(t))
+    assert backend.graph_count == 0
+
+
+def test_a_break_inside_a_generator_a_called_function_resumes_breaks_at_that_call():
+    def call_it(x):
+        gen = _breaks(x)
+        return next(gen), next(gen)
+
+    def fn(t):
+        sin, cos = call_it(t)
+        return sin + cos
+
+    backend = CountingBackend()
+    t = torch.randn(2)
+    torch.testing.assert_close(tensorjit.compile(fn, backend=backend)(t), fn(t))
+    assert backend.graph_count == 1
