@@ -97,3 +97,28 @@ def test_raise_from_a_cause_sets_cause():
     out, ref = opt(x), fn(x)
     torch.testing.assert_close(out[0], ref[0])
     assert out[1:] == ref[1:] == (TypeError, ("first",), True)
+
+
+class _Ordered:
+    def __init__(self, n):
+        self.n = n
+
+    def __le__(self, other):
+        if not isinstance(other, _Ordered):
+            return NotImplemented
+        return self.n <= other.n
+
+
+def test_an_ordering_no_side_answers_raises_typeerror_the_program_catches():
+    def fn(x, a):
+        try:
+            a <= 1
+        except TypeError as e:
+            return x + 1, str(e)
+        return x, ""
+
+    x = torch.randn(2)
+    opt, backend = _compiled(fn)
+    out, ref = opt(x, _Ordered(1)), fn(x, _Ordered(1))
+    torch.testing.assert_close(out[0], ref[0])
+    assert out[1] == ref[1] == "'<=' not supported between instances of '_Ordered' and 'int'"

@@ -499,8 +499,15 @@ def _dunder_binary(tx, op, a: Value, b: Value) -> Value:
         error = TypeError(f"unsupported operand type(s) for {symbol}{'=' if op in _INPLACE else ''}: "
                           f"'{a.python_type().__name__}' and '{b.python_type().__name__}'")
         raise GraphBreak("op-error", str(error), exception=error)
+    symbol = _ORDER_SYMBOLS.get(base)
+    if asked_all and symbol is not None and attempts:  # `a <= b` with neither side answering
+        error = TypeError(f"'{symbol}' not supported between instances of '{a.python_type().__name__}' and "
+                          f"'{b.python_type().__name__}'")
+        raise GraphBreak("op-error", str(error), exception=error)
     raise GraphBreak("unsupported-operation", message)
 
+
+_ORDER_SYMBOLS = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">="}
 
 _BUILTIN_OPERANDS = {int, float, complex, bool, str, bytes, type(None), tuple, list, dict, set, frozenset}
 _SYMBOLS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.floordiv: "//",
