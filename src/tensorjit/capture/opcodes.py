@@ -27,6 +27,7 @@ from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, 
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, UserObjectValue,
                              lookup_static)
+from .values.container_subclasses import subscript_method
 from .values.records import RecordValue
 from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
 
@@ -397,6 +398,8 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
         if found is not None:
             return found
         raise GraphBreak("data-dependent-op", "indexing a Python container with a tensor")
+    if subscript_method(obj, "__getitem__") is not None:
+        return f.call_dunder(obj, "__getitem__", [index])
     if isinstance(obj, (SequenceValue, DictValue, RecordValue)):
         return obj.getitem(f, index)
     if isinstance(obj, NNModuleValue) and isinstance(obj.obj, torch.nn.ModuleList) and isinstance(index, SliceValue):
@@ -445,6 +448,8 @@ def BINARY_SLICE(f, i):
 def setitem(f: Frame, obj: Value, index: Value, value: Value) -> None:
     if isinstance(obj, TensorValue):
         record_call(f, operator.setitem, [obj, index, value], {})
+    elif subscript_method(obj, "__setitem__") is not None:
+        f.call_dunder(obj, "__setitem__", [index, value])
     elif isinstance(obj, ListValue):
         key = index.constant()
         obj.mutate(f)
@@ -480,7 +485,9 @@ def STORE_SLICE(f, i):
 def DELETE_SUBSCR(f, i):
     index = f.pop()
     obj = f.pop()
-    if isinstance(obj, (ListValue, DictValue)):
+    if subscript_method(obj, "__delitem__") is not None:
+        f.call_dunder(obj, "__delitem__", [index])
+    elif isinstance(obj, (ListValue, DictValue)):
         obj.mutate(f)
         del obj.items[index.constant()]
     else:

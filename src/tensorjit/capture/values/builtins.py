@@ -447,12 +447,19 @@ def _super(tx, *args: Value) -> Value:
 
 @builtin(py.id)
 def _id(tx, obj: Value) -> Value:
+    from .functions import FunctionValue
     from .objects import ObjectValue
     if isinstance(obj, ObjectValue):
         if obj.source is not None:  # objects are guarded by type: the answer holds for this object only
             from ..guards import Guard
             tx.output.guard(Guard(obj.source, "id", obj.obj))
         return ConstantValue(id(obj.obj))
+    if type(obj) is FunctionValue and obj.source is not None:
+        # a function passed in is guarded by its code, not identity (closures are made anew):
+        # its id answers for this function object only
+        from ..guards import Guard
+        tx.output.guard(Guard(obj.source, "id", obj.fn))
+        return ConstantValue(id(obj.fn))
     raise GraphBreak("unsupported-call", "id() of a value made during capture")
 
 

@@ -232,6 +232,26 @@ def _getitem(tx, d: DictValue, key: Value) -> Value:
     return d.getitem(tx, key)
 
 
+@method(DictValue, "__setitem__")
+def _setitem(tx, d: DictValue, key: Value, value: Value) -> Value:
+    """dict.__setitem__ itself (`super().__setitem__(k, v)` in a subclass that overrides it)."""
+    k = hash_key(key, False)
+    d.mutate(tx)
+    d.items[k] = value
+    return ConstantValue(None)
+
+
+@method(DictValue, "__delitem__")
+def _delitem(tx, d: DictValue, key: Value) -> Value:
+    k = hash_key(key, False)
+    if k not in d.items:
+        error = KeyError(k)
+        raise GraphBreak("op-error", f"KeyError: {k!r}", exception=error)
+    d.mutate(tx)
+    del d.items[k]
+    return ConstantValue(None)
+
+
 @method(DictValue, "__contains__")
 def _contains(tx, d: DictValue, key: Value) -> Value:
     return ConstantValue(key.constant() in d.items)
