@@ -49,6 +49,11 @@ def wrap(tx, obj: Any, source: Source | None) -> Value:
         if seen is not None:
             tx.output.guard(Guard(source, "same", other=seen[2]))
             return seen[1]
+        if any(container is obj for container in tx.output.wrapping.values()):
+            # a container that holds itself: its symbolic value would hold itself too; an opaque
+            # object, identity-guarded, whose every use is left to Python
+            tx.output.guard(Guard(source, "id", obj))
+            return ObjectValue(obj, source)
     value = _wrap_new(tx, obj, source)
     tx.output.wrapped[source] = (obj, value)
     if _shared_container(obj):
