@@ -311,3 +311,27 @@ def test_one_array_passed_twice_is_one_array():
     b = np.zeros(2)
     _same(opt(a, b), fn(ref_a, np.zeros(2)))
     assert backend.graph_count == 2
+
+
+def test_a_write_to_a_read_only_array_raises_as_numpy_does():
+    def fn(a):
+        b = a.T
+        try:
+            b[0, 0] = 5
+        except ValueError as e:
+            return a * 2, str(e)
+        return a, ""
+
+    a = np.broadcast_to(np.arange(3.0), (2, 3))
+    opt, backend = _compiled(fn)
+    out, ref = opt(a), fn(a)
+    _same(out, ref)
+    assert out[1] == "assignment destination is read-only"
+    np.testing.assert_array_equal(a, np.broadcast_to(np.arange(3.0), (2, 3)))
+    frozen = np.arange(6.0).reshape(2, 3)
+    frozen.flags.writeable = False
+    _same(opt(frozen), fn(frozen))
+    writable = np.arange(6.0).reshape(2, 3)  # the same layout, writable: another entry, and the write
+    _same(opt(writable), fn(np.arange(6.0).reshape(2, 3)))
+    assert writable[0, 0] == 5
+    assert backend.graph_count == 3

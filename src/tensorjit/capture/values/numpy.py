@@ -30,6 +30,7 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from ..aliasing import storage_key
 from ..breaks import GraphBreak
 from ..sources import Source
 from .base import ConstantValue, Value
@@ -78,6 +79,16 @@ def as_tensor(array):
         return None
 
 
+def writable_tensor(array):
+    """as_tensor of an array NumPy lets the program write to (else None: the guard fails)."""
+    return as_tensor(array) if type(array) is numpy.ndarray and array.flags.writeable else None
+
+
+def read_only_tensor(array):
+    """as_tensor of a read-only array (np.broadcast_to's, a view of frozen memory), else None."""
+    return as_tensor(array) if type(array) is numpy.ndarray and not array.flags.writeable else None
+
+
 def viewable(array) -> bool:
     """Whether the graph can hold `array`: torch views its memory, and torch._numpy knows its dtype."""
     tensor = as_tensor(array)
@@ -94,9 +105,11 @@ class NumpyTensorSource(Source):
     """The tensor view of an ndarray read through `of` (`torch.from_numpy(of)`)."""
 
     of: Source
+    read_only: bool = False  # an array NumPy refuses writes to: the guard holds only while it is so
 
     def expression(self) -> str:
-        return f"S[{__name__!r}].as_tensor({self.of.expression()})"
+        reader = "read_only_tensor" if self.read_only else "writable_tensor"
+        return f"S[{__name__!r}].{reader}({self.of.expression()})"
 
     def base(self) -> Source:
         return self.of
@@ -229,9 +242,14 @@ def _template_constant(value: Any) -> Any:
 
 
 class NumpyArrayValue(TensorValue):
-    """A numpy.ndarray of the graph: `node` produces its data as a tensor (`example` is its fake)."""
+    """A numpy.ndarray of the graph: `node` produces its data as a tensor (`example` is its fake).
+    `read_only`: NumPy refuses writes to it (a read-only array passed in, or a view of one)."""
 
-    __slots__ = ()
+    __slots__ = ("read_only",)
+
+    def __init__(self, node, example, source=None, cls=None, read_only: bool = False) -> None:
+        super().__init__(node, example, source, cls)
+        self.read_only = read_only
 
     def python_type(self) -> type:
         return numpy.ndarray
@@ -367,9 +385,15 @@ def record_numpy_call(tx, function: Callable | str, args: list[Value], kwargs: d
     try:
         result = record_call(tx, call, inputs, {})
     finally:  # what this call wrote: its node is kept even when nothing reads its result
-        call.mutates = bool(tx.output.writes.written)
-        written |= tx.output.writes.written
+        wrote = tx.output.writes.written
+        call.mutates = bool(wrote)
+        written |= wrote
         tx.output.writes.written = written
+    read_only = [a for a in _leaves(args) if isinstance(a, NumpyArrayValue) and a.read_only]
+    if call.mutates and any(storage_key(a.example) in wrote for a in read_only):
+        _drop_node(tx, call)  # NumPy refuses the write: the program gets its error, the graph no write
+        error = ValueError("assignment destination is read-only")
+        raise GraphBreak("op-error", str(error), exception=error)
     if not call.mutates and not any(isinstance(v, TensorValue) for v in _leaves([result])):
         _drop_node(tx, call)  # only facts known now (np.shape, np.ndim): no graph work, as for tensors
     if name in _LIST_RESULTS and isinstance(result, TupleValue):
@@ -406,7 +430,10 @@ def numpy_result(tx, result: Value, args: list[Value]) -> Value:
         for a in _leaves(args):  # `out=` and in-place operators return an argument: keep its identity
             if isinstance(a, NumpyArrayValue) and a.example is result.example:
                 return a
-        return NumpyArrayValue(result.node, result.example)
+        key = storage_key(result.example)  # a view of a read-only array is read-only too
+        read_only = any(isinstance(a, NumpyArrayValue) and a.read_only and storage_key(a.example) == key
+                        for a in _leaves(args))
+        return NumpyArrayValue(result.node, result.example, read_only=read_only)
     if isinstance(result, (ListValue, TupleValue)):
         items = [numpy_result(tx, item, args) for item in result.items]
         return ListValue(items) if isinstance(result, ListValue) else TupleValue(items, result.python_type())
@@ -457,7 +484,7 @@ def _to_tensor(tx, target, array: NumpyArrayValue, kwargs: dict[str, Value]) -> 
     from .tensors import record_call
     tensor = TensorValue(array.node, array.example)
     if array.source is not None:
-        tensor.source = NumpyTensorSource(array.source)
+        tensor.source = NumpyTensorSource(array.source, array.read_only)
     if _TORCH_CONVERSIONS[target] == "copy" or kwargs:
         return record_call(tx, torch.clone if not kwargs else torch.as_tensor, [tensor], kwargs) \
             if target is not torch.Tensor else record_call(tx, torch.clone, [tensor], {})
@@ -506,8 +533,9 @@ def wrap_ndarray(tx, array, source: Source) -> Value | None:
     if seen is not None and seen[0] is array:  # one array reached two ways (fn(a, a)): one value, as one object
         tx.output.guard(Guard(source, "same", other=seen[2]))
         return seen[1]
-    node, fake = tx.output.add_input(as_tensor(array), NumpyTensorSource(source))
-    value = NumpyArrayValue(node, fake, source)
+    read_only = not array.flags.writeable
+    node, fake = tx.output.add_input(as_tensor(array), NumpyTensorSource(source, read_only))
+    value = NumpyArrayValue(node, fake, source, read_only=read_only)
     tx.output.wrapped_by_id[id(array)] = (array, value, source)
     return value
 
