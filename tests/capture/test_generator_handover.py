@@ -70,37 +70,3 @@ def test_a_started_generator_with_effects_is_not_replayed():
     gen = tensorjit.compile(fn, backend="eager")(t)
     assert LOG == ["first"]
     assert list(gen) == [t + 2] and LOG == ["first", "second"]
-
-
-def _breaks(x):
-    yield x.sin()
-    torch._dynamo.graph_break()
-    yield x.cos()
-
-
-def test_a_break_inside_a_generator_the_frame_resumes_runs_the_call_eagerly():
-    def fn(t):
-        gen = _breaks(t)
-        s = next(gen)
-        s = s + next(gen)
-        return t + s
-
-    backend = CountingBackend()
-    t = torch.randn(2)
-    torch.testing.assert_close(tensorjit.compile(fn, backend=backend)(t), fn(t))
-    assert backend.graph_count == 0
-
-
-def test_a_break_inside_a_generator_a_called_function_resumes_breaks_at_that_call():
-    def call_it(x):
-        gen = _breaks(x)
-        return next(gen), next(gen)
-
-    def fn(t):
-        sin, cos = call_it(t)
-        return sin + cos
-
-    backend = CountingBackend()
-    t = torch.randn(2)
-    torch.testing.assert_close(tensorjit.compile(fn, backend=backend)(t), fn(t))
-    assert backend.graph_count == 1

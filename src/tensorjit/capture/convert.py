@@ -144,15 +144,6 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
         reason = e.reason
         if not reason.user_stack and frame is not None:
             reason.user_stack = frame.user_stack()
-        if getattr(e, "in_generator", False) and break_at is None and not owner.fullgraph:
-            # A break inside a generator this frame resumes itself, before which the graph did nothing:
-            # the generator's frame lives only in the capture, so the graph could only end where it
-            # started, empty. As torch.compile does, this call runs eagerly (a generator resumed in
-            # a called function breaks at that call; one started after graph work ends the graph there).
-            logs.graph_break(reason)
-            logs.emit("graph_breaks", f"{frame.location()}: a graph break inside a generator it resumes; "
-                      "running eagerly")
-            return eager_entry(fn, _build_guards(owner, output), output)
         if break_at is not None:
             raise CaptureError(frame.location() if frame else None, e) from e
         raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason,

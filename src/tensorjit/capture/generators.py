@@ -44,7 +44,6 @@ class GeneratorValue(IteratorValue):
         self.running = False
         self.return_value: Value = ConstantValue(None)
         self.presented_type: type = types.GeneratorType  # a polyfill's generator stands for a C iterator
-        self.work_before = False  # graph work or side effects came before it was first resumed
         self.resumes = 0  # how many times it was resumed with None (next): what a rebuilt one is advanced by
         self.replayable = True  # only next() resumed it (no send of a value, no throw)
         frame.capture.generators.append(self)
@@ -80,9 +79,6 @@ class GeneratorValue(IteratorValue):
             raise GraphBreak("op-error", str(error), exception=error)
         if not self.started:
             self.first_step = self.frame.capture.steps - 1
-            output = self.frame.capture.output
-            self.work_before = any(node.op.startswith("call") for node in output.graph.nodes) or \
-                bool(output.side_effects)
         self.started = self.running = True
         try:
             result = self.frame.run()
@@ -90,10 +86,6 @@ class GeneratorValue(IteratorValue):
             return suspended.value
         except GraphBreak as e:
             self.finished = True
-            if e.exception is None and self.presented_type is types.GeneratorType and not self.work_before:
-                # A break inside the body, with no graph work before the generator started (what
-                # ending the graph there would keep): Frame.run decides who resumed it.
-                e.in_generator = True
             if isinstance(e.exception, StopIteration):  # PEP 479 (3.11: the C code converts it)
                 error = RuntimeError("generator raised StopIteration")
                 error.__cause__ = e.exception

@@ -214,8 +214,6 @@ class Frame:
                     e.reason.user_stack = self.user_stack()
                 if e.root_step is None:
                     e.root_step = capture.steps - 1
-                if getattr(e, "in_generator", False) and not self.is_root:
-                    e.in_generator = False  # resumed inside a called function: the break is at that call
                 if e.exception is None or not self.enter_handler(inst, e):
                     raise
 
