@@ -14,7 +14,7 @@ from typing import Callable
 from ..breaks import GraphBreak
 from .base import ConstantValue, Value
 from .containers import (DictValue, DictViewValue, IteratorValue, ListValue, MappingProxyValue, SetValue, TupleValue,
-                         each_item, hash_key)
+                         each_item, hash_key, member_key)
 
 _METHODS: dict[tuple[type, str], Callable] = {}
 
@@ -367,14 +367,14 @@ def _set_init(tx, s: SetValue, *args: Value) -> Value:
     s.mutate(tx)
     s.items.clear()
     for v in items:
-        s.items[v.constant()] = v
+        s.items[member_key(v)] = v
     return NONE
 
 
 @method(SetValue, "add")
 def _set_add(tx, s: SetValue, value: Value) -> Value:
     s.mutate(tx)
-    s.items[value.constant()] = value
+    s.items[member_key(value)] = value
     return NONE
 
 
@@ -443,7 +443,7 @@ def _set_update(tx, s: SetValue, *others: Value) -> Value:
     s.mutate(tx)
     for other in others:
         for v in each_item(tx, other):
-            s.items[v.constant()] = v
+            s.items[member_key(v)] = v
     return NONE
 
 
