@@ -335,3 +335,14 @@ def test_a_write_to_a_read_only_array_raises_as_numpy_does():
     _same(opt(writable), fn(np.arange(6.0).reshape(2, 3)))
     assert writable[0, 0] == 5
     assert backend.graph_count == 3
+
+
+def test_sizes_of_arrays_with_dynamic_shapes():
+    def fn(a):
+        return a * a.size, a.shape, a + np.arange(a.shape[1])
+
+    backend = CountingBackend()
+    opt = tensorjit.compile(fn, backend=backend)
+    for n in (2, 3, 4):
+        a = np.random.randn(n, 3)
+        _same(opt(a), fn(a))

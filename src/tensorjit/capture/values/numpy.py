@@ -394,7 +394,7 @@ def record_numpy_call(tx, function: Callable | str, args: list[Value], kwargs: d
         _drop_node(tx, call)  # NumPy refuses the write: the program gets its error, the graph no write
         error = ValueError("assignment destination is read-only")
         raise GraphBreak("op-error", str(error), exception=error)
-    if not call.mutates and not any(isinstance(v, TensorValue) for v in _leaves([result])):
+    if not call.mutates and not any(isinstance(v, (TensorValue, SymbolicIntValue)) for v in _leaves([result])):
         _drop_node(tx, call)  # only facts known now (np.shape, np.ndim): no graph work, as for tensors
     if name in _LIST_RESULTS and isinstance(result, TupleValue):
         result = ListValue(result.items)
