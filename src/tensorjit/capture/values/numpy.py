@@ -22,6 +22,8 @@ The table of NumPy functions is capture/polyfills/numpy.py.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import operator
 import warnings
 from dataclasses import dataclass
@@ -170,9 +172,10 @@ class NumpyCall:
             return tnp.ndarray(leaf) if isinstance(leaf, torch.Tensor) else leaf
 
         args, kwargs = pytree.tree_map(fill, self.template)
-        if self.function in (tnp.array, tnp.asarray) and args and isinstance(args[0], (list, tuple)) and \
-                any(isinstance(leaf, tnp.ndarray) for leaf in pytree.tree_leaves(args[0])):
+        if self.function in (tnp.array, tnp.asarray) and args and _holds_arrays(args[0]):
             args = (_stacked(args[0]), *args[1:])
+        elif callable(self.function) and _array_parameters(self.function):
+            args, kwargs = _stack_array_likes(self.function, args, kwargs)
         if self.function in _INT_TO_FLOAT or self.function in _int_to_float_functions():
             args = tuple(_as_float(a) for a in args)
         if isinstance(self.function, str) and self.function.startswith("@"):  # an attribute (a.T)
@@ -204,6 +207,35 @@ def _as_float(argument):
             not argument.tensor.is_complex():
         return argument.astype(tnp.float64)
     return argument
+
+
+def _holds_arrays(value) -> bool:
+    tnp = _tnp()
+    return isinstance(value, (list, tuple)) and any(isinstance(leaf, tnp.ndarray) for leaf in pytree.tree_leaves(value))
+
+
+@functools.cache
+def _array_parameters(function) -> tuple:
+    """The parameters torch._numpy reads as one array (annotated ArrayLike): a list of arrays
+    given there is stacked first (`np.mean([a, b])`)."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return ()
+    return tuple(name for name, p in parameters.items()
+                 if isinstance(p.annotation, str) and p.annotation.startswith("ArrayLike"))
+
+
+def _stack_array_likes(function, args: tuple, kwargs: dict) -> tuple:
+    try:
+        bound = inspect.signature(function).bind_partial(*args, **kwargs)
+    except TypeError:
+        return args, kwargs  # torch._numpy raises the program's error itself
+    names = _array_parameters(function)
+    for name in names:
+        if name in bound.arguments and _holds_arrays(bound.arguments[name]):
+            bound.arguments[name] = _stacked(bound.arguments[name])
+    return bound.args, bound.kwargs
 
 
 def _stacked(items):
