@@ -351,7 +351,8 @@ def test_sizes_of_arrays_with_dynamic_shapes():
 def test_a_list_of_arrays_where_numpy_reads_one_array():
     def fn(t):
         a = t.numpy()
-        return np.mean([a, a * 2], axis=0), np.sum((a, a)), np.where([a > 0, a < 0], 1.0, 0.0)
+        return (np.mean([a, a * 2], axis=0), np.sum((a, a)), np.where([a > 0, a < 0], 1.0, 0.0),
+                np.where(a > 0, 1.0, 0), np.where(a > 0, 1j, 0), np.where(a > 0, 1, 0), np.where(a > 0, a, 0.0))
 
     t = torch.randn(3)
     opt, backend = _compiled(fn)

@@ -176,6 +176,10 @@ class NumpyCall:
             args = (_stacked(args[0]), *args[1:])
         elif callable(self.function) and _array_parameters(self.function):
             args, kwargs = _stack_array_likes(self.function, args, kwargs)
+        if self.function is tnp.where and len(args) == 3 and all(type(v) in (bool, int, float, complex)
+                                                                 for v in args[1:]):
+            # two Python numbers: NumPy's float64/complex128, where torch would make float32/complex64
+            args = (args[0], *(tnp.asarray(v) if type(v) in (float, complex) else v for v in args[1:]))
         if self.function in _INT_TO_FLOAT or self.function in _int_to_float_functions():
             args = tuple(_as_float(a) for a in args)
         if isinstance(self.function, str) and self.function.startswith("@"):  # an attribute (a.T)
