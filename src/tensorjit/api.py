@@ -663,8 +663,17 @@ def _compile_target(target, backend, backend_name, config, fullgraph, dynamic=No
         if isinstance(call, types.FunctionType):
             compiled = CompiledFunction(call, backend, config, fullgraph, backend_name, dynamic)
             return types.MethodType(compiled, target)
-        raise TypeError(f"tensorjit.compile: cannot compile {type(target).__name__} (a callable implemented in C)")
+        # A callable implemented in C (torch.add, a builtin): compiled as a Python function calling
+        # it, as torch.compile does, so its call is captured (a torch op) or runs eagerly.
+        return CompiledFunction(_forwarding(target), backend, config, fullgraph, backend_name, dynamic)
     raise TypeError(f"tensorjit.compile: expected a function, method or nn.Module, got {type(target).__name__}")
+
+
+def _forwarding(target: Callable) -> types.FunctionType:
+    def forward(*args, **kwargs):
+        return target(*args, **kwargs)
+    functools.update_wrapper(forward, target)
+    return forward
 
 
 class _CompilingGlobals(dict):

@@ -174,3 +174,33 @@ def test_python_new_of_container_subclasses_and_base_new_calls():
         assert out[1:5] == ref[1:5] and out[1].newarg == 5 and out[2].newarg is None
         torch.testing.assert_close(dict(out[5]), dict(ref[5]))
         assert getattr(out[5], "tag", None) == getattr(ref[5], "tag", None)
+
+
+class _PlusOne(dict):
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value + 1)
+
+    def __getitem__(self, key):
+        return dict.__getitem__(self, key) * 2
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        dict.__setitem__(self, "deleted", key)
+
+
+def test_subscript_dunders_of_a_dict_subclass_run_where_python_calls_them():
+    def fn(x):
+        d = _PlusOne(x=5 * x)  # the constructor bypasses __setitem__, as in Python
+        d["y"] = 10
+        d["z"] = x
+        del d["z"]
+        return d, d["y"], d.get("y"), d["x"]
+
+    backend = __import__("conformance.harness", fromlist=["CountingBackend"]).CountingBackend()
+    x = torch.randn(4)
+    out, ref = tensorjit.compile(fn, backend=backend, fullgraph=True)(x), fn(x)
+    assert type(out[0]) is _PlusOne and dict(out[0]).keys() == dict(ref[0]).keys()
+    torch.testing.assert_close(dict(out[0])["x"], dict(ref[0])["x"])
+    assert dict(out[0])["y"] == 11 and out[1:3] == ref[1:3] == (22, 11)
+    torch.testing.assert_close(out[3], ref[3])
+    assert backend.graph_count == 1

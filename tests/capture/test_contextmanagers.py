@@ -160,3 +160,56 @@ def test_grad_mode_decorating_a_function_inside_the_compiled_function(make):
     expected = fn(x)
     torch.testing.assert_close(out[0], expected[0])
     assert out[1:] == expected[1:] and backend.graph_count == 1
+
+
+@contextlib.contextmanager
+def replaces_errors():
+    try:
+        yield
+    except BaseException:
+        raise ValueError("replaced")
+
+
+@contextlib.contextmanager
+def swallows_key_errors(log):
+    try:
+        yield
+    except KeyError:
+        log.append("swallowed")
+
+
+@contextlib.contextmanager
+def cleans_up(log):
+    try:
+        yield
+    finally:
+        log.append("cleanup")
+
+
+def test_an_exception_leaving_the_body_is_thrown_into_the_generator_in_one_graph():
+    def fn(x):
+        log = []
+        z = 0
+        with cleans_up(log):
+            try:
+                with replaces_errors():
+                    raise IndexError
+            except ValueError as e:
+                z = 1 if isinstance(e.__context__, IndexError) else 3
+            except IndexError:
+                z = 2
+        with swallows_key_errors(log):
+            {}["missing"]
+        try:
+            with cleans_up(log):
+                raise TypeError("through")
+        except TypeError as e:
+            log.append(str(e))
+        return x + z, log
+
+    backend = CountingBackend()
+    x = torch.randn(2)
+    out, ref = tensorjit.compile(fn, backend=backend, fullgraph=True)(x), fn(x)
+    torch.testing.assert_close(out[0], ref[0])
+    assert out[1] == ref[1] == ["cleanup", "swallowed", "cleanup", "through"]
+    assert backend.graph_count == 1

@@ -32,6 +32,7 @@ from .sources import (AttrSource, ItemAheadSource, ItemSource, ItemsLeftSource, 
 from .values.base import ConstantValue, Value
 from .values.builtins import BuiltinValue, has_handler
 from .values.containers import DictValue, InputIteratorValue, ListValue, MappingProxyValue, SetValue, TupleValue
+from .values.numpy import constant_array, is_ndarray, is_numpy_constant, viewable, wrap_ndarray
 from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
 from .values.objects import EnvironValue, NNModuleValue, ObjectValue
 from .values.tensors import SymbolicIntValue, TensorValue
@@ -54,6 +55,11 @@ def wrap(tx, obj: Any, source: Source | None) -> Value:
         if seen is not None:
             tx.output.guard(Guard(source, "same", other=seen[2]))
             return seen[1]
+        if any(container is obj for container in tx.output.wrapping.values()):
+            # a container that holds itself: its symbolic value would hold itself too; an opaque
+            # object, identity-guarded, whose every use is left to Python
+            tx.output.guard(Guard(source, "id", obj))
+            return ObjectValue(obj, source)
     value = _wrap_new(tx, obj, source)
     tx.output.wrapped[source] = (obj, value)
     if _shared_container(obj):
@@ -73,9 +79,13 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         value = SymbolicIntValue(node, node.meta["example_value"])
         value.source = source  # rebuilt from the argument itself, not from the graph's outputs
         return value
-    if isinstance(obj, _CONSTANT_TYPES) or isinstance(obj, torch.Size):
+    if isinstance(obj, _CONSTANT_TYPES) or isinstance(obj, torch.Size) or is_numpy_constant(obj):
         guard(Guard(source, "constant", obj))
         return ConstantValue(obj, source)
+    if is_ndarray(obj):
+        array = wrap_ndarray(tx, obj, source)
+        if array is not None:
+            return array
     if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple, torch.Size) or _is_namedtuple(obj):
         guard(Guard(source, "type", type(obj)))
         guard(Guard(source, "length", len(obj)))
@@ -279,8 +289,10 @@ def wrap_constant_object(tx, obj: Any) -> Value:
     """A value made or found during capture that needs no guard: its source was already guarded."""
     if isinstance(obj, torch.Tensor):
         return tx.constant_tensor(obj)
-    if isinstance(obj, _CONSTANT_TYPES) or isinstance(obj, torch.Size):
+    if isinstance(obj, _CONSTANT_TYPES) or isinstance(obj, torch.Size) or is_numpy_constant(obj):
         return ConstantValue(obj)
+    if is_ndarray(obj) and viewable(obj):
+        return constant_array(tx, obj)
     if type(obj) in (list, tuple) or _is_namedtuple(obj):
         items = [wrap_constant_object(tx, v) for v in obj]
         return ListValue(items) if isinstance(obj, list) else TupleValue(items, type(obj))

@@ -476,7 +476,7 @@ def _dunder_binary(tx, op, a: Value, b: Value) -> Value:
         if not isinstance(method, types.FunctionType):
             # A C method of a builtin type answers NotImplemented for an object of a Python class;
             # any other C method might not, so no TypeError can be claimed.
-            asked_all = asked_all and obj.python_type() in _BUILTIN_OPERANDS and isinstance(other, UserObjectValue)
+            asked_all = asked_all and obj.python_type() in _BUILTIN_OPERANDS and _python_class_instance(other)
             continue
         result = tx.call_dunder(obj, dunder, [other])
         if not is_not_implemented(result):
@@ -489,8 +489,26 @@ def _dunder_binary(tx, op, a: Value, b: Value) -> Value:
         error = TypeError(f"unsupported operand type(s) for {symbol}{'=' if op in _INPLACE else ''}: "
                           f"'{a.python_type().__name__}' and '{b.python_type().__name__}'")
         raise GraphBreak("op-error", str(error), exception=error)
+    symbol = _ORDER_SYMBOLS.get(base)
+    if asked_all and symbol is not None and attempts:  # `a <= b` with neither side answering
+        error = TypeError(f"'{symbol}' not supported between instances of '{a.python_type().__name__}' and "
+                          f"'{b.python_type().__name__}'")
+        raise GraphBreak("op-error", str(error), exception=error)
     raise GraphBreak("unsupported-operation", message)
 
+
+def _python_class_instance(value: Value) -> bool:
+    """An instance of a class defined in Python (made in the function or passed in), for which
+    the C methods of builtin types answer NotImplemented."""
+    if isinstance(value, UserObjectValue):
+        return True
+    return isinstance(value, ObjectValue) and not isinstance(value.obj, type) and \
+        all(k is object or k.__flags__ & _HEAP_TYPE for k in type(value.obj).__mro__)  # no builtin base
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+
+_ORDER_SYMBOLS = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">="}
 
 _BUILTIN_OPERANDS = {int, float, complex, bool, str, bytes, type(None), tuple, list, dict, set, frozenset}
 _SYMBOLS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.floordiv: "//",

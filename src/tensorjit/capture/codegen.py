@@ -166,7 +166,7 @@ class RuntimeCodegen:
         iterator) is built once, where it is first mentioned, and named: every other slot that
         holds it then holds the same object, as two references to one list did in Python."""
         if isinstance(value, TensorValue):
-            return self.tensor(value)
+            return value.reconstruct(self)  # a tensor, or a NumPy array (the tensor seen by NumPy)
         if value.source is not None or isinstance(value, ConstantValue):
             return value.reconstruct(self)
         return self._built_once(value, value.reconstruct)

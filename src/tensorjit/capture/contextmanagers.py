@@ -5,9 +5,10 @@ Calling such a function makes a `GeneratorContextValue` instead of contextlib's 
 suspended there, as generators.py does for every generator; `__exit__` resumes it to its end. Setup and teardown therefore land in the
 graph exactly where Python runs them, around the body of the `with`.
 
-Not modelled, each a graph break: an exception leaving the `with` body (it would be thrown into
-the generator), a generator that yields twice, and a graph break inside the body while the
-generator is suspended (the suspended frame cannot be rebuilt, so that call runs eagerly).
+An exception leaving the `with` body is thrown into the generator at its `yield` (`_throw`), as
+contextlib does: the generator's handlers run, and what comes out decides whether it is swallowed.
+Not modelled, each a graph break: a generator that yields twice, and a graph break inside the body
+while the generator is suspended (the suspended frame cannot be rebuilt, so that call runs eagerly).
 """
 
 from __future__ import annotations
@@ -87,13 +88,39 @@ class GeneratorContextValue(Value):
 
     def exit(self, tx, exception: Value) -> Value:
         if not (exception.is_constant() and exception.constant() is None):
-            raise GraphBreak("contextmanager", "an exception leaving the body of a contextmanager's with block")
+            return self._throw(exception)
         try:
             self.frame.run()
         except Suspended:
             error = RuntimeError("generator didn't stop")
             raise GraphBreak("op-error", str(error), exception=error) from None
         return ConstantValue(False)
+
+    def _throw(self, exception: Value) -> Value:
+        """__exit__ with an exception leaving the body: it is raised at the suspended `yield`, as
+        contextlib throws it into the generator. The generator ending swallows it (True); the same
+        exception coming out lets it go on (False); another exception replaces it."""
+        value = getattr(exception, "obj", None)
+        if not isinstance(value, BaseException):
+            raise GraphBreak("contextmanager", "an exception capture does not know leaving a contextmanager's body")
+        frame = self.frame
+        error = GraphBreak("raise", f"{type(value).__name__} thrown into a contextmanager", exception=value)
+        error.root_step = frame.capture.steps - 1
+        if not frame.enter_handler(frame.instructions[frame.ip - 1], error):
+            return ConstantValue(False)
+        try:
+            frame.run()
+        except Suspended:
+            error = RuntimeError("generator didn't stop after throw()")
+            raise GraphBreak("op-error", str(error), exception=error) from None
+        except GraphBreak as e:
+            if e.exception is value:
+                return ConstantValue(False)
+            if isinstance(value, StopIteration) and isinstance(e.exception, RuntimeError) and \
+                    e.exception.__cause__ is value:
+                return ConstantValue(False)
+            raise
+        return ConstantValue(True)
 
     def reconstruct(self, cg) -> str:
         if self.frame is not None:

@@ -211,6 +211,8 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
     guards = guard_set.build(fn.__globals__, fn.__closure__, in_instance_dict=_instance_attributes(output, guard_set),
                              captured=lambda source: output.wrapped.get(source, (None,))[0])
     guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__)  # now: no Guard outlives capture
+    if isinstance(guards.saved, BaseException):  # the reason it cannot be saved, kept without its traceback
+        guards.saved = type(guards.saved)(*guards.saved.args)  # and chain: their frames held the graph's inputs
     logs.guards(output.fn_name, guards)
     return guards
 

@@ -11,10 +11,12 @@ Closing is the one thing capture cannot time: Python closes a generator when its
 reference goes, running the `finally` and `with` exits around the `yield` it is suspended at.
 `close()` and `throw()` called by the program run them; a generator left suspended inside
 such a block when capture ends is not modelled, and that call runs eagerly
-(`unclosed_protected`). A suspended generator cannot be rebuilt for the code after a graph
-break either (its frame exists only in the capture): the graph then ends earlier, before the
-step that first resumed it, where it is unstarted and rebuilt by calling its function again
-(convert.capture_entry); a finished one is rebuilt as an exhausted generator.
+(`unclosed_protected`). A suspended generator's frame exists only in the capture: where the call
+had no effect visible outside it (no side effects, tensor writes or random draws) and only
+next() resumed it, it is rebuilt by calling its function again and taking as many items (the
+body then reaches the same state); otherwise the graph ends earlier, before the step that first
+resumed it, where it is unstarted and rebuilt by calling its function again
+(convert.capture_entry). A finished one is rebuilt as an exhausted generator.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class GeneratorValue(IteratorValue):
         self.running = False
         self.return_value: Value = ConstantValue(None)
         self.presented_type: type = types.GeneratorType  # a polyfill's generator stands for a C iterator
+        self.resumes = 0  # how many times it was resumed with None (next): what a rebuilt one is advanced by
+        self.replayable = True  # only next() resumed it (no send of a value, no throw)
         frame.capture.generators.append(self)
 
     def python_type(self) -> type:
@@ -65,6 +69,9 @@ class GeneratorValue(IteratorValue):
             raise GraphBreak("op-error", str(error), exception=error)
         if self.started:
             self.frame.stack[-1] = value  # YIELD_VALUE left a placeholder where the yield's value goes
+        if not (value.is_constant() and value.constant() is None):
+            self.replayable = False
+        self.resumes += 1
         return self._resume()
 
     def _resume(self) -> Value | None:
@@ -108,6 +115,7 @@ class GeneratorValue(IteratorValue):
             delegate = None  # a plain iterator has no throw(): Python raises at the outer yield
         if delegate is not None:
             raise GraphBreak("generator", "throw() or close() of a generator delegating with yield from")
+        self.replayable = False
         error = GraphBreak("raise", f"{type(exception).__name__} thrown into a generator", exception=exception)
         error.root_step = self.frame.capture.steps - 1
         if not self.frame.enter_handler(self.frame.instructions[self.frame.ip - 1], error):
@@ -153,12 +161,28 @@ class GeneratorValue(IteratorValue):
     def reconstruct(self, cg) -> str:
         if self.finished:
             return f"{cg.helper('exhausted_generator')}()"
-        if self.started:
+        if self.started and not self._replayable(cg.output):
             error = GraphBreak("reconstruct", "a generator suspended in its body (its frame exists only in capture)")
             error.root_step = self.first_step  # where the graph can end with the generator unstarted
             raise error
         arguments = [cg.value(a) for a in self.args] + [f"{k}={cg.value(v)}" for k, v in self.kwargs.items()]
-        return f"{cg.value(self.function)}({', '.join(arguments)})"
+        call = f"{cg.value(self.function)}({', '.join(arguments)})"
+        if self.started:  # called again and advanced as far: its frame is where capture's was
+            return f"{cg.helper('advanced_iterator')}({call}, {self.resumes})"
+        return call
+
+    def _replayable(self, output) -> bool:
+        """Can a started generator be rebuilt by calling its function again and taking as many items?
+        Only when running its body again reaches the same state: nothing the call did is visible
+        outside it (no side effects, no writes to tensors, no random draws in the graph), so the
+        body reads what it read during capture, and it was only resumed by next()."""
+        from .output import _is_impure
+        if not self.replayable or self.presented_type is not types.GeneratorType or self.frame.delegate is not None \
+                and not isinstance(self.frame.delegate, GeneratorValue):
+            return False
+        if output.side_effects or output.writes.written:
+            return False
+        return not any(_is_impure(node) for node in output.graph.nodes if node.op not in ("placeholder", "output"))
 
 
 class GeneratorMethodValue(Value):

@@ -97,6 +97,39 @@ def cached_instructions(code: types.CodeType):
     return entry
 
 
+class _OuterException(ConstantValue):
+    """The exception the caller may be handling when the compiled function starts: unknown to capture.
+    It stands where PUSH_EXC_INFO saves the previous exception, and is None when rebuilt there."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+
+
+OUTER_EXCEPTION = _OuterException()
+
+
+def handled_exception(capture: "Capture") -> BaseException | None:
+    """The exception being handled now, when capture knows it (one raised during capture)."""
+    handled = capture.handled
+    if isinstance(handled, ObjectValue) and isinstance(handled.obj, BaseException):
+        return handled.obj
+    return None
+
+
+def chain_context(capture: "Capture", exception: BaseException | None) -> None:
+    """An exception raised while another is handled gets it as its __context__, as CPython does."""
+    handled = handled_exception(capture)
+    if exception is None or handled is None or handled is exception or exception.__context__ is not None:
+        return
+    context = handled
+    while context is not None:  # no cycle: CPython cuts the chain where it meets the new exception
+        if context.__context__ is exception:
+            context.__context__ = None
+            break
+        context = context.__context__
+    exception.__context__ = handled
+
+
 class Capture:
     """State shared by all frames of one capture."""
 
@@ -107,6 +140,7 @@ class Capture:
         self.steps = 0
         self.generators: list = []  # every GeneratorValue made, checked for unclosed cleanup at the end
         self.open_contexts: list = []  # autocast/inference_mode blocks entered for real and not yet left
+        self.handled = OUTER_EXCEPTION  # the exception being handled (sys.exc_info()), set by PUSH_EXC_INFO
 
 
 class Frame:
@@ -192,6 +226,7 @@ class Frame:
                 del self.stack[entry.depth:]
                 if entry.lasti:
                     self.push(ConstantValue(inst.offset))
+                chain_context(self.capture, error.exception)
                 value = ObjectValue(error.exception, None)
                 value.root_step = error.root_step  # a re-raise still breaks where it began
                 self.push(value)

@@ -18,7 +18,7 @@ from .breaks import GraphBreak
 from .contextmanagers import Suspended
 from .cpython import CALL_ADAPTER, FROM_312, FROM_313, PY, PY311, PY312, PY313, PY314, UP_TO_312
 from .generators import GeneratorValue
-from .interpreter import Frame, Instruction, Return
+from .interpreter import Frame, Instruction, Return, handled_exception
 from .sources import TensorKeySource
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
@@ -28,6 +28,7 @@ from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, 
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, SuperValue,
                              UserObjectValue, lookup_static)
+from .values.container_subclasses import subscript_method
 from .values.records import RecordValue
 from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
 
@@ -392,6 +393,8 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
         if found is not None:
             return found
         raise GraphBreak("data-dependent-op", "indexing a Python container with a tensor")
+    if subscript_method(obj, "__getitem__") is not None:
+        return f.call_dunder(obj, "__getitem__", [index])
     if isinstance(obj, (SequenceValue, DictValue, RecordValue)):
         return obj.getitem(f, index)
     if isinstance(obj, NNModuleValue) and isinstance(obj.obj, torch.nn.ModuleList) and isinstance(index, SliceValue):
@@ -439,6 +442,8 @@ def BINARY_SLICE(f, i):
 def setitem(f: Frame, obj: Value, index: Value, value: Value) -> None:
     if isinstance(obj, TensorValue):
         record_call(f, operator.setitem, [obj, index, value], {})
+    elif subscript_method(obj, "__setitem__") is not None:
+        f.call_dunder(obj, "__setitem__", [index, value])
     elif isinstance(obj, ListValue):
         key = index.constant()
         obj.mutate(f)
@@ -474,7 +479,9 @@ def STORE_SLICE(f, i):
 def DELETE_SUBSCR(f, i):
     index = f.pop()
     obj = f.pop()
-    if isinstance(obj, (ListValue, DictValue)):
+    if subscript_method(obj, "__delitem__") is not None:
+        f.call_dunder(obj, "__delitem__", [index])
+    elif isinstance(obj, (ListValue, DictValue)):
         obj.mutate(f)
         del obj.items[index.constant()]
     else:
@@ -901,22 +908,43 @@ def BEFORE_WITH(f, i):
 
 @opcode()
 def RAISE_VARARGS(f, i):
-    exception = None
-    if i.arg == 1:
-        raised = f.stack[-1]
-        if isinstance(raised, ObjectValue) and isinstance(raised.obj, BaseException):
-            exception = raised.obj
-        elif raised.is_constant() and isinstance(raised.constant(), type) and \
-                issubclass(raised.constant(), BaseException):
-            exception = raised.constant()()
+    if i.arg == 0:  # bare `raise`: the exception being handled, when capture raised it
+        handled = f.capture.handled
+        if handled_exception(f.capture) is None:
+            raise GraphBreak("raise", "an exception is re-raised", "it is raised by Python, outside the graph")
+        error = GraphBreak("raise", "an exception is re-raised", exception=handled.obj)
+        error.root_step = getattr(handled, "root_step", None)
+        raise error
+    exception = _exception_of(f.stack[-i.arg])
+    if i.arg == 2 and exception is not None and f.stack[-2].source is not None:
+        exception = None  # an exception object from outside: its __cause__ is set by Python
+    if i.arg == 2 and exception is not None:  # raise ... from cause
+        cause = f.stack[-1]
+        if cause.is_constant() and cause.constant() is None:
+            exception.__cause__ = None  # sets __suppress_context__, as `from None` does
+        else:
+            exception.__cause__ = _exception_of(cause)
+            if exception.__cause__ is None:
+                exception = None  # a cause capture cannot make: Python raises it
     raise GraphBreak("raise", "an exception is raised", "it is raised by Python, outside the graph",
                      exception=exception)
+
+
+def _exception_of(raised: Value) -> BaseException | None:
+    """The exception `raise raised` raises: an instance made during capture, or a class called."""
+    if isinstance(raised, ObjectValue) and isinstance(raised.obj, BaseException):
+        return raised.obj
+    if raised.is_constant() and isinstance(raised.constant(), type) and \
+            issubclass(raised.constant(), BaseException):
+        return raised.constant()()
+    return None
 
 
 @opcode()
 def PUSH_EXC_INFO(f, i):
     exc = f.pop()
-    f.push(ConstantValue(None))
+    f.push(f.capture.handled)  # what POP_EXCEPT restores
+    f.capture.handled = exc
     f.push(exc)
 
 
@@ -928,7 +956,7 @@ def CHECK_EXC_MATCH(f, i):
 
 @opcode()
 def POP_EXCEPT(f, i):
-    f.pop()
+    f.capture.handled = f.pop()
 
 
 @opcode()

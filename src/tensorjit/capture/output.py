@@ -238,6 +238,8 @@ def _is_impure(node: torch.fx.Node) -> bool:
         return True
     if node.target in _IMPURE_FUNCTIONS or "out" in node.kwargs:
         return True
+    if getattr(node.target, "mutates", False):  # a NumPy operation that writes to an array (values/numpy.py)
+        return True
     if node.op == "call_method" and isinstance(node.target, str) and node.target.endswith("_") \
             and not node.target.endswith("__"):
         return True

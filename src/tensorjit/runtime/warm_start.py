@@ -279,7 +279,9 @@ def _saved_entry(entry) -> tuple[bytes, set[str], set[str]]:
         raise NotPersistable("an entry built outside capture's three kinds")
     saved = entry.guards.saved
     if isinstance(saved, NotPersistable):
-        raise saved
+        # a new exception each time: raising the stored one would tie this call's frames (and the
+        # tensors they hold) to the entry through its traceback
+        raise NotPersistable(*saved.args)
     if saved is None:
         raise NotPersistable("its guards were not saved")
     guard_bytes, guard_modules = saved

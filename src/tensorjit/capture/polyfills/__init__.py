@@ -7,5 +7,5 @@ package loads them all.
 """
 
 from . import registry
-from .registry import call, capture_rule, entries, find, polyfill
-from . import iterators, itertools, builtins, functools, operator, collections, sets, tracebacks  # noqa: F401
+from .registry import call, capture_rule, entries, family, find, polyfill
+from . import iterators, itertools, builtins, functools, operator, collections, sets, tracebacks, numpy, typing_module, warnings_module  # noqa: F401

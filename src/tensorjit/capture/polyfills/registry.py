@@ -32,6 +32,8 @@ from ..values.functions import FunctionValue
 from ..values.objects import ObjectValue
 
 _TABLE: dict[Any, "Polyfill"] = {}
+_FAMILIES: list[Callable[[Any], "Polyfill | None"]] = []
+"""Families too large to list entry by entry (NumPy's functions): `target -> Polyfill or None`."""
 
 
 @dataclasses.dataclass
@@ -79,6 +81,12 @@ def capture_rule(target: Any, applies: Callable | None = None):
     return register
 
 
+def family(resolve: Callable[[Any], "Polyfill | None"]) -> Callable:
+    """Register `resolve(target) -> Polyfill | None`, asked for targets the table does not list."""
+    _FAMILIES.append(resolve)
+    return resolve
+
+
 def entries() -> list[Polyfill]:
     return list(_TABLE.values())
 
@@ -99,6 +107,8 @@ def find(fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Polyfill | N
         entry = _TABLE.get(target)
     except TypeError:  # unhashable objects have no polyfill
         return None
+    if entry is None:
+        entry = next((e for e in (resolve(target) for resolve in _FAMILIES) if e is not None), None)
     if entry is None or (entry.applies is not None and not entry.applies(args, kwargs)):
         return None
     return entry

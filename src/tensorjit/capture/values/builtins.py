@@ -438,6 +438,11 @@ def _id(tx, obj: Value) -> Value:
         if obj.source is not None:  # objects are guarded by type: the answer holds for this object only
             tx.output.guard(Guard(obj.source, "id", obj.obj))
         return ConstantValue(id(obj.obj))
+    if type(obj) is FunctionValue and obj.source is not None:
+        # a function passed in is guarded by its code, not identity (closures are made anew):
+        # its id answers for this function object only
+        tx.output.guard(Guard(obj.source, "id", obj.fn))
+        return ConstantValue(id(obj.fn))
     raise GraphBreak("unsupported-call", "id() of a value made during capture")
 
 

@@ -14,7 +14,7 @@ from typing import Callable
 from ..breaks import GraphBreak
 from .base import ConstantValue, Value
 from .containers import (DictValue, DictViewValue, IteratorValue, ListValue, MappingProxyValue, SetValue, TupleValue,
-                         each_item, hash_key)
+                         each_item, hash_key, member_key)
 from .tensors import TensorValue
 
 _METHODS: dict[tuple[type, str], Callable] = {}
@@ -232,6 +232,26 @@ def _getitem(tx, d: DictValue, key: Value) -> Value:
     return d.getitem(tx, key)
 
 
+@method(DictValue, "__setitem__")
+def _setitem(tx, d: DictValue, key: Value, value: Value) -> Value:
+    """dict.__setitem__ itself (`super().__setitem__(k, v)` in a subclass that overrides it)."""
+    k = hash_key(key, False)
+    d.mutate(tx)
+    d.items[k] = value
+    return ConstantValue(None)
+
+
+@method(DictValue, "__delitem__")
+def _delitem(tx, d: DictValue, key: Value) -> Value:
+    k = hash_key(key, False)
+    if k not in d.items:
+        error = KeyError(k)
+        raise GraphBreak("op-error", f"KeyError: {k!r}", exception=error)
+    d.mutate(tx)
+    del d.items[k]
+    return ConstantValue(None)
+
+
 @method(DictValue, "__contains__")
 def _contains(tx, d: DictValue, key: Value) -> Value:
     return ConstantValue(key.constant() in d.items)
@@ -347,14 +367,14 @@ def _set_init(tx, s: SetValue, *args: Value) -> Value:
     s.mutate(tx)
     s.items.clear()
     for v in items:
-        s.items[v.constant()] = v
+        s.items[member_key(v)] = v
     return NONE
 
 
 @method(SetValue, "add")
 def _set_add(tx, s: SetValue, value: Value) -> Value:
     s.mutate(tx)
-    s.items[value.constant()] = value
+    s.items[member_key(value)] = value
     return NONE
 
 
@@ -423,7 +443,7 @@ def _set_update(tx, s: SetValue, *others: Value) -> Value:
     s.mutate(tx)
     for other in others:
         for v in each_item(tx, other):
-            s.items[v.constant()] = v
+            s.items[member_key(v)] = v
     return NONE
 
 

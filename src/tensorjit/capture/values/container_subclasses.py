@@ -6,9 +6,10 @@ methods behave as the base's, and an attribute the subclass defines in Python (a
 property, a class constant) is found first, as Python's lookup finds it. `super().add(v)` or
 `set.add(self, v)` inside such a method reaches the base's implementation.
 
-Subclasses that change the base's behaviour through dunder methods (`__setitem__`,
-`__iter__`, `__eq__`, a `__getattr__` ...) or a metaclass are not modelled: creating one is
-still a graph break. `__init__` in Python is inlined; the base's own `__init__` fills the items.
+A dict subclass's `__getitem__`, `__setitem__` and `__delitem__` written in Python are inlined
+where Python calls them (subscripts; dict's C methods bypass them). Subclasses that change the
+base's behaviour through other dunder methods (`__iter__`, `__eq__`, a `__getattr__` ...) or a
+metaclass are not modelled: creating one is still a graph break. `__init__` in Python is inlined; the base's own `__init__` fills the items.
 """
 
 from __future__ import annotations
@@ -41,12 +42,29 @@ def container_base(cls: type) -> type | None:
     base = next((b for b in cls.__mro__ if b in _BASES), None)
     if base is None or getattr(cls, "_fields", None) is not None:  # namedtuples have their own value
         return None
+    neutral = _NEUTRAL_DUNDERS | (_SUBSCRIPT_DUNDERS if base is dict else set())
     for klass in cls.__mro__[:cls.__mro__.index(base)]:
         if klass.__module__ in ("builtins", "collections"):  # OrderedDict, defaultdict, Counter: C behaviour
             return None
-        if any(n.startswith("__") and n.endswith("__") and n not in _NEUTRAL_DUNDERS for n in vars(klass)):
+        if any(n.startswith("__") and n.endswith("__") and n not in neutral for n in vars(klass)):
+            return None
+        if any(n in _SUBSCRIPT_DUNDERS and not isinstance(v, types.FunctionType) for n, v in vars(klass).items()):
             return None
     return base
+
+
+_SUBSCRIPT_DUNDERS = {"__getitem__", "__setitem__", "__delitem__"}
+"""Dunders of a dict subclass that only `d[k]`, `d[k] = v` and `del d[k]` call (dict's own C methods,
+update() and the constructor among them, do not): written in Python, they are inlined there."""
+
+
+def subscript_method(value: Value, name: str):
+    """The Python `name` (a subscript dunder) of a dict subclass instance made in the function, or None."""
+    from .objects import lookup_static
+    if not isinstance(value, DictValue) or value.cls is dict or name not in _SUBSCRIPT_DUNDERS:
+        return None
+    method, owner = lookup_static(value.cls, name)
+    return method if isinstance(method, types.FunctionType) and owner not in _BASES else None
 
 
 def new_container(cls: type, items, attributes=None) -> Any:

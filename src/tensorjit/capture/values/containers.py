@@ -346,7 +346,7 @@ class SetValue(Value):
         self.cls = cls
         self.items: dict[Any, Value] = {}
         for v in items:
-            self.items[identity_key(v)] = v
+            self.items[set_key(v)] = v
         self.exact = exact
         """The real set this value was made from at capture time (set algebra on constants), while
         unchanged: rebuilt from its items, a set can iterate in another order than the one the
@@ -360,15 +360,19 @@ class SetValue(Value):
         return self.cls
 
     def is_constant(self) -> bool:
-        return True
+        return not _holds_tensors(self.items)
 
     def constant(self) -> Any:
+        if _holds_tensors(self.items):
+            raise GraphBreak("not-constant", "a set holding tensors is not a compile-time constant")
         return _new_container(self.cls, self.items) if _subclass(self.cls) else self.cls(self.items)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
 
     def unpack(self, tx) -> list[Value]:
+        if _holds_tensors(self.items):
+            raise GraphBreak("set-order", "iterating a set of tensors: its order is their addresses' at run time")
         return list(self.items.values())
 
     def getattr(self, tx, name: str) -> Value:
@@ -402,10 +406,50 @@ def identity_key(value: Value) -> Any:
     return fn if isinstance(fn, types.FunctionType) and not value.is_constant() else value.constant()
 
 
+class TensorKey:
+    """A tensor as a set member: by identity, as Python hashes tensors (a parameter in
+    nn.Module's `memo` set). Its place in a real set's iteration depends on its address, so a
+    set holding one is not iterated, popped or read as a constant during capture."""
+
+    __slots__ = ("example",)
+
+    def __init__(self, example) -> None:
+        self.example = example
+
+    def __hash__(self) -> int:
+        return id(self.example)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TensorKey) and other.example is self.example
+
+
+def set_key(value: Value) -> Any:
+    """The key `value` is a member of a set under: a tensor by identity, anything else as a dict key."""
+    from .tensors import TensorValue
+    if type(value) is TensorValue:  # (NumPy arrays are unhashable, as in Python)
+        return TensorKey(value.example)
+    return identity_key(value)
+
+
+def _holds_tensors(items: dict) -> bool:
+    return any(type(k) is TensorKey for k in items)
+
+
+def member_key(value: Value) -> Any:
+    """The key `value` is stored under when added to a set (unhashable: Python's TypeError)."""
+    key = set_key(value)
+    try:
+        hash(key)
+    except TypeError as error:
+        raise GraphBreak("op-error", str(error), exception=error) from None
+    return key
+
+
 def hash_key(value: Value, coerce_sets: bool) -> Any:
-    """The key `value` looks up in a dict or set. A set looks up a set as the equal frozenset, as
-    CPython's set does; anything else unhashable raises the TypeError Python raises."""
-    key = identity_key(value)
+    """The key `value` looks up in a dict or set (coerce_sets: in a set). A set looks up a set as
+    the equal frozenset, as CPython's set does; anything else unhashable raises the TypeError
+    Python raises."""
+    key = set_key(value) if coerce_sets else identity_key(value)
     try:
         hash(key)
     except TypeError as error:

@@ -30,7 +30,6 @@ from .containers import DictValue, ListValue, SliceValue, TupleValue
 _DATA_DEPENDENT_METHODS = {
     "item": "Tensor.item() reads a tensor's value into Python",
     "tolist": "Tensor.tolist() reads a tensor's values into Python",
-    "numpy": "Tensor.numpy() leaves torch",
     "__bool__": "bool() of a tensor depends on its value",
     "__int__": "int() of a tensor depends on its value",
     "__float__": "float() of a tensor depends on its value",
@@ -308,6 +307,8 @@ class TensorMethodValue(Value):
             if isinstance(result, (torch.SymInt, torch.SymBool)):  # specialize, with a shape guard
                 result = bool(result) if isinstance(result, torch.SymBool) else int(result)
             return ConstantValue(result)
+        if name == "numpy" and not args:
+            return NUMPY.tensor_to_array(tx, self.tensor, dict(kwargs))
         if name == "type" and not args and not kwargs:
             return ConstantValue(self.tensor.example.type())
         if name in _SCALED_UPDATES and isinstance(kwargs.get("value"), TensorValue) and len(args) == 2:
@@ -346,8 +347,16 @@ def to_node_argument(tx, value: Value) -> Any:
     if isinstance(value, DictValue):
         return {k: to_node_argument(tx, v) for k, v in value.items.items()}
     if value.is_constant():
-        return value.constant()
+        constant = value.constant()
+        # a NumPy scalar is the Python number it holds, as torch reads it (FX has no text for it);
+        # a Python number type given as a dtype (`x.to(float)`) is the dtype torch reads it as
+        if type(constant) is type and constant in _PYTHON_DTYPES:
+            return _PYTHON_DTYPES[constant]
+        return constant.item() if NUMPY.is_numpy_scalar(constant) else constant
     raise GraphBreak("graph-argument", f"{value!r} cannot be passed to a graph operation")
+
+
+_PYTHON_DTYPES = {float: torch.float64, int: torch.int64, bool: torch.bool, complex: torch.complex128}
 
 
 def _example_of(tx, argument: Any) -> Any:
@@ -361,6 +370,9 @@ def _example_of(tx, argument: Any) -> Any:
 def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str, Value],
                 method: bool = False) -> Value:
     """Put `target(*args, **kwargs)` into the graph and return its symbolic result."""
+    if any(type(a) is NUMPY.array_type for a in args) or kwargs and NUMPY.involves_array([], kwargs) or \
+            any(type(a) in _SEQUENCES for a in args) and NUMPY.involves_array(args, {}):
+        return NUMPY.torch_call_on_arrays(tx, target, args, kwargs, method)  # NumPy's rules, not torch's
     node_args = tuple(to_node_argument(tx, a) for a in args)
     node_kwargs = {k: to_node_argument(tx, v) for k, v in kwargs.items()}
     fake_args, fake_kwargs = pytree.tree_map(lambda a: _example_of(tx, a), (node_args, node_kwargs))
@@ -450,3 +462,31 @@ def _symbolic_shapes():
     which a process running warm-started entries never needs."""
     import torch.fx.experimental.symbolic_shapes as symbolic_shapes
     return symbolic_shapes
+
+
+from .containers import ListValue as _List, TupleValue as _Tuple  # noqa: E402  (they import this module)
+
+
+class _NoArrays:
+    """No NumPy array value exists until values/numpy.py (a layer above: it builds on tensor
+    values) registers its entry points in `NUMPY` when it is imported."""
+
+
+class NumpyHooks:
+    """values/numpy.py's entry points that tensor calls reach (ndarray arguments follow NumPy's
+    rules; `Tensor.numpy()`; NumPy scalars as arguments), set by `register` in that module."""
+
+    array_type: type = _NoArrays
+    involves_array: Callable = staticmethod(lambda args, kwargs: False)
+    is_numpy_scalar: Callable = staticmethod(lambda value: False)
+
+    @staticmethod
+    def tensor_to_array(tx, tensor, kwargs):
+        raise GraphBreak("numpy", "Tensor.numpy() before NumPy support is loaded")
+
+    torch_call_on_arrays: Callable = staticmethod(lambda *args: None)
+
+
+NUMPY = NumpyHooks()
+
+_SEQUENCES = (_List, _Tuple)
