@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import native_guards
 from .sources import AttrSource, ItemSource, Source, is_literal_key
 
 
@@ -138,12 +139,16 @@ def global_state_guards() -> list[Guard]:
 class _Emitter:
     """Builds the text of the check function and the constants it closes over."""
 
-    def __init__(self, in_instance_dict: Callable[[AttrSource], bool] | None = None) -> None:
+    def __init__(self, in_instance_dict: Callable[[AttrSource], bool] | None = None, native=None) -> None:
         self.constants: dict[str, Any] = {}
         self.lines: list[str] = []
         self.weak: list[weakref.ref] = []
         self.cached: dict[Source, str] = {}
         self.in_instance_dict = in_instance_dict
+        self.native = native
+        """The native tensor check (`native_guards.TensorChecks`), or None: tensor guards in Python."""
+        self.native_tensors: list[tuple[str, TensorSignature]] = []
+        """(local, signature) of each tensor guard left to the native check (`_emit_native`)."""
 
     def constant(self, value: Any, prefix: str = "K") -> str:
         name = f"{prefix}{len(self.constants)}"
@@ -233,6 +238,8 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
             em.check(f"{v} is {name} or type({v}) is {em.constant(type(value), 'T')} and {v} == {name}")
         else:
             em.check(f"type({v}) is {em.constant(type(value), 'T')} and {v} == {em.constant(value)}")
+    elif kind == "tensor" and em.native is not None and native_guards.eligible(guard.payload):
+        em.native_tensors.append((v, guard.payload))  # checked with the others in one call
     elif kind == "tensor":
         sig: TensorSignature = guard.payload
         device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
@@ -342,12 +349,12 @@ class GuardSet:
 
     def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True,
               lazy_parts: bool = False, saved=None, in_instance_dict=None,
-              captured: Callable | None = None) -> "CompiledGuards":
+              captured: Callable | None = None, native: Callable | None = None) -> "CompiledGuards":
         """with_parts: also one check per guard, for naming the guard that failed; built now so that
         no Guard (which may hold the guarded object) outlives capture, or at the first failure with
         lazy_parts (guards loaded by the warm-start cache, which name no object they could keep alive)."""
         ordered = self.ordered() if captured is None else _collapse_tuples(self.ordered(), captured)
-        check, text, weak, read = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict)
+        check, text, weak, read = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict, native)
 
         def parts():
             return [(g.describe(), _compile_checks([g], fn_globals, closure)[0], _explainer(g, fn_globals, closure))
@@ -447,17 +454,30 @@ def _dtype_name(dtype: torch.dtype) -> str:
         return str(dtype)
 
 
-def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None, in_instance_dict=None):
+def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None, in_instance_dict=None,
+                    native: Callable | None = None):
     """saved: the check's CompiledText from the warm-start cache, used when the text is the same.
-    in_instance_dict: which attributes to read from their object's __dict__ (`_Emitter.reads_dict`)."""
-    em = _Emitter(in_instance_dict)
+    in_instance_dict: which attributes to read from their object's __dict__ (`_Emitter.reads_dict`).
+    native: () -> the native tensor check or None, asked where enough tensors are guarded."""
+    tensors = sum(g.kind == "tensor" and native_guards.eligible(g.payload) for g in guards)
+    em = _Emitter(in_instance_dict, native() if native is not None and tensors >= native_guards.MIN_TENSORS
+                  else None)
     for guard in guards:
         _emit_guard(em, guard)
+    _emit_native(em)
     check, text = _compile_function(em, fn_globals, closure, "check", _CHECK_ENDING, saved)
     return check, text, em.weak, dict(em.cached)
 
 
 _CHECK_ENDING = "    return True\n"
+
+
+def _emit_native(em: _Emitter) -> None:
+    """One check of every tensor left to the native check, after the other guards: they read no
+    tensor's metadata, and where one raises on what the native check would refuse, a raise is a miss."""
+    if em.native_tensors:
+        spec = em.constant(em.native.spec([sig for _, sig in em.native_tensors]), "N")
+        em.check(f"_tensors_match({spec}, ({''.join(v + ', ' for v, _ in em.native_tensors)}))")
 
 
 def _function_text(em: _Emitter, env: dict, name: str, ending: str) -> str:
@@ -486,6 +506,8 @@ def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
                _deterministic=torch.are_deterministic_algorithms_enabled,
                _cublas_tf32=torch._C._get_cublas_allow_tf32)
     body = "\n".join(em.lines)
+    if em.native_tensors:
+        env["_tensors_match"] = em.native.match
     # math: ShapeEnv's guards on a symbolic float read `not math.isnan(...)`
     for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module),
                          ("math", math), ("_same_items", same_items)):
@@ -565,14 +587,14 @@ def _function_guards(source: Source, fn: types.FunctionType) -> list[tuple]:
             (AttrSource(source, "__kwdefaults__"), "constant", fn.__kwdefaults__, None)]
 
 
-def load_guards(data: bytes, fn_globals: dict, closure) -> "CompiledGuards":
+def load_guards(data: bytes, fn_globals: dict, closure, native: Callable | None = None) -> "CompiledGuards":
     """Guards saved by `saved_guards`, built again over this process's function."""
     from ..runtime.persist import loads
     guard_set = GuardSet()
     records, check = loads(data)
     for source, kind, payload, other in records:
         guard_set.add(Guard(source, kind, payload, other))
-    return guard_set.build(fn_globals, closure, lazy_parts=True, saved=check)
+    return guard_set.build(fn_globals, closure, lazy_parts=True, saved=check, native=native)
 
 
 @dataclass
