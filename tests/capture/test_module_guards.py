@@ -15,7 +15,7 @@ from tensorjit.config import config as default_config
 def tensor_checks(request, monkeypatch):
     """The native check for entries with any tensor guard, or for none."""
     if request.param == "native":
-        if native_guards.checker(default_config) is None:
+        if native_guards.checker(default_config, wait=True) is None:
             pytest.skip("no native tensor check on this machine (no C++ compiler)")
         monkeypatch.setattr(native_guards, "MIN_TENSORS", 1)
     else:

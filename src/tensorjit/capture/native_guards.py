@@ -9,27 +9,30 @@ dict as it was), so each must be read on every call. Here the check reads them
 from the C++ tensor: `match(spec, (t0, t1, ...))`, about 10 ns a tensor.
 
 The extension is built once per machine and torch version with the C++ toolchain
-of the CPU backend, into the disk cache (`runtime/disk_cache.get_or_build`), and
-only for entries with `MIN_TENSORS` or more tensor guards (a build costs seconds).
-Without a compiler, or where the build or import fails, `checker` returns None
-and the guards stay Python, as before; one log line says why.
+of the CPU backend, into the disk cache (`runtime/disk_cache.get_or_build`). A
+build costs seconds (g++ over torch's headers), so it runs in a background thread,
+started by the first `tensorjit.compile` (`checker(config)` asks without waiting):
+entries whose guards are built before it is ready check their tensors in Python,
+as do entries with fewer than `MIN_TENSORS` tensor guards. Without a compiler, or
+where the build or import fails, the guards stay Python; one log line says why.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.machinery
 import importlib.util
 import subprocess
 import sys
 import sysconfig
+import threading
 
 import torch
 
 from .. import logs
 
-MIN_TENSORS = 16
-"""Tensor guards an entry needs before its check goes native (the first build costs seconds)."""
+MIN_TENSORS = 8
+"""Tensor guards an entry needs before its check goes native (below, the Python check costs
+little: a few microseconds)."""
 
 SOURCE = r"""
 #include <Python.h>
@@ -177,28 +180,76 @@ class TensorChecks:
                                 for s in signatures))
 
 
-def checker(config) -> TensorChecks | None:
-    """The native tensor check for `config` (Config.native_guards, its compiler and cache), or None."""
+def checker(config, wait: bool = False) -> TensorChecks | None:
+    """The native tensor check for `config` (Config.native_guards, its compiler and cache), or None
+    while it is being built (wait=True waits for the build) and where it cannot be."""
     if not getattr(config, "native_guards", True):
         return None
-    return _load(getattr(config, "cpp_compiler", None), getattr(config, "cache_dir", None))
+    place = (getattr(config, "cpp_compiler", None), getattr(config, "cache_dir", None))
+    with _lock:
+        job = _jobs.get(place)
+        if job is None:
+            job = _jobs[place] = _Job()
+            job.start(*place)
+    if wait:
+        job.done.wait()
+    return job.result
 
 
-@functools.lru_cache(maxsize=4)
-def _load(compiler_name: str | None, cache_dir: str | None) -> TensorChecks | None:
-    from ..codegen.cpp.compiler import CompilerMissing, compiler_version, find_compiler
-    from ..runtime.disk_cache import get_or_build
-    try:
-        compiler = find_compiler(compiler_name)
-        suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-        key = (SOURCE, compiler_version(compiler), torch.__version__, torch.__file__, sys.version, suffix)
-        path = get_or_build(key, lambda out: _build(compiler, out), suffix=suffix, cache_dir=cache_dir)
-        return TensorChecks(_import(path))
-    except (CompilerMissing, OSError, RuntimeError, ImportError, subprocess.SubprocessError) as error:
+class _Job:
+    """Loading the extension: at once where the cache holds it, else built by a background thread."""
+
+    def __init__(self) -> None:
+        self.result: TensorChecks | None = None
+        self.done = threading.Event()
+
+    def start(self, compiler_name: str | None, cache_dir: str | None) -> None:
+        from ..runtime.disk_cache import cache_key, cache_root, is_valid
+        try:
+            compiler = _find_compiler(compiler_name)
+            suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+            key = (SOURCE, _compiler_version(compiler), torch.__version__, torch.__file__, sys.version, suffix)
+            digest = cache_key(key)
+            if is_valid(cache_root(cache_dir) / digest[:2] / f"{digest}{suffix}"):
+                self.load(compiler, key, suffix, cache_dir)  # built before: a dlopen
+                return
+        except _FAILURES as error:
+            self.fail(error)
+            return
+        threading.Thread(target=self.load, args=(compiler, key, suffix, cache_dir), daemon=True,
+                         name="tensorjit native guards build").start()
+
+    def load(self, compiler: str, key: tuple, suffix: str, cache_dir: str | None) -> None:
+        from ..runtime.disk_cache import get_or_build
+        try:
+            path = get_or_build(key, lambda out: _build(compiler, out), suffix=suffix, cache_dir=cache_dir)
+            self.result = TensorChecks(_import(path))
+        except _FAILURES as error:
+            self.fail(error)
+        finally:
+            self.done.set()
+
+    def fail(self, error: BaseException) -> None:
         first_line = (str(error).strip().splitlines() or [""])[0]
         logs.emit("guards", f"tensor guards stay Python: the native check is unavailable "
                             f"({type(error).__name__}: {first_line[:200]})")
-        return None
+        self.done.set()
+
+
+def _find_compiler(name: str | None) -> str:
+    from ..codegen.cpp.compiler import find_compiler
+    return find_compiler(name)
+
+
+def _compiler_version(compiler: str) -> str:
+    from ..codegen.cpp.compiler import compiler_version
+    return compiler_version(compiler)
+
+
+_FAILURES = (RuntimeError, OSError, ImportError, subprocess.SubprocessError)
+"""What a missing compiler (CompilerMissing is a RuntimeError), a failed build or import raise."""
+_jobs: dict[tuple, _Job] = {}
+_lock = threading.Lock()
 
 
 def _build(compiler: str, output: str) -> None:
