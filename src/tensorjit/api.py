@@ -628,7 +628,7 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     def wrap(target: Callable):
         if disable:
             return target
-        native_guards.checker(config)  # loads or starts building the native tensor check, without waiting
+        native_guards.prepare(target, config)  # a large module: start building the native tensor check
         return _compile_target(target, backend_fn, backend_name, config, fullgraph, dynamic)
 
     if model is None:

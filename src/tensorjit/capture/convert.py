@@ -212,7 +212,7 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
         guard_set = filter_guards(guard_set, output.wrapped, owner.config.guard_filter_fn)
     guards = guard_set.build(fn.__globals__, fn.__closure__, in_instance_dict=_instance_attributes(output, guard_set),
                              captured=lambda source: output.wrapped.get(source, (None,))[0],
-                             native=lambda: native_guards.checker(owner.config))
+                             native=lambda: native_guards.checker(owner.config, wait=True))
     guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__)  # now: no Guard outlives capture
     logs.guards(output.fn_name, guards)
     return guards

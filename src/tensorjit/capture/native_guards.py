@@ -9,18 +9,20 @@ dict as it was), so each must be read on every call. Here the check reads them
 from the C++ tensor: `match(spec, (t0, t1, ...))`, about 10 ns a tensor.
 
 The extension is built once per machine and torch version with the C++ toolchain
-of the CPU backend, into the disk cache (`runtime/disk_cache.get_or_build`). A
-build costs seconds (g++ over torch's headers), so it runs in a background thread,
-started by the first `tensorjit.compile` (`checker(config)` asks without waiting):
-entries whose guards are built before it is ready check their tensors in Python,
-as do entries with fewer than `MIN_TENSORS` tensor guards. Without a compiler, or
-where the build or import fails, the guards stay Python; one log line says why.
+of the CPU backend, into the disk cache (`runtime/disk_cache.get_or_build`), only
+for entries with `MIN_TENSORS` or more tensor guards (below, Python checks cost
+little; a process that compiles only small functions never builds it). A build
+costs seconds (g++ over torch's headers): `tensorjit.compile` of a module with that
+much state starts it in a background thread (`prepare`), so that it overlaps the
+capture, and the first entry that needs it waits for the rest. Without a compiler,
+or where the build or import fails, the guards stay Python; one log line says why.
 """
 
 from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import itertools
 import subprocess
 import sys
 import sysconfig
@@ -30,9 +32,9 @@ import torch
 
 from .. import logs
 
-MIN_TENSORS = 8
-"""Tensor guards an entry needs before its check goes native (below, the Python check costs
-little: a few microseconds)."""
+MIN_TENSORS = 64
+"""Tensor guards an entry needs before its check goes native (below, the Python checks cost at
+most ~20 us a call, and a build of seconds would not pay in a short process)."""
 
 SOURCE = r"""
 #include <Python.h>
@@ -178,6 +180,14 @@ class TensorChecks:
     def spec(self, signatures) -> object:
         return self._spec(tuple((s.cls, s.dtype, s.device, bool(s.requires_grad), tuple(s.shape), tuple(s.stride))
                                 for s in signatures))
+
+
+def prepare(target, config) -> None:
+    """Start building the check, without waiting, when `target` is a module with enough state."""
+    if isinstance(target, torch.nn.Module) and getattr(config, "native_guards", True):
+        state = itertools.chain(target.parameters(), target.buffers())
+        if sum(1 for _ in itertools.islice(state, MIN_TENSORS)) >= MIN_TENSORS:
+            checker(config)
 
 
 def checker(config, wait: bool = False) -> TensorChecks | None:

@@ -449,7 +449,7 @@ def _load_entry(root, function, saved: tuple):
     payload = persist.loads(saved[0], resolve)
     fn = function.fn
     guards = load_guards(payload["guards"], fn.__globals__, fn.__closure__,
-                         native=lambda: native_guards.checker(function.config))
+                         native=lambda: native_guards.checker(function.config, wait=True))
     kind = payload["kind"]
     if kind == "eager":
         entry = eager_entry(fn, guards)
