@@ -125,6 +125,7 @@ def test_the_tensor_checks_are_the_ones_asked_for(tensor_checks):
     text = compiled._compiled_forward.entries[0].guards.source_text
     assert ("_tensors_match(" in text) == (tensor_checks == "native")
     assert (".requires_grad" in text) == (tensor_checks == "python")
+    assert ("_empty_entries(" in text) == (tensor_checks == "native")  # the modules' hook tables
 
 
 @pytest.mark.parametrize("change", ["as_strided_", "requires_grad_", "detach_"])

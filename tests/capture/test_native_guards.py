@@ -53,3 +53,17 @@ def test_without_a_compiler_the_guards_stay_python():
     assert native_guards.checker(config, wait=True) is None
     assert any("tensor guards stay Python" in line for line in logs.recent("guards"))
     assert native_guards.checker(Config(native_guards=False)) is None
+
+
+def test_hook_tables_are_tested_empty(checks):
+    modules = [torch.nn.Linear(2, 2) for _ in range(3)]
+    tables = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    dicts = tuple(m.__dict__ for m in modules)
+    assert checks.empty_entries(dicts, tables)
+    handle = modules[1].register_forward_pre_hook(lambda module, args: None)
+    assert not checks.empty_entries(dicts, tables)
+    handle.remove()
+    assert checks.empty_entries(dicts, tables)
+    del modules[2].__dict__["_backward_hooks"]  # gone from the instance dict: a miss, not an error
+    assert not checks.empty_entries(dicts, tables)
+    assert not checks.empty_entries((modules[0],), tables)  # not a dict

@@ -149,6 +149,8 @@ class _Emitter:
         """The native tensor check (`native_guards.TensorChecks`), or None: tensor guards in Python."""
         self.native_tensors: list[tuple[str, TensorSignature]] = []
         """(local, signature) of each tensor guard left to the native check (`_emit_native`)."""
+        self.native_hooks: dict[tuple[str, ...], list[str]] = {}
+        """Hook tables -> the instance dicts whose tables the native check tests empty (`_emit_native`)."""
 
     def constant(self, value: Any, prefix: str = "K") -> str:
         name = f"{prefix}{len(self.constants)}"
@@ -252,6 +254,10 @@ def _emit_guard(em: _Emitter, guard: Guard) -> None:
         grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
         em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
                  f"{grad} and {v}.dim() == {len(sig.shape)} and {device}")
+    elif kind in ("no_hooks", "no_backward_hooks") and em.native is not None and all(
+            em.reads_dict(AttrSource(guard.source, t)) for t in _MODULE_HOOK_TABLES):
+        tables = _MODULE_HOOK_TABLES if kind == "no_hooks" else _MODULE_HOOK_TABLES[2:]
+        em.native_hooks.setdefault(tables, []).append(em.dict_of(guard.source))  # one call for all modules
     elif kind == "no_hooks":  # an inlined module: a hook added later must recompile
         em.check("not (" + " or ".join(_hook_table(em, guard.source, v, t) for t in _MODULE_HOOK_TABLES) + ")")
     elif kind == "no_backward_hooks":  # a module whose forward hooks were inlined
@@ -474,10 +480,13 @@ _CHECK_ENDING = "    return True\n"
 
 def _emit_native(em: _Emitter) -> None:
     """One check of every tensor left to the native check, after the other guards: they read no
-    tensor's metadata, and where one raises on what the native check would refuse, a raise is a miss."""
+    tensor's metadata, and where one raises on what the native check would refuse, a raise is a miss.
+    Then one of the hook tables of every module whose tables are read from its instance dict."""
     if em.native_tensors:
         spec = em.constant(em.native.spec([sig for _, sig in em.native_tensors]), "N")
         em.check(f"_tensors_match({spec}, ({''.join(v + ', ' for v, _ in em.native_tensors)}))")
+    for tables, dicts in em.native_hooks.items():
+        em.check(f"_empty_entries(({''.join(d + ', ' for d in dicts)}), {tables!r})")
 
 
 def _function_text(em: _Emitter, env: dict, name: str, ending: str) -> str:
@@ -508,6 +517,8 @@ def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
     body = "\n".join(em.lines)
     if em.native_tensors:
         env["_tensors_match"] = em.native.match
+    if em.native_hooks:
+        env["_empty_entries"] = em.native.empty_entries
     # math: ShapeEnv's guards on a symbolic float read `not math.isnan(...)`
     for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module),
                          ("math", math), ("_same_items", same_items)):

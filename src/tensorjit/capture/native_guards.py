@@ -6,7 +6,8 @@ about 300 ns (docs/performance.md): two thirds of a call's guard time on models
 with hundreds of parameters and buffers, whose metadata can change with no event
 Python sees (`p.data = ...`, `requires_grad_()` bump no version and leave every
 dict as it was), so each must be read on every call. Here the check reads them
-from the C++ tensor: `match(spec, (t0, t1, ...))`, about 10 ns a tensor.
+from the C++ tensor: `match(spec, (t0, t1, ...))`, about 10 ns a tensor. The same entries
+test their modules' hook tables empty in one call too (`empty_entries`).
 
 The extension is built once per machine and torch version with the C++ toolchain
 of the CPU backend, into the disk cache (`runtime/disk_cache.get_or_build`), only
@@ -147,10 +148,35 @@ PyObject* match(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_TRUE;
 }
 
+// empty_entries(dicts, keys) -> bool: each dict holds each key, its value false (an empty hook table).
+PyObject* empty_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "empty_entries(tuple, tuple)");
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); ++i) {
+    PyObject* dict = PyTuple_GET_ITEM(args[0], i);
+    if (!PyDict_CheckExact(dict)) Py_RETURN_FALSE;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(args[1]); ++k) {
+      PyObject* value = PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(args[1], k));
+      if (value == nullptr) {
+        if (PyErr_Occurred()) return nullptr;
+        Py_RETURN_FALSE;  // the attribute left the instance dict: a miss, as the KeyError in Python
+      }
+      int truth = PyObject_IsTrue(value);
+      if (truth < 0) return nullptr;
+      if (truth) Py_RETURN_FALSE;
+    }
+  }
+  Py_RETURN_TRUE;
+}
+
 PyMethodDef methods[] = {
     {"spec", spec, METH_O, "spec(items) -> what match() checks against"},
     {"match", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(match)), METH_FASTCALL,
      "match(spec, tensors) -> bool"},
+    {"empty_entries", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(empty_entries)), METH_FASTCALL,
+     "empty_entries(dicts, keys) -> bool"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "tensorjit_tensor_guards", nullptr, -1, methods};
@@ -171,10 +197,13 @@ def eligible(signature) -> bool:
 
 
 class TensorChecks:
-    """The built extension: `spec(signatures)` once per guard function, `match` on every call."""
+    """The built extension: `spec(signatures)` once per guard function, `match` (and `empty_entries`)
+    on every call."""
 
     def __init__(self, module) -> None:
         self.match = module.match
+        self.empty_entries = module.empty_entries
+        """(dicts, keys) -> whether each dict holds each key with a false value: modules' hook tables."""
         self._spec = module.spec
 
     def spec(self, signatures) -> object:
