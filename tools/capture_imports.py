@@ -17,7 +17,7 @@ from dataclasses import dataclass
 CAPTURE = pathlib.Path(__file__).resolve().parent.parent / "src" / "tensorjit" / "capture"
 
 LAYERS = (
-    ("records", ("breaks", "sources", "guard_kinds", "guards", "cpython")),
+    ("records", ("breaks", "sources", "guard_kinds", "native_guards", "guards", "cpython")),
     ("values", ("values.*", "output", "dynamic", "aliasing", "codegen")),
     ("calls", ("skipfiles", "builder", "markers", "higher_order", "loops", "flex_attention", "regions", "autograd_function",
                "calls", "attributes", "module_call", "contextmanagers", "generators", "polyfills.*")),

@@ -25,7 +25,7 @@ import torch
 
 from . import logs, progress
 from .backends.registry import BackendCompilerFailed, get_default_backend, lookup_backend
-from .capture import codegen as capture_codegen
+from .capture import codegen as capture_codegen, native_guards
 from .capture.breaks import CaptureError, GraphBreakError
 from .capture.convert import CacheEntry, capture_entry
 from .capture.dynamic import record_changed_dims
@@ -628,6 +628,7 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     def wrap(target: Callable):
         if disable:
             return target
+        native_guards.prepare(target, config)  # a large module: start building the native tensor check
         return _compile_target(target, backend_fn, backend_name, config, fullgraph, dynamic)
 
     if model is None:

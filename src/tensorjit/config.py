@@ -49,6 +49,10 @@ class Config:
     """Save compiled entries (guards, generated code, kernels) in the cache directory, so that a later
     process runs them without capturing, tracing or generating code again (runtime/warm_start.py).
     TENSORJIT_WARM_START=0 turns it off."""
+    native_guards: bool = True
+    """Check the tensors of an entry with many (capture/native_guards.py: 16 or more) in one C++
+    call instead of five Python getters each; the extension is built once per machine with
+    `cpp_compiler`. Without a compiler the guards stay Python. TENSORJIT_NATIVE_GUARDS=0 turns it off."""
     compile_threads: int = 0
     """Worker processes that compile kernels in parallel; 0 picks from the CPU count."""
     max_autotune: bool = False
@@ -179,6 +183,8 @@ def from_environment(environ: os._Environ | dict[str, str] = os.environ) -> Conf
         cfg.cache_dir = environ["TENSORJIT_CACHE_DIR"]
     if environ.get("TENSORJIT_WARM_START", "") in ("0", "false", "False"):
         cfg.warm_start = False
+    if environ.get("TENSORJIT_NATIVE_GUARDS", "") in ("0", "false", "False"):
+        cfg.native_guards = False
     if "TENSORJIT_CXX" in environ:
         cfg.cpp_compiler = environ["TENSORJIT_CXX"]
     if "TENSORJIT_PROGRESS" in environ:

@@ -1,11 +1,26 @@
 """Guards on a compiled module's state: each protected property, changed after compiling,
 makes the next call recompile (or read the new value) and give eager's answer, on the fast
-path (the first entry's inline guards) as on the general one."""
+path (the first entry's inline guards) as on the general one; with the tensors checked in
+Python and by the native check (capture/native_guards.py), every test in both ways."""
 
 import pytest
 import torch
 
 import tensorjit
+from tensorjit.capture import native_guards
+from tensorjit.config import config as default_config
+
+
+@pytest.fixture(autouse=True, params=["python", "native"])
+def tensor_checks(request, monkeypatch):
+    """The native check for entries with any tensor guard, or for none."""
+    if request.param == "native":
+        if native_guards.checker(default_config, wait=True) is None:
+            pytest.skip("no native tensor check on this machine (no C++ compiler)")
+        monkeypatch.setattr(native_guards, "MIN_TENSORS", 1)
+    else:
+        monkeypatch.setattr(native_guards, "MIN_TENSORS", 10 ** 9)
+    return request.param
 
 
 class Counter:
@@ -103,6 +118,35 @@ def test_parameter_metadata_changed_in_place_recompiles(change):
     assert net.head[1].weight is weight
     check_same(net, compiled, x)
     assert counter.graphs == 2 or change == "shape"
+
+
+def test_the_tensor_checks_are_the_ones_asked_for(tensor_checks):
+    net, compiled, counter, x = compiled_net()
+    text = compiled._compiled_forward.entries[0].guards.source_text
+    assert ("_tensors_match(" in text) == (tensor_checks == "native")
+    assert (".requires_grad" in text) == (tensor_checks == "python")
+    assert ("_empty_entries(" in text) == (tensor_checks == "native")  # the modules' hook tables
+
+
+@pytest.mark.parametrize("change", ["as_strided_", "requires_grad_", "detach_"])
+def test_parameter_changed_by_an_in_place_method_recompiles(change):
+    net, compiled, counter, x = compiled_net()
+    weight = net.head[1].weight
+    with torch.no_grad():
+        if change == "as_strided_":  # same shape, strides of the transpose: another reading of the memory
+            weight.as_strided_(weight.shape, (1, weight.shape[0]))
+        else:
+            getattr(weight, change)() if change == "detach_" else weight.requires_grad_(False)
+    check_same(net, compiled, x)
+    assert counter.graphs == 2
+
+
+def test_input_changed_recompiles():
+    net, compiled, counter, x = compiled_net()
+    for other in (x[:1], x.transpose(2, 3), torch.nn.Parameter(x.clone()), x.clone().requires_grad_()):
+        expected = net(other)
+        torch.testing.assert_close(compiled(other), expected)
+    assert counter.graphs > 1
 
 
 def test_buffer_strides_changed_in_place_recompile():

@@ -107,7 +107,7 @@ def test_key_holds_addresses_of_inputs_read_in_place_only():
     x = torch.randn(4)
     assert [cudagraphs.read_in_place(v) for v in (parameter, x, 3)] == [True, False, False]
     key = recording_key([parameter, x, 3])
-    assert key[1] == parameter.data_ptr() and key[2] == (x.shape, x.stride(), x.dtype, -1) and key[3] == (int, 3)
+    assert key[2] == parameter.data_ptr() and key[3] == (x.shape, x.stride(), x.dtype, -1) and key[4] == (int, 3)
     assert cudagraphs.in_place_of(key) == [True, False, False]
     assert shape_of(key) == shape_of(recording_key([torch.nn.Parameter(torch.randn(4)), x, 3]))
     assert recording_key([x]) != recording_key([x.t()[None]])  # shape differs
@@ -120,8 +120,33 @@ def test_key_of_module_state_is_its_address():
     """Inputs the capture read from module state are keyed by address (their layout is guarded)."""
     buffer, x = torch.randn(4), torch.randn(4)
     key = recording_key([buffer, x], static_input_indices=frozenset({0}))
-    assert key[1] == buffer.data_ptr() and cudagraphs.in_place_of(key) == [True, False]
+    assert key[1] == (buffer.data_ptr(),) and cudagraphs.in_place_of(key, frozenset({0})) == [True, False]
     assert recording_key([torch.randn(4), x], static_input_indices=frozenset({0})) != key  # moved: another key
+
+
+def test_key_of_many_module_state_inputs():
+    """Module state read in one pass: every input's address counts, the refusals still hold."""
+    state = [torch.randn(3) for _ in range(5)]
+    x = torch.randn(2)
+    static = frozenset({0, 2, 3, 5})
+    inputs = [state[0], x, state[1], state[2], 7, state[3]]
+    key = recording_key(inputs, static_input_indices=static)
+    assert key[1] == tuple(state[i].data_ptr() for i in range(4))
+    assert cudagraphs.in_place_of(key, static) == [True, False, True, True, False, True]
+    for index in sorted(static):  # any one moved: another key, of the same shape
+        moved = list(inputs)
+        moved[index] = torch.randn(3)
+        other = recording_key(moved, static_input_indices=static)
+        assert other != key and shape_of(other) == shape_of(key)
+    weight = torch.randn(3, requires_grad=True)
+    assert recording_key([weight, x], static_input_indices=frozenset({0}), device_type="cpu") is None
+    with torch.no_grad():
+        assert recording_key([weight, x], static_input_indices=frozenset({0}), device_type="cpu") is not None
+    # Not a tensor where module state was read: keyed input by input, as any other input.
+    fallback = recording_key([3, x], static_input_indices=frozenset({0}))
+    assert fallback[1] is None and fallback[2] == (int, 3)
+    assert cudagraphs.in_place_of(fallback, frozenset({0})) == [False, False]
+    assert recording_key([x], static_input_indices=frozenset({4})) == recording_key([x])  # out of range
 
 
 def test_clone_plan_batches_gradients_and_keeps_layouts():

@@ -22,7 +22,7 @@ from .. import logs
 from . import cpython
 from ..backends.registry import BackendCompilerFailed, call_backend
 from ..config import Config
-from . import markers
+from . import markers, native_guards
 from .aliasing import check_aliasing
 from .breaks import BreakReason, CaptureError, CompilerUsageError, GraphBreak, GraphBreakError
 from .codegen import RestoreFunction
@@ -209,7 +209,8 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
     if owner.config.guard_filter_fn is not None:
         guard_set = filter_guards(guard_set, output.wrapped, owner.config.guard_filter_fn)
     guards = guard_set.build(fn.__globals__, fn.__closure__, in_instance_dict=_instance_attributes(output, guard_set),
-                             captured=lambda source: output.wrapped.get(source, (None,))[0])
+                             captured=lambda source: output.wrapped.get(source, (None,))[0],
+                             native=lambda: native_guards.checker(owner.config, wait=True))
     guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__)  # now: no Guard outlives capture
     if isinstance(guards.saved, BaseException):  # the reason it cannot be saved, kept without its traceback
         guards.saved = type(guards.saved)(*guards.saved.args)  # and chain: their frames held the graph's inputs

@@ -191,6 +191,8 @@ def tensor_signature_text(sig) -> str:
             describe=lambda guard, where: f"{where}: tensor {tensor_signature_text(guard.payload)}")
 def _tensor(em, guard, v) -> None:
     sig = guard.payload
+    if em.defer_tensor(v, sig):
+        return
     device = f"{v}.is_cpu" if sig.device.type == "cpu" else f"{v}.device == {em.constant(sig.device)}"
     grad = f"{v}.requires_grad" if sig.requires_grad else f"not {v}.requires_grad"
     em.check(f"type({v}) is {em.constant(sig.cls, 'T')} and {v}.dtype is {em.constant(sig.dtype)} and "
@@ -252,7 +254,7 @@ def _expression(em, guard, v) -> None:
 
 # -- module hooks ------------------------------------------------------------------------------------
 
-_MODULE_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+MODULE_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _GLOBAL_HOOK_TABLES = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                        "_global_backward_pre_hooks")
 
@@ -266,14 +268,18 @@ def _hook_table(em, source, value: str, table: str) -> str:
             describe=lambda guard, where: f"{where} has no hooks")
 def _no_hooks(em, guard, v) -> None:
     """An inlined module: a hook added later must recompile."""
-    em.check("not (" + " or ".join(_hook_table(em, guard.source, v, t) for t in _MODULE_HOOK_TABLES) + ")")
+    if em.defer_hooks(guard.source, MODULE_HOOK_TABLES):
+        return
+    em.check("not (" + " or ".join(_hook_table(em, guard.source, v, t) for t in MODULE_HOOK_TABLES) + ")")
 
 
 @guard_kind("no_backward_hooks", order=2, torch_type="NN_MODULE_HOOKS",
             describe=lambda guard, where: f"{where} has no backward hooks")
 def _no_backward_hooks(em, guard, v) -> None:
     """A module whose forward hooks were inlined."""
-    em.check("not (" + " or ".join(_hook_table(em, guard.source, v, t) for t in _MODULE_HOOK_TABLES[2:]) + ")")
+    if em.defer_hooks(guard.source, MODULE_HOOK_TABLES[2:]):
+        return
+    em.check("not (" + " or ".join(_hook_table(em, guard.source, v, t) for t in MODULE_HOOK_TABLES[2:]) + ")")
 
 
 @guard_kind("no_global_hooks", order=0, torch_type="NN_MODULE_HOOKS",

@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 import torch
 
-from .guard_kinds import GLOBAL_STATE, GUARD_KINDS, tensor_signature_text  # noqa: F401 (tensor_signature_text: re-exported)
+from .guard_kinds import GLOBAL_STATE, GUARD_KINDS, MODULE_HOOK_TABLES, tensor_signature_text  # noqa: F401 (tensor_signature_text: re-exported)
+from . import native_guards
 from .sources import AttrSource, ItemSource, Source, is_literal_key
 
 
@@ -82,12 +83,34 @@ def global_state_guards() -> list[Guard]:
 class _Emitter:
     """Builds the text of the check function and the constants it closes over."""
 
-    def __init__(self, in_instance_dict: Callable[[AttrSource], bool] | None = None) -> None:
+    def __init__(self, in_instance_dict: Callable[[AttrSource], bool] | None = None, native=None) -> None:
         self.constants: dict[str, Any] = {}
         self.lines: list[str] = []
         self.weak: list[weakref.ref] = []
         self.cached: dict[Source, str] = {}
         self.in_instance_dict = in_instance_dict
+        self.native = native
+        """The native tensor check (`native_guards.TensorChecks`), or None: tensor guards in Python."""
+        self.native_tensors: list[tuple[str, TensorSignature]] = []
+        """(local, signature) of each tensor guard left to the native check (`_emit_native`)."""
+        self.native_hooks: dict[tuple[str, ...], list[str]] = {}
+        """Hook tables -> the instance dicts whose tables the native check tests empty (`_emit_native`)."""
+
+    def defer_tensor(self, value: str, signature: TensorSignature) -> bool:
+        """Leave this tensor guard to the native check (`_emit_native`), when there is one and
+        it checks such a tensor."""
+        if self.native is None or not native_guards.eligible(signature):
+            return False
+        self.native_tensors.append((value, signature))  # checked with the others in one call
+        return True
+
+    def defer_hooks(self, source: Source, tables: tuple[str, ...]) -> bool:
+        """Leave the test that a module's hook `tables` are empty to the native check, when
+        there is one and every table is read from the module's instance dict."""
+        if self.native is None or not all(self.reads_dict(AttrSource(source, t)) for t in MODULE_HOOK_TABLES):
+            return False
+        self.native_hooks.setdefault(tables, []).append(self.dict_of(source))  # one call for all modules
+        return True
 
     def constant(self, value: Any, prefix: str = "K") -> str:
         name = f"{prefix}{len(self.constants)}"
@@ -166,12 +189,12 @@ class GuardSet:
 
     def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True,
               lazy_parts: bool = False, saved=None, in_instance_dict=None,
-              captured: Callable | None = None) -> "CompiledGuards":
+              captured: Callable | None = None, native: Callable | None = None) -> "CompiledGuards":
         """with_parts: also one check per guard, for naming the guard that failed; built now so that
         no Guard (which may hold the guarded object) outlives capture, or at the first failure with
         lazy_parts (guards loaded by the warm-start cache, which name no object they could keep alive)."""
         ordered = self.ordered() if captured is None else _collapse_tuples(self.ordered(), captured)
-        check, text, weak, read = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict)
+        check, text, weak, read = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict, native)
 
         def parts():
             return [(g.describe(), _compile_checks([g], fn_globals, closure)[0], _explainer(g, fn_globals, closure))
@@ -271,17 +294,33 @@ def _dtype_name(dtype: torch.dtype) -> str:
         return str(dtype)
 
 
-def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None, in_instance_dict=None):
+def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None, in_instance_dict=None,
+                    native: Callable | None = None):
     """saved: the check's CompiledText from the warm-start cache, used when the text is the same.
-    in_instance_dict: which attributes to read from their object's __dict__ (`_Emitter.reads_dict`)."""
-    em = _Emitter(in_instance_dict)
+    in_instance_dict: which attributes to read from their object's __dict__ (`_Emitter.reads_dict`).
+    native: () -> the native tensor check or None, asked where enough tensors are guarded."""
+    tensors = sum(g.kind == "tensor" and native_guards.eligible(g.payload) for g in guards)
+    em = _Emitter(in_instance_dict, native() if native is not None and tensors >= native_guards.MIN_TENSORS
+                  else None)
     for guard in guards:
         _emit_guard(em, guard)
+    _emit_native(em)
     check, text = _compile_function(em, fn_globals, closure, "check", _CHECK_ENDING, saved)
     return check, text, em.weak, dict(em.cached)
 
 
 _CHECK_ENDING = "    return True\n"
+
+
+def _emit_native(em: _Emitter) -> None:
+    """One check of every tensor left to the native check, after the other guards: they read no
+    tensor's metadata, and where one raises on what the native check would refuse, a raise is a miss.
+    Then one of the hook tables of every module whose tables are read from its instance dict."""
+    if em.native_tensors:
+        spec = em.constant(em.native.spec([sig for _, sig in em.native_tensors]), "N")
+        em.check(f"_tensors_match({spec}, ({''.join(v + ', ' for v, _ in em.native_tensors)}))")
+    for tables, dicts in em.native_hooks.items():
+        em.check(f"_empty_entries(({''.join(d + ', ' for d in dicts)}), {tables!r})")
 
 
 def _function_text(em: _Emitter, env: dict, name: str, ending: str) -> str:
@@ -306,6 +345,10 @@ def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
     env.update(G=fn_globals, B=builtins.__dict__, C=closure or (), S=sys.modules)
     env.update((expression.removesuffix("()"), read) for _, expression, read in GLOBAL_STATE)
     body = "\n".join(em.lines)
+    if em.native_tensors:
+        env["_tensors_match"] = em.native.match
+    if em.native_hooks:
+        env["_empty_entries"] = em.native.empty_entries
     # math: ShapeEnv's guards on a symbolic float read `not math.isnan(...)`
     for name, helper in (("_storages_unshared", storages_unshared), ("_module_globals", torch.nn.modules.module),
                          ("math", math), ("_same_items", same_items)):
@@ -385,14 +428,14 @@ def _function_guards(source: Source, fn: types.FunctionType) -> list[tuple]:
             (AttrSource(source, "__kwdefaults__"), "constant", fn.__kwdefaults__, None)]
 
 
-def load_guards(data: bytes, fn_globals: dict, closure) -> "CompiledGuards":
+def load_guards(data: bytes, fn_globals: dict, closure, native: Callable | None = None) -> "CompiledGuards":
     """Guards saved by `saved_guards`, built again over this process's function."""
     from ..runtime.persist import loads
     guard_set = GuardSet()
     records, check = loads(data)
     for source, kind, payload, other in records:
         guard_set.add(Guard(source, kind, payload, other))
-    return guard_set.build(fn_globals, closure, lazy_parts=True, saved=check)
+    return guard_set.build(fn_globals, closure, lazy_parts=True, saved=check, native=native)
 
 
 @dataclass

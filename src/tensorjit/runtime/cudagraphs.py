@@ -59,6 +59,7 @@ the pool of the forward whose activations it reads: one pool per step.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -185,23 +186,82 @@ STRUCTURED = ("structured",)
 
 def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = frozenset(),
                   device_type: str | None = None) -> tuple | None:
-    """What tells one recording's calls apart: per input, the address of an input read in place
-    (an int), or the shape, stride, dtype and device of a copied tensor, or a number's type and
-    value. None when `ungraphable_reason` has a reason (the cheap part of those checks, made in
-    this one pass because it runs on every call); `STRUCTURED` when an input is a tuple or list.
+    """What tells one recording's calls apart: (inference mode, the addresses of the module-state
+    inputs `static_input_indices` in index order, then per other input: the address of an input read
+    in place (an int), or the shape, stride, dtype and device of a copied tensor, or a number's
+    type and value). The second item is None where the module-state inputs are keyed among the
+    others (`in_place_of` reads either form). None when `ungraphable_reason` has a reason (the
+    cheap part of those checks, made in this one pass because it runs on every call);
+    `STRUCTURED` when an input is a tuple or list.
 
     Inputs read in place are keyed by address alone. Their layout cannot change under one
     address without another key: module state (`static_input_indices`) and parameters are graph
     inputs whose layout the capture's guards check, and a saved activation's address lies in the
     pool of the one forward recording that made it, which fixes its layout. Checking only the
-    address keeps the key cheap for models with hundreds of parameters and saved activations."""
+    address keeps the key cheap for models with hundreds of parameters and saved activations:
+    module state's addresses are read in one pass in C (`map`), not input by input."""
+    grad = torch.is_grad_enabled()
+    head = torch.is_inference_mode_enabled()
+    plan = _static_plan(static_input_indices, len(inputs)) if static_input_indices else None
+    if plan is not None:
+        pick, others = plan
+        state = pick(inputs)
+        try:
+            addresses = tuple(map(_data_ptr, state))  # a TypeError where one is not a tensor
+        except TypeError:
+            plan = None
+        else:
+            if grad and device_type is not None and any(map(_requires_grad, state)):
+                return None
+            parts = [head, addresses]
+            outcome = _add_parts(parts, inputs, others, static_input_indices, grad, device_type)
+            if outcome is not _KEYED and outcome is not _NO_TENSOR:
+                return outcome
+            if device_type == "cuda" and torch.cuda.is_current_stream_capturing():
+                return None
+            return tuple(parts)
+    parts = [head, None]
+    outcome = _add_parts(parts, inputs, range(len(inputs)), static_input_indices, grad, device_type)
+    if outcome is not _KEYED:
+        return None if outcome is _NO_TENSOR else outcome
+    if device_type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return None
+    return tuple(parts)
+
+
+_data_ptr = torch.Tensor.data_ptr
+_requires_grad = operator.attrgetter("requires_grad")
+_static_plans: dict[tuple[frozenset[int], int], tuple[Callable, tuple[int, ...]] | None] = {}
+
+
+def _static_plan(static_input_indices: frozenset[int], count: int) -> tuple[Callable, tuple[int, ...]] | None:
+    """(a function picking the module-state inputs out of `count` inputs, in index order; the other
+    indices), or None where some index is not among the inputs."""
+    key = (static_input_indices, count)
+    plan = _static_plans.get(key, _MISSING)
+    if plan is _MISSING:
+        ordered = sorted(static_input_indices)
+        if ordered[0] < 0 or ordered[-1] >= count:
+            plan = None
+        else:
+            getter = operator.itemgetter(*ordered)
+            pick = getter if len(ordered) > 1 else (lambda values: (getter(values),))
+            plan = (pick, tuple(i for i in range(count) if i not in static_input_indices))
+        plan = _static_plans[key] = plan
+    return plan
+
+
+def _add_parts(parts: list[Any], inputs: Sequence[Any], indices, static_input_indices: frozenset[int],
+               grad: bool, device_type: str | None) -> Any:
+    """Append to `parts` the key's part of each input at `indices` (see `recording_key`). Returns
+    `_KEYED`, or `_NO_TENSOR` where no input at `indices` is a tensor, or what `recording_key`
+    returns instead of a key (None, `STRUCTURED`)."""
     saved = _saved_buffers
     parameter = torch.nn.Parameter
     want_cuda = device_type == "cuda"
-    grad = torch.is_grad_enabled()
-    parts: list[Any] = [torch.is_inference_mode_enabled()]
     tensors = 0
-    for index, value in enumerate(inputs):
+    for index in indices:
+        value = inputs[index]
         if isinstance(value, torch.Tensor):
             tensors += 1
             if grad and value.requires_grad and device_type is not None:
@@ -221,19 +281,25 @@ def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = 
             return STRUCTURED
         else:
             return None
-    if not tensors or device_type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return None
-    return tuple(parts)
+    return _KEYED if tensors else _NO_TENSOR
 
 
-def in_place_of(key: tuple) -> list[bool]:
+_KEYED, _NO_TENSOR = object(), object()
+
+
+def in_place_of(key: tuple, static_input_indices: frozenset[int] = frozenset()) -> list[bool]:
     """Which inputs a key reads in place."""
-    return [type(part) is int for part in key[1:]]
+    addresses, parts = key[1], key[2:]
+    if addresses is None:
+        return [type(part) is int for part in parts]
+    rest = iter(parts)
+    return [True if index in static_input_indices else type(next(rest)) is int
+            for index in range(len(addresses) + len(parts))]
 
 
 def shape_of(key: tuple) -> tuple:
     """The key without the addresses of inputs read in place."""
-    return tuple(None if type(part) is int else part for part in key[1:])
+    return tuple(None if type(part) is int else part for part in key[2:])
 
 
 # -- recordings ------------------------------------------------------------------
@@ -339,7 +405,7 @@ class CudaGraphRunner:
                                or "inputs on several devices")
         recording = self.recordings.get(key, _MISSING)
         if recording is _MISSING:
-            recording = self.recordings[key] = self._new_recording(key, inputs, in_place_of(key))
+            recording = self.recordings[key] = self._new_recording(key, inputs, in_place_of(key, self.static_input_indices))
         if recording is None:
             return self._eager(inputs, None)
         if recording.protected and recording.last_step == _step and still_held(recording):

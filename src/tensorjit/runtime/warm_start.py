@@ -438,6 +438,7 @@ def _uninstall(owner) -> None:
 def _load_entry(root, function, saved: tuple):
     from ..capture.codegen import build_restore
     from ..capture.convert import break_entry, eager_entry, return_entry
+    from ..capture import native_guards
     from ..capture.guards import load_guards
 
     def resolve(pid):
@@ -449,7 +450,8 @@ def _load_entry(root, function, saved: tuple):
         raise pickle.UnpicklingError(f"unknown reference {pid!r}")
     payload = persist.loads(saved[0], resolve)
     fn = function.fn
-    guards = load_guards(payload["guards"], fn.__globals__, fn.__closure__)
+    guards = load_guards(payload["guards"], fn.__globals__, fn.__closure__,
+                         native=lambda: native_guards.checker(function.config, wait=True))
     kind = payload["kind"]
     if kind == "eager":
         entry = eager_entry(fn, guards)

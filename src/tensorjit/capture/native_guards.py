@@ -1,0 +1,312 @@
+"""Tensor guards checked in C++: one call tests every guarded tensor of an entry.
+
+A guard function checks each tensor it reads (type, dtype, device, requires_grad,
+sizes, strides). In Python that is five getters of torch's bindings per tensor,
+about 300 ns (docs/performance.md): two thirds of a call's guard time on models
+with hundreds of parameters and buffers, whose metadata can change with no event
+Python sees (`p.data = ...`, `requires_grad_()` bump no version and leave every
+dict as it was), so each must be read on every call. Here the check reads them
+from the C++ tensor: `match(spec, (t0, t1, ...))`, about 10 ns a tensor. The same entries
+test their modules' hook tables empty in one call too (`empty_entries`).
+
+The extension is built once per machine and torch version with the C++ toolchain
+of the CPU backend, into the disk cache (`runtime/disk_cache.get_or_build`), only
+for entries with `MIN_TENSORS` or more tensor guards (below, Python checks cost
+little; a process that compiles only small functions never builds it). A build
+costs seconds (g++ over torch's headers): `tensorjit.compile` of a module with that
+much state starts it in a background thread (`prepare`), so that it overlaps the
+capture, and the first entry that needs it waits for the rest. Without a compiler,
+or where the build or import fails, the guards stay Python; one log line says why.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import itertools
+import subprocess
+import sys
+import sysconfig
+import threading
+
+import torch
+
+from .. import logs
+
+MIN_TENSORS = 64
+"""Tensor guards an entry needs before its check goes native (below, the Python checks cost at
+most ~20 us a call, and a build of seconds would not pay in a short process)."""
+
+SOURCE = r"""
+#include <Python.h>
+#include <memory>
+#include <vector>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+namespace {
+
+struct Expected {
+  PyTypeObject* type;  // held by the spec's tuple
+  at::ScalarType dtype;
+  c10::Device device;
+  bool requires_grad;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+};
+
+struct Spec {
+  std::vector<Expected> items;
+  PyObject* held;
+};
+
+const char* kName = "tensorjit.tensor_spec";
+
+void destroy(PyObject* capsule) {
+  auto* spec = static_cast<Spec*>(PyCapsule_GetPointer(capsule, kName));
+  Py_XDECREF(spec->held);
+  delete spec;
+}
+
+bool read_ints(PyObject* tuple, std::vector<int64_t>& out) {
+  if (!PyTuple_Check(tuple)) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) {
+    long long value = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
+    if (value == -1 && PyErr_Occurred()) return false;
+    out.push_back(value);
+  }
+  return true;
+}
+
+// spec(((type, dtype, device, requires_grad, sizes, strides), ...)) -> capsule
+PyObject* spec(PyObject*, PyObject* items) {
+  if (!PyTuple_Check(items)) {
+    PyErr_SetString(PyExc_TypeError, "spec() takes a tuple");
+    return nullptr;
+  }
+  auto made = std::make_unique<Spec>();
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); ++i) {
+    PyObject* item = PyTuple_GET_ITEM(items, i);
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 6 || !PyType_Check(PyTuple_GET_ITEM(item, 0)) ||
+        !THPDtype_Check(PyTuple_GET_ITEM(item, 1)) || !THPDevice_Check(PyTuple_GET_ITEM(item, 2)) ||
+        !PyBool_Check(PyTuple_GET_ITEM(item, 3))) {
+      PyErr_SetString(PyExc_TypeError, "spec() items are (type, dtype, device, bool, sizes, strides)");
+      return nullptr;
+    }
+    Expected expected{reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(item, 0)),
+                      reinterpret_cast<THPDtype*>(PyTuple_GET_ITEM(item, 1))->scalar_type,
+                      reinterpret_cast<THPDevice*>(PyTuple_GET_ITEM(item, 2))->device,
+                      PyTuple_GET_ITEM(item, 3) == Py_True, {}, {}};
+    if (!read_ints(PyTuple_GET_ITEM(item, 4), expected.sizes) ||
+        !read_ints(PyTuple_GET_ITEM(item, 5), expected.strides)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "sizes and strides are tuples of ints");
+      return nullptr;
+    }
+    made->items.push_back(std::move(expected));
+  }
+  Py_INCREF(items);
+  made->held = items;
+  PyObject* capsule = PyCapsule_New(made.get(), kName, destroy);
+  if (capsule != nullptr) made.release();
+  else Py_DECREF(items);
+  return capsule;
+}
+
+bool same(c10::IntArrayRef actual, const std::vector<int64_t>& expected) {
+  if (actual.size() != expected.size()) return false;
+  for (size_t i = 0; i < expected.size(); ++i)
+    if (actual[i] != expected[i]) return false;
+  return true;
+}
+
+// match(spec, (tensor, ...)) -> bool: every tensor as its spec item says.
+PyObject* match(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "match(spec, tuple)");
+    return nullptr;
+  }
+  auto* spec = static_cast<Spec*>(PyCapsule_GetPointer(args[0], kName));
+  if (spec == nullptr) return nullptr;
+  PyObject* tensors = args[1];
+  if (PyTuple_GET_SIZE(tensors) != static_cast<Py_ssize_t>(spec->items.size())) Py_RETURN_FALSE;
+  try {
+    for (size_t i = 0; i < spec->items.size(); ++i) {
+      const Expected& expected = spec->items[i];
+      PyObject* value = PyTuple_GET_ITEM(tensors, i);
+      // The spec's types are torch.Tensor and torch.nn.Parameter: an exact match is a THPVariable.
+      if (Py_TYPE(value) != expected.type) Py_RETURN_FALSE;
+      const at::Tensor& tensor = THPVariable_Unpack(value);
+      if (tensor.layout() != c10::kStrided || tensor.scalar_type() != expected.dtype ||
+          tensor.device() != expected.device || tensor.requires_grad() != expected.requires_grad ||
+          !same(tensor.sizes(), expected.sizes) || !same(tensor.strides(), expected.strides))
+        Py_RETURN_FALSE;
+    }
+  } catch (...) {  // sizes of a tensor without them (nested, symbolic): not the tensor guarded
+    Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
+}
+
+// empty_entries(dicts, keys) -> bool: each dict holds each key, its value false (an empty hook table).
+PyObject* empty_entries(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "empty_entries(tuple, tuple)");
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); ++i) {
+    PyObject* dict = PyTuple_GET_ITEM(args[0], i);
+    if (!PyDict_CheckExact(dict)) Py_RETURN_FALSE;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(args[1]); ++k) {
+      PyObject* value = PyDict_GetItemWithError(dict, PyTuple_GET_ITEM(args[1], k));
+      if (value == nullptr) {
+        if (PyErr_Occurred()) return nullptr;
+        Py_RETURN_FALSE;  // the attribute left the instance dict: a miss, as the KeyError in Python
+      }
+      int truth = PyObject_IsTrue(value);
+      if (truth < 0) return nullptr;
+      if (truth) Py_RETURN_FALSE;
+    }
+  }
+  Py_RETURN_TRUE;
+}
+
+PyMethodDef methods[] = {
+    {"spec", spec, METH_O, "spec(items) -> what match() checks against"},
+    {"match", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(match)), METH_FASTCALL,
+     "match(spec, tensors) -> bool"},
+    {"empty_entries", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(empty_entries)), METH_FASTCALL,
+     "empty_entries(dicts, keys) -> bool"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "tensorjit_tensor_guards", nullptr, -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_tensorjit_tensor_guards() { return PyModule_Create(&module); }
+"""
+
+ELIGIBLE_TYPES = (torch.Tensor, torch.nn.Parameter)
+"""Tensor classes the native check reads as C++ tensors: their attributes are torch's own getters
+(a Python subclass may override them, and keeps its Python check)."""
+
+
+def eligible(signature) -> bool:
+    """Whether a tensor guard's signature (capture.guards.TensorSignature) can be checked natively."""
+    return signature.cls in ELIGIBLE_TYPES
+
+
+class TensorChecks:
+    """The built extension: `spec(signatures)` once per guard function, `match` (and `empty_entries`)
+    on every call."""
+
+    def __init__(self, module) -> None:
+        self.match = module.match
+        self.empty_entries = module.empty_entries
+        """(dicts, keys) -> whether each dict holds each key with a false value: modules' hook tables."""
+        self._spec = module.spec
+
+    def spec(self, signatures) -> object:
+        return self._spec(tuple((s.cls, s.dtype, s.device, bool(s.requires_grad), tuple(s.shape), tuple(s.stride))
+                                for s in signatures))
+
+
+def prepare(target, config) -> None:
+    """Start building the check, without waiting, when `target` is a module with enough state."""
+    if isinstance(target, torch.nn.Module) and getattr(config, "native_guards", True):
+        state = itertools.chain(target.parameters(), target.buffers())
+        if sum(1 for _ in itertools.islice(state, MIN_TENSORS)) >= MIN_TENSORS:
+            checker(config)
+
+
+def checker(config, wait: bool = False) -> TensorChecks | None:
+    """The native tensor check for `config` (Config.native_guards, its compiler and cache), or None
+    while it is being built (wait=True waits for the build) and where it cannot be."""
+    if not getattr(config, "native_guards", True):
+        return None
+    place = (getattr(config, "cpp_compiler", None), getattr(config, "cache_dir", None))
+    with _lock:
+        job = _jobs.get(place)
+        if job is None:
+            job = _jobs[place] = _Job()
+            job.start(*place)
+    if wait:
+        job.done.wait()
+    return job.result
+
+
+class _Job:
+    """Loading the extension: at once where the cache holds it, else built by a background thread."""
+
+    def __init__(self) -> None:
+        self.result: TensorChecks | None = None
+        self.done = threading.Event()
+
+    def start(self, compiler_name: str | None, cache_dir: str | None) -> None:
+        from ..runtime.disk_cache import cache_key, cache_root, is_valid
+        try:
+            compiler = _find_compiler(compiler_name)
+            suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+            key = (SOURCE, _compiler_version(compiler), torch.__version__, torch.__file__, sys.version, suffix)
+            digest = cache_key(key)
+            if is_valid(cache_root(cache_dir) / digest[:2] / f"{digest}{suffix}"):
+                self.load(compiler, key, suffix, cache_dir)  # built before: a dlopen
+                return
+        except _FAILURES as error:
+            self.fail(error)
+            return
+        threading.Thread(target=self.load, args=(compiler, key, suffix, cache_dir), daemon=True,
+                         name="tensorjit native guards build").start()
+
+    def load(self, compiler: str, key: tuple, suffix: str, cache_dir: str | None) -> None:
+        from ..runtime.disk_cache import get_or_build
+        try:
+            path = get_or_build(key, lambda out: _build(compiler, out), suffix=suffix, cache_dir=cache_dir)
+            self.result = TensorChecks(_import(path))
+        except _FAILURES as error:
+            self.fail(error)
+        finally:
+            self.done.set()
+
+    def fail(self, error: BaseException) -> None:
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        logs.emit("guards", f"tensor guards stay Python: the native check is unavailable "
+                            f"({type(error).__name__}: {first_line[:200]})")
+        self.done.set()
+
+
+def _find_compiler(name: str | None) -> str:
+    from ..codegen.cpp.compiler import find_compiler
+    return find_compiler(name)
+
+
+def _compiler_version(compiler: str) -> str:
+    from ..codegen.cpp.compiler import compiler_version
+    return compiler_version(compiler)
+
+
+_FAILURES = (RuntimeError, OSError, ImportError, subprocess.SubprocessError)
+"""What a missing compiler (CompilerMissing is a RuntimeError), a failed build or import raise."""
+_jobs: dict[tuple, _Job] = {}
+_lock = threading.Lock()
+
+
+def _build(compiler: str, output: str) -> None:
+    from torch.utils import cpp_extension
+    includes = [f"-I{path}" for path in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+    library = cpp_extension.library_paths()[0]
+    command = [compiler, "-O2", "-shared", "-fPIC", "-std=c++17", "-w",
+               f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}", *includes,
+               "-x", "c++", "-", "-o", output, f"-L{library}", f"-Wl,-rpath,{library}",
+               "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10"]
+    result = subprocess.run(command, input=SOURCE, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"native guard build failed: {result.stderr[-2000:]}")
+
+
+def _import(path: str):
+    loader = importlib.machinery.ExtensionFileLoader("tensorjit_tensor_guards", path)
+    spec = importlib.util.spec_from_file_location("tensorjit_tensor_guards", path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module

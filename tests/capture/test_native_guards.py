@@ -1,0 +1,69 @@
+"""The native tensor check (capture/native_guards.py): what it accepts and refuses, and the
+Python checks where it cannot be built. Module-level changes are in test_module_guards.py."""
+
+import pytest
+import torch
+
+from tensorjit import logs
+from tensorjit.capture import native_guards
+from tensorjit.capture.guards import TensorSignature
+from tensorjit.config import Config, config as default_config
+
+
+@pytest.fixture
+def checks():
+    found = native_guards.checker(default_config, wait=True)
+    if found is None:
+        pytest.skip("no native tensor check on this machine (no C++ compiler)")
+    return found
+
+
+def test_each_property_of_each_tensor_is_checked(checks):
+    tensors = [torch.nn.Parameter(torch.randn(3, 4)), torch.randn(4, 3).t(), torch.tensor(2.0),
+               torch.zeros(5, dtype=torch.int64), torch.randn(2, 1, 3)]
+    spec = checks.spec([TensorSignature.of(t) for t in tensors])
+    assert checks.match(spec, tuple(tensors))
+    others = {
+        "type": torch.randn(3, 4),
+        "requires_grad": torch.nn.Parameter(torch.randn(3, 4), requires_grad=False),
+        "dtype": torch.nn.Parameter(torch.randn(3, 4, dtype=torch.float64)),
+        "device": torch.nn.Parameter(torch.randn(3, 4, device="meta")),
+        "shape": torch.nn.Parameter(torch.randn(4, 3)),
+        "strides": torch.nn.Parameter(torch.randn(4, 3).t()),
+        "not a tensor": 3,
+        "sparse": torch.nn.Parameter(torch.randn(3, 4).to_sparse()),
+    }
+    for what, other in others.items():
+        assert not checks.match(spec, (other, *tensors[1:])), what
+    assert not checks.match(spec, tuple(tensors[:-1])), "one tensor fewer"
+    assert not checks.match(spec, (*tensors[:-1], torch.randn(2, 1, 3)[:, :, :2])), "a view of other sizes"
+
+
+def test_only_plain_tensors_and_parameters_are_eligible():
+    class Subclass(torch.Tensor):
+        pass
+    assert native_guards.eligible(TensorSignature.of(torch.randn(2)))
+    assert native_guards.eligible(TensorSignature.of(torch.nn.Parameter(torch.randn(2))))
+    assert not native_guards.eligible(TensorSignature.of(torch.randn(2).as_subclass(Subclass)))
+
+
+def test_without_a_compiler_the_guards_stay_python():
+    logs.clear()
+    config = Config(cpp_compiler="tensorjit-no-such-compiler")
+    assert native_guards.checker(config, wait=True) is None
+    assert any("tensor guards stay Python" in line for line in logs.recent("guards"))
+    assert native_guards.checker(Config(native_guards=False)) is None
+
+
+def test_hook_tables_are_tested_empty(checks):
+    modules = [torch.nn.Linear(2, 2) for _ in range(3)]
+    tables = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    dicts = tuple(m.__dict__ for m in modules)
+    assert checks.empty_entries(dicts, tables)
+    handle = modules[1].register_forward_pre_hook(lambda module, args: None)
+    assert not checks.empty_entries(dicts, tables)
+    handle.remove()
+    assert checks.empty_entries(dicts, tables)
+    del modules[2].__dict__["_backward_hooks"]  # gone from the instance dict: a miss, not an error
+    assert not checks.empty_entries(dicts, tables)
+    assert not checks.empty_entries((modules[0],), tables)  # not a dict
