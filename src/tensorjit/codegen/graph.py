@@ -332,13 +332,13 @@ class GraphLowering:
 
     def sharing_budget(self, node, value: LazyValue) -> int:
         """The emitter's budget (`shared_ops`) where no user reads the value broadcast over more
-        elements than it has (recomputed once per element either way); MAX_SHARED_OPS where one
-        does (a rotary table recomputed for every head)."""
+        elements than it has (recomputed once per element either way); at most MAX_SHARED_OPS
+        where one does (a rotary table recomputed for every head)."""
         numel = math.prod(value.shape)
         users = [self.meta.get(user) for user in node.users]
         if all(isinstance(meta, torch.Tensor) and meta.numel() <= numel for meta in users):
-            return max(self.shared_ops, MAX_SHARED_OPS)
-        return MAX_SHARED_OPS
+            return self.shared_ops
+        return min(self.shared_ops, MAX_SHARED_OPS)
 
     def feeds_extern(self, node) -> bool:
         """Does `node` (a view) reach, through views only, a node that will not be lowered

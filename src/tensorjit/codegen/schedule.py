@@ -191,7 +191,8 @@ def permuted_to_rows(kernel, ranges: tuple[int, ...], buffers: dict[str, ir.Buff
         if len(candidates) != 1:
             return kernel
         row_names.append(candidates[0])
-    store = linear_form(ir.store_index(kernel, buffers[kernel.output]))
+    store_index = ir.store_index(kernel, buffers[kernel.output])
+    store = linear_form(store_index)
     if store is None or any(store[0].get(name) == 1 for name in row_names):
         # Rows over its unit-stride loop (channels of an NHWC tensor): each row's elements would
         # lie a row apart in memory; such statistics are column reductions, tiled across rows.
@@ -202,9 +203,9 @@ def permuted_to_rows(kernel, ranges: tuple[int, ...], buffers: dict[str, ir.Buff
     mapping = dict(zip(row_names, rows))
     mapping.update({old.name: new for (old, _), new in zip(rest, inner)})
     memo: dict = {}
-    store_index = substitute(ir.store_index(kernel, buffers[kernel.output]), mapping, memo)
     return ir.Pointwise(kernel.name, kernel.output, ranges + tuple(extent for _, extent in rest),
-                        substitute(kernel.body, mapping, memo), rows + inner, None, store_index)
+                        substitute(kernel.body, mapping, memo), rows + inner, None,
+                        substitute(store_index, mapping, memo))
 
 
 def with_store(kernel, buffers: dict[str, ir.Buffer]):
@@ -373,12 +374,14 @@ def fuse_loops(program: ir.Program, refusals: list | None = None) -> ir.Program:
             refuse(refusals, runs[-1][-1], step, reason)
         if isinstance(step, ir.Reduction) and step.ranges and step.reduction_ranges:
             # Pointwise kernels just before it whose rows line up join it (producers of its input).
-            start = len(runs)
+            start, members = len(runs), []
             while start > 0 and ranges_of[start - 1] is None and len(runs[start - 1]) == 1 \
-                    and isinstance(runs[start - 1][0], ir.Pointwise) \
-                    and fits(before_rows(runs[start - 1][0], step, buffers), step.ranges):
+                    and isinstance(runs[start - 1][0], ir.Pointwise):
+                candidate = before_rows(runs[start - 1][0], step, buffers)
+                if not fits(candidate, step.ranges):
+                    break
+                members.insert(0, candidate)
                 start -= 1
-            members = [before_rows(run[0], step, buffers) for run in runs[start:]]
             while members:
                 failing = next(((k, reason) for k, m in enumerate(members)
                                 if (reason := join_refusal(m, members[:k], step.ranges)) is not None), None)
