@@ -23,16 +23,20 @@ def test_cpu_inputs_run_eagerly():
 
 @pytest.mark.gpu
 @needs_cuda
-def test_replay_matches_eager_and_outputs_survive_next_call():
+def test_replay_matches_eager_and_overwritten_outputs_fail_loudly():
     compiled = cudagraphs(small_graph(), [])
     first_inputs = [torch.randn(16, 32, device="cuda"), torch.randn(32, 8, device="cuda")]
     first = compiled(*first_inputs)
+    kept = [t.clone() for t in first]
     second_inputs = [torch.randn(16, 32, device="cuda"), torch.randn(32, 8, device="cuda")]
     second = compiled(*second_inputs)
-    for inputs, result in ((first_inputs, first), (second_inputs, second)):
+    for inputs, result in ((first_inputs, kept), (second_inputs, second)):
         x, y = inputs
         torch.testing.assert_close(result[0], torch.relu(x @ y) + 1)
         torch.testing.assert_close(result[1], (x * 2).sum())
+    for overwritten in first:  # handed out in place, then overwritten by the second call
+        with pytest.raises(RuntimeError, match="a later call of it has overwritten it"):
+            overwritten.sum()
     assert compiled.replays == 2 and len(compiled.recordings) == 1
 
 

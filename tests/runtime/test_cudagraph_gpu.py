@@ -76,14 +76,45 @@ def test_inference_outputs_held_across_calls(settings, context):
     torch.manual_seed(0)
     model = Net().cuda().eval()
     compiled = tensorjit.compile(model, **settings)
-    held = []
+    held, cloned = [], []
     with context():
         for _ in range(4):
             x = torch.randn(4, 16, 64, device="cuda")
-            held.append((x, compiled(x)))
-        for x, result in held:  # every result still holds its own call's values
-            torch.testing.assert_close(result, model(x), rtol=1e-4, atol=1e-4)
+            result = compiled(x)
+            held.append((x, result, result[1:].transpose(0, 1)))  # the output and a view taken before the next call
+            cloned.append((x, result.clone()))
+        x, result, view = held[-1]
+        torch.testing.assert_close(result, model(x), rtol=1e-4, atol=1e-4)  # the last output is valid
+        torch.testing.assert_close(view, model(x)[1:].transpose(0, 1), rtol=1e-4, atol=1e-4)
+        for x, result, view in held[:-1]:  # overwritten by a later call: reading fails loudly, views too
+            for tensor in (result, view):
+                with pytest.raises(RuntimeError, match="a later call of it has overwritten it"):
+                    tensor.sum()
+        for x, copy in cloned:  # a clone keeps its call's values
+            torch.testing.assert_close(copy, model(x), rtol=1e-4, atol=1e-4)
     assert recorded("inference"), logs.recent("cudagraphs")
+
+
+def test_training_outputs_are_handed_out_and_revoked_when_overwritten():
+    torch.manual_seed(0)
+    model = Net().cuda()
+    reference = copy.deepcopy(model)
+    compiled = tensorjit.compile(model, mode="reduce-overhead")
+    outputs = []
+    for _ in range(3):
+        x = torch.randn(8, 16, 64, device="cuda")
+        output = compiled(x)
+        output.square().mean().backward()
+        expected = reference(x)
+        expected.square().mean().backward()
+        torch.testing.assert_close(output, expected, rtol=1e-4, atol=1e-5)
+        outputs.append(output)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4)  # gradients are cloned, and accumulate
+    for output in outputs[:-1]:
+        with pytest.raises(RuntimeError, match="a later call of it has overwritten it"):
+            output.sum()
+    assert recorded("forward"), logs.recent("cudagraphs")
 
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=IDS)

@@ -4,10 +4,13 @@
 CUDA graph: "capture" runs the function once on the static inputs, and
 "replay" runs it again and writes the results into the same output buffers, as
 a replay overwrites its static outputs. Everything else (keys, copies,
-clones, aliases, version counters, pools) is the real code.
+clones, leases, aliases, version counters, pools) is the real code; the CPU
+build of torch cannot revoke a storage, so `_revoke` notes what a GPU revokes.
 """
 
 import copy
+import gc
+import weakref
 
 import pytest
 import torch
@@ -25,7 +28,15 @@ from tensorjit.runtime.cudagraphs import (
 
 class FakeDeviceRunner(CudaGraphRunner):
     device_type = "cpu"
+    hands_out = True
     pools_made = 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.revoked = []
+
+    def _revoke(self, storage_pointer, message):
+        self.revoked.append((storage_pointer, message))
 
     def _new_pool(self):
         FakeDeviceRunner.pools_made += 1
@@ -195,16 +206,76 @@ def test_pool_choice():
 # -- replays on the fake device ---------------------------------------------------------
 
 
-def test_replays_copy_inputs_and_clone_outputs():
+def test_replays_hand_out_outputs_and_revoke_those_still_held():
     runner = FakeDeviceRunner(lambda x, y: (x * y, x.sum()))
-    results = []
-    for seed in range(3):
+    held = []
+    for _ in range(3):
         x, y = torch.randn(5), torch.randn(5)
-        results.append((x, y, runner(x, y)))
-    for x, y, (product, total) in results:  # outputs held across calls keep their values
+        product, total = runner(x, y)
         torch.testing.assert_close(product, x * y)
         torch.testing.assert_close(total, x.sum())
+        held.append((product, total))
+    static = next(iter(runner.recordings.values())).static_outputs
+    for product, total in held:  # each replay's own tensors over the static buffers: no copies
+        assert product.data_ptr() == static[0].data_ptr() and total.data_ptr() == static[1].data_ptr()
+        assert product is not static[0] and product.untyped_storage()._cdata != static[0].untyped_storage()._cdata
+    # Each replay revoked what the one before handed out, which the caller still held.
+    assert [pointer for pointer, _ in runner.revoked] == [
+        t.untyped_storage()._cdata for t in (*held[0], *held[1])]
+    assert "a later call of it has overwritten it" in runner.revoked[0][1] and "clone it" in runner.revoked[0][1]
     assert runner.replays == 3 and runner.eager_calls == 0 and len(runner.recordings) == 1
+
+
+def test_outputs_dropped_before_the_next_call_are_not_revoked():
+    runner = FakeDeviceRunner(lambda x: (x + 1,))
+    for _ in range(3):
+        runner(torch.randn(4))
+    assert runner.replays == 3 and runner.revoked == []
+
+
+def test_views_of_one_output_share_one_handed_out_storage():
+    runner = FakeDeviceRunner(lambda x: (lambda y: (y, y[1:], y.t()))((x + 1).view(2, 2)))
+    whole, tail, transposed = runner(torch.zeros(4))
+    storages = {t.untyped_storage()._cdata for t in (whole, tail, transposed)}
+    assert len(storages) == 1
+    assert (tail.storage_offset(), transposed.stride()) == (2, (1, 2))
+    whole.add_(1)  # in place through one, seen through the others, as in eager
+    torch.testing.assert_close(transposed, torch.full((2, 2), 2.0))
+
+
+def test_outputs_viewing_an_input_are_cloned_not_handed_out():
+    runner = FakeDeviceRunner(lambda x: (x.view(2, 2), x + 1))
+    first = runner(torch.zeros(4))
+    runner(torch.ones(4))
+    torch.testing.assert_close(first[0], torch.zeros(2, 2))  # a clone: its static input was overwritten
+    assert next(iter(runner.recordings.values())).lease.positions == {1}
+
+
+def test_an_earlier_output_written_in_place_runs_eagerly():
+    def step(x):
+        x.mul_(2)
+        return (x + 1,)
+
+    runner = FakeDeviceRunner(step)
+    (out,) = runner(torch.ones(3))
+    (again,) = runner(out)  # writes the earlier output, which the replay would overwrite
+    torch.testing.assert_close(out, torch.full((3,), 6.0))
+    torch.testing.assert_close(again, torch.full((3,), 7.0))
+    assert runner.replays == 1 and runner.eager_calls == 1
+    assert any("output of an earlier replay" in line for line in logs.recent("cudagraphs"))
+
+
+def test_a_held_output_keeps_the_static_buffers_alive_after_the_runner_is_dropped():
+    runner = FakeDeviceRunner(lambda x: (x * 2,))
+    (out,) = runner(torch.ones(3))
+    static = weakref.ref(next(iter(runner.recordings.values())).static_outputs[0])
+    del runner
+    gc.collect()
+    assert static() is not None and static().data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, torch.full((3,), 2.0))
+    del out
+    gc.collect()
+    assert static() is None
 
 
 def test_inputs_mutated_in_place_are_written_back():
@@ -340,12 +411,23 @@ def test_module_buffers_are_read_in_place():
     assert next(iter(runner.recordings.values())).copied == [0] and runner.replays == 2
 
 
-def test_only_kept_outputs_are_cloned():
+def test_only_kept_outputs_are_handed_out():
     runner = FakeDeviceRunner(lambda x: (x + 1, x * 2), kept_outputs=1)
     first = runner(torch.zeros(2))
     second = runner(torch.ones(2))
-    torch.testing.assert_close(first[0], torch.ones(2))  # kept: cloned, still its own call's value
+    assert runner.revoked[0][0] == first[0].untyped_storage()._cdata  # kept: handed out, revoked when overwritten
     assert first[1] is second[1]  # a mutated input's new value, which the runtime copies at once
+
+
+def test_without_revoking_kept_outputs_are_cloned():
+    class Cloning(FakeDeviceRunner):
+        hands_out = False  # a torch that cannot revoke a storage
+
+    runner = Cloning(lambda x: (x + 1,))
+    (first,) = runner(torch.zeros(2))
+    runner(torch.ones(2))
+    torch.testing.assert_close(first, torch.ones(2))  # its own call's value
+    assert next(iter(runner.recordings.values())).lease is None
 
 
 def test_capture_failure_runs_eagerly_with_reason():
@@ -449,6 +531,20 @@ def test_other_holders_of_saved_activations_do_not_stop_replays():
         del token
         runner(torch.randn(3))  # the graph holding it was dropped: replay
     assert runner.replays == 3 and runner.eager_calls == 1 and kept_view.shape == (3,)
+
+
+def test_forward_outputs_await_their_backward_even_without_saved_activations():
+    # A later op may save a forward's output for its own backward (out.square()): a second
+    # forward before that backward must not revoke it.
+    runner = FakeDeviceRunner(lambda x: (x * 2,), kind="forward")
+    with torch.no_grad():
+        runner(torch.randn(3))
+        token = runner.take_step_token()
+        assert token is not None
+        runner(torch.randn(3))  # the first step's backward has not run: eager
+        token.finish()
+        runner(torch.randn(3))
+    assert runner.replays == 2 and runner.eager_calls == 1 and runner.revoked == []
 
 
 def test_stale_backward_after_mark_step_begin_fails_loudly():

@@ -34,13 +34,17 @@ next replay) and their address is part of the key. Everything else is copied
 into a static buffer, which costs one device copy but never pins the caller's
 memory.
 
-Outputs. A replay writes into the same static buffers every time. Outputs the
-caller sees (inference outputs, the forward's outputs, the gradients) are
-cloned, so a result held across calls never changes under its holder. The
-forward's saved activations are not cloned: the backward reads them in place.
+Outputs. A replay writes into the same static buffers every time. The
+outputs the caller sees of inference and forward graphs are handed out in
+place, each replay's own tensors over the static buffers, and the next replay
+revokes those the caller still holds: reading one, or a view of it, raises an
+error that says to clone it (output_lease.py; torch.compile hands out its
+buffers too). Gradients are cloned (a parameter's .grad outlives the step), as
+is every output where torch cannot revoke a storage. The forward's saved
+activations are handed out as they are: the backward reads them in place.
 Two rules keep that safe and loud:
-  * a forward replay while the saved activations of its previous replay still
-    await their backward (the autograd runtime finishes the replay's
+  * a forward replay while the outputs or saved activations of its previous
+    replay still await their backward (the autograd runtime finishes the replay's
     `StepToken` after the backward; dropping the autograd graph drops it) runs
     the forward eagerly instead, unless `mark_step_begin()` was called since,
     which declares the previous step finished;
@@ -49,8 +53,8 @@ Two rules keep that safe and loud:
     by an inplace operation" error instead of computing a wrong gradient.
 
 Memory pools (`choose_pool`). Inference recordings of one runner share a pool:
-their outputs are cloned right after each replay, so a later graph may reuse
-an earlier one's memory. Each training forward recording gets a pool of its
+each recording holds its static outputs, so a later graph reuses only an
+earlier one's intermediates. Each training forward recording gets a pool of its
 own (its saved activations stay live between forward and backward, and another
 forward replayed in between must not write over them), and the backward joins
 the pool of the forward whose activations it reads: one pool per step.
@@ -67,6 +71,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .. import logs
+from .output_lease import OutputLease, can_revoke, revoke_storage
 
 KINDS = ("inference", "forward", "backward")
 NUMBER_TYPES = (int, float, bool, type(None))
@@ -325,9 +330,14 @@ class Recording:
     first_saved: int
     """Outputs from this index on are the forward's saved activations."""
     clone_plan: "ClonePlan | None" = None
-    """How the outputs before `first_uncloned` are copied out after each replay."""
+    """How the outputs before `first_uncloned` that are not leased are copied out after each replay."""
+    lease: OutputLease | None = None
+    """The outputs before `first_uncloned` handed out in place (see output_lease.py)."""
     protected: list[int] = dataclasses.field(default_factory=list)
     """Of those, the ones a replay writes (not parameters): their version counters are bumped."""
+    awaits_backward: bool = False
+    """A forward whose replay hands out what its backward, or a later op's, reads: saved activations
+    (`protected`) or leased outputs. Each replay issues a `StepToken`."""
     step_token: Callable[[], "StepToken | None"] = lambda: None
     """A weak reference to the token of the last replay (see `StepToken`)."""
     last_step: int = -1
@@ -363,6 +373,8 @@ class CudaGraphRunner:
     `_capture`, `_launch`); tests replace them to run the bookkeeping on the CPU."""
 
     device_type = "cuda"
+    hands_out = can_revoke()
+    """Whether kept outputs of inference and forward graphs are handed out in place (output_lease.py)."""
 
     def __init__(self, function: Callable[..., Any], *, kind: str = "inference", saved_outputs: int = 0,
                  kept_outputs: int | None = None, static_input_indices: frozenset[int] = frozenset(),
@@ -408,10 +420,14 @@ class CudaGraphRunner:
             recording = self.recordings[key] = self._new_recording(key, inputs, in_place_of(key, self.static_input_indices))
         if recording is None:
             return self._eager(inputs, None)
-        if recording.protected and recording.last_step == _step and still_held(recording):
-            return self._eager(inputs, "called again while the saved activations of its previous replay are "
-                                       "still held (their backward has not run): this call runs eagerly; "
-                                       "call tensorjit.cudagraph_mark_step_begin() when the previous step is done")
+        if recording.lease is not None and any(recording.lease.aliases(inputs[i]) for i in recording.mutated):
+            return self._eager(inputs, "an input written in place is an output of an earlier replay, which this "
+                                       "replay would overwrite: this call runs eagerly")
+        if recording.awaits_backward and recording.last_step == _step and still_held(recording):
+            return self._eager(inputs, "called again while the outputs and saved activations of its previous "
+                                       "replay are still held (their backward has not run): this call runs "
+                                       "eagerly; call tensorjit.cudagraph_mark_step_begin() when the previous "
+                                       "step is done")
         return self._replay(recording, inputs)
 
     def _call_structured(self, inputs: Sequence[Any]) -> Any:
@@ -491,7 +507,14 @@ class CudaGraphRunner:
         recording = Recording(graph, pool, static_inputs, copied, mutated, flat_outputs, rebuild,
                               first_uncloned=self._flat_index(outputs, self.kept_outputs, flat_outputs),
                               first_saved=self._flat_index(outputs, self._first_saved(outputs), flat_outputs))
-        recording.clone_plan = ClonePlan.of(flat_outputs[:recording.first_uncloned], batched=self.kind == "backward")
+        kept = flat_outputs[:recording.first_uncloned]
+        if self.hands_out and self.kind != "backward":
+            # Gradients stay cloned: a parameter's .grad outlives the step the next backward overwrites.
+            foreign = {v.untyped_storage().data_ptr() for v in static_inputs if isinstance(v, torch.Tensor)}
+            recording.lease = OutputLease.of(kept, foreign, self.name)
+            leased = recording.lease.positions
+            kept = [None if index in leased else value for index, value in enumerate(kept)]
+        recording.clone_plan = ClonePlan.of(kept, batched=self.kind == "backward")
         self._protect(recording, static_inputs, in_place)
         for index, fixed in enumerate(in_place):
             # Read in place: the key holds their address, and a replay happens only when a caller's
@@ -522,6 +545,10 @@ class CudaGraphRunner:
 
     def _launch(self, recording: Recording, inputs: Sequence[Any]) -> None:
         recording.graph.replay()
+
+    @staticmethod
+    def _revoke(storage_pointer: int, message: str) -> None:
+        revoke_storage(storage_pointer, message)
 
     def _run_warm_up_calls(self, copies: Sequence[Any]) -> Any:
         rng_state = torch.cuda.get_rng_state()
@@ -555,6 +582,8 @@ class CudaGraphRunner:
                                and outputs[i].untyped_storage().data_ptr() not in fixed]
         _register_saved(recording, outputs, [i for i in range(recording.first_saved, len(outputs))
                                              if isinstance(outputs[i], torch.Tensor)])
+        leased = recording.lease is not None and bool(recording.lease.groups)
+        recording.awaits_backward = bool(recording.protected) or (self.kind == "forward" and leased)
 
     def _warm_up(self, inputs: Sequence[Any], in_place: Sequence[bool]) -> tuple[list[int], str | None]:
         """Run on copies of the inputs on a side stream; return the inputs it wrote and a refusal, if any.
@@ -576,6 +605,8 @@ class CudaGraphRunner:
         for index in recording.copied:
             if static_inputs[index].data_ptr() != inputs[index].data_ptr():
                 static_inputs[index].copy_(inputs[index])
+        if recording.lease is not None:
+            recording.lease.revoke(self._revoke)  # after the copies: an input may be an earlier output
         self._launch(recording, inputs)
         self.replays += 1
         recording.last_step = _step
@@ -589,8 +620,10 @@ class CudaGraphRunner:
                 # Backwards still holding the previous replay's activations now fail loudly.
                 torch.autograd.graph.increment_version(static_outputs[index])
         outputs = recording.clone_plan.copy(static_outputs[:recording.first_uncloned])
+        if recording.lease is not None:
+            recording.lease.hand_out(outputs)
         outputs += static_outputs[recording.first_uncloned:]
-        if recording.protected:
+        if recording.awaits_backward:
             token = self._step_token = StepToken()
             recording.step_token = weakref.ref(token)
         return recording.rebuild(outputs)
