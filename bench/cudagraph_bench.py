@@ -18,6 +18,7 @@ torch.compile is called here only as the reference to beat (allowed in bench).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -167,6 +168,7 @@ def cold_profile(step, label):
     profiler.disable()
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
     with open(COLD_PROFILE, "a") as handle:
         handle.write(f"== {label}: first step\n{text.getvalue()}\n{report.timing_report()}\n")
 
@@ -204,6 +206,9 @@ def run(name, sides):
         model.load_state_dict(state)
         logs.clear()
         try:
+            result = compiled = step = None
+            gc.collect()
+            base = torch.cuda.memory_allocated()
             start = time.perf_counter()
             compiled = compiled_side(side, model)
             step = make_step(compiled, model, inputs, train)
@@ -217,6 +222,15 @@ def run(name, sides):
                 output = result.float()
                 row[f"{side}_rel_err"] = float((output - reference).norm() / reference.norm())
             row[f"{side}_ms"] = median_ms(step)
+            result = None
+            gc.collect()
+            torch.cuda.reset_peak_memory_stats()
+            step()
+            step()
+            torch.cuda.synchronize()
+            # Memory this side holds or allocates in a step beyond what was allocated before it
+            # compiled (the model, the inputs): activations, workspaces, CUDA graph pools.
+            row[f"{side}_peak_mb"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
             if PROFILE:
                 row[f"{side}_gpu_ms"] = round(gpu_ms(step, label=f"{name} {side}"), 3)
             if HOST_PROFILE and side.startswith("tj"):
