@@ -1,0 +1,219 @@
+"""max-autotune's matrix products: the Triton GEMM template against torch.matmul (every
+configuration, strided and transposed operands, bmm, addmm's alpha and beta), and the choice
+between it and cuBLAS (only under max-autotune, timed once, remembered on disk)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tensorjit.codegen import ir
+from tensorjit.codegen.triton import compile as triton_compile, decompositions
+from tensorjit.codegen.triton import gemm_choice
+from tensorjit.codegen.triton.gemm_choice import EXTERN, GemmChoice, broadcast_strides
+from tensorjit.codegen.triton.gemm_template import (
+    HOPPER_CONFIGS, GemmProblem, gemm_candidates, gemm_source, kernel_name, launch_shape)
+from tensorjit.codegen.triton.launcher import KernelLauncher, load_kernel
+from tensorjit.config import Config
+
+aten = torch.ops.aten
+TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5}
+
+
+def strides3(tensor: torch.Tensor) -> tuple[int, int, int]:
+    return tuple(tensor.stride()) if tensor.dim() == 3 else (0, *tensor.stride())
+
+
+def run_template(op, a, b, bias=None, alpha=1, beta=1, config=None, tf32=False, cache_dir=None):
+    """The template's result for op(a, b) (bias first for addmm), through one configuration."""
+    out_shape = (*a.shape[:-1], b.shape[-1])
+    out = torch.empty(out_shape, dtype=a.dtype, device=a.device)
+    m, k = a.shape[-2:]
+    bias_strides = None
+    if bias is not None:
+        bias_strides = broadcast_strides(ir.Buffer("bias", "float32", tuple(bias.shape), tuple(bias.stride())), (m, b.shape[-1]))
+    problem = GemmProblem(op, a.shape[0] if a.dim() == 3 else 1, m, b.shape[-1], k, a.dtype, strides3(a), strides3(b),
+                          strides3(out), bias_strides, alpha, beta, tf32)
+    kernel = load_kernel(gemm_source(problem), kernel_name(problem), cache_dir)
+    shape = launch_shape(config, problem) if config is not None else gemm_candidates(problem)[0]
+    pointers = (a, b, bias, out) if problem.reads_bias else (a, b, out)
+    KernelLauncher(kernel, shape)(*pointers)
+    return out
+
+
+def assert_matches(actual, expected):
+    """Within the dtype's rounding of the float64 product."""
+    scale = expected.double().abs().max().item() + 1
+    error = (actual.double() - expected.double()).abs().max().item()
+    assert error <= TOLERANCE[actual.dtype] * scale, (error, scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("config", HOPPER_CONFIGS, ids=str)
+def test_every_configuration_matches_matmul(device, dtype, config, cache_dir):
+    # sizes that no tile divides: rows, columns and K all end in a partial tile
+    a = torch.randn(37, 70, device=device, dtype=dtype)
+    weight = torch.randn(21, 70, device=device, dtype=dtype)
+    result = run_template("mm", a, weight.t(), config=config, cache_dir=cache_dir)  # a linear layer's W^T
+    assert_matches(result, torch.matmul(a.double(), weight.t().double()))
+
+
+@pytest.mark.parametrize("layout", ["both_transposed", "a_transposed", "sliced", "broadcast_rows"])
+def test_strided_operands(device, layout, cache_dir):
+    x, y = torch.randn(40, 24, device=device), torch.randn(40, 48, device=device)
+    a, b = {
+        "both_transposed": (x.t(), torch.randn(33, 40, device=device).t()),
+        "a_transposed": (x.t(), y),
+        "sliced": (torch.randn(24, 80, device=device)[:, ::2], y[:, 1:35]),
+        "broadcast_rows": (torch.randn(1, 40, device=device).expand(24, 40), y),
+    }[layout]
+    for config in (HOPPER_CONFIGS[2], HOPPER_CONFIGS[5]):
+        assert_matches(run_template("mm", a, b, config=config, cache_dir=cache_dir), torch.matmul(a.double(), b.double()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_bmm_with_a_transposed_batch_operand(device, dtype, cache_dir):
+    a = torch.randn(3, 20, 36, device=device, dtype=dtype)
+    b = torch.randn(3, 18, 36, device=device, dtype=dtype).transpose(1, 2)
+    for config in (HOPPER_CONFIGS[0], HOPPER_CONFIGS[4]):
+        assert_matches(run_template("bmm", a, b, config=config, cache_dir=cache_dir), torch.matmul(a.double(), b.double()))
+
+
+@pytest.mark.parametrize("bias_shape", [(24,), (1, 24), (17, 24), (17, 1)])
+@pytest.mark.parametrize("alpha, beta", [(1, 1), (0.5, 2.0), (2, 0.25)])
+def test_addmm_alpha_beta_and_bias_broadcasts(device, bias_shape, alpha, beta, cache_dir):
+    a, b = torch.randn(17, 40, device=device), torch.randn(24, 40, device=device).t()
+    bias = torch.randn(bias_shape, device=device)
+    result = run_template("addmm", a, b, bias, alpha, beta, config=HOPPER_CONFIGS[5], cache_dir=cache_dir)
+    torch.testing.assert_close(result, torch.addmm(bias, a, b, alpha=alpha, beta=beta), rtol=1e-5, atol=1e-5)
+
+
+def test_addmm_with_beta_zero_ignores_the_bias(device, cache_dir):
+    a, b = torch.randn(17, 40, device=device), torch.randn(40, 24, device=device)
+    bias = torch.full((24,), float("nan"), device=device)
+    result = run_template("addmm", a, b, bias, alpha=1, beta=0, config=HOPPER_CONFIGS[5], cache_dir=cache_dir)
+    torch.testing.assert_close(result, torch.addmm(bias, a, b, beta=0))
+
+
+def test_float32_tf32_flag_selects_the_dot_precision():
+    problem = GemmProblem("mm", 1, 32, 32, 32, torch.float32, (0, 32, 1), (0, 32, 1), (0, 32, 1))
+    assert "input_precision='ieee'" in gemm_source(problem)
+    tf32 = GemmProblem("mm", 1, 32, 32, 32, torch.float32, (0, 32, 1), (0, 32, 1), (0, 32, 1), tf32=True)
+    assert "input_precision='tf32'" in gemm_source(tf32)
+    half = GemmProblem("mm", 1, 32, 32, 32, torch.float16, (0, 32, 1), (0, 32, 1), (0, 32, 1))
+    assert "input_precision" not in gemm_source(half)
+
+
+def test_candidates_fit_the_problem_and_shared_memory():
+    small = GemmProblem("mm", 1, 20, 24, 40, torch.float16, (0, 40, 1), (0, 1, 40), (0, 24, 1))
+    assert all(s.config.block_m == 32 and s.config.block_n == 32 and s.config.block_k <= 64
+               for s in gemm_candidates(small))
+    large = GemmProblem("mm", 1, 2048, 3072, 768, torch.float32, (0, 768, 1), (0, 3072, 1), (0, 3072, 1))
+    configs = [s.config for s in gemm_candidates(large)]
+    assert HOPPER_CONFIGS[0] in configs and HOPPER_CONFIGS[1] not in configs  # 288 KB of float32 tiles
+    half = GemmProblem("mm", 1, 2048, 3072, 768, torch.bfloat16, (0, 768, 1), (0, 3072, 1), (0, 3072, 1))
+    assert [s.config for s in gemm_candidates(half)] == list(HOPPER_CONFIGS)
+
+
+# -- the choice ---------------------------------------------------------------------------------
+def trace(function, arguments):
+    with torch.no_grad():
+        return make_fx(function, decomposition_table=decompositions(), tracing_mode="fake")(*arguments)
+
+
+def linear(x, weight, bias):
+    return torch.nn.functional.linear(x, weight, bias).relu()
+
+
+def linear_arguments(device):
+    return [torch.randn(12, 40, device=device), torch.randn(24, 40, device=device), torch.randn(24, device=device)]
+
+
+def choices(runner) -> list[GemmChoice]:
+    return [step.target for step in runner.program.steps
+            if isinstance(step, ir.Extern) and isinstance(step.target, GemmChoice)]
+
+
+def test_default_mode_calls_the_aten_product(device, cache_dir):
+    arguments = linear_arguments(device)
+    runner = triton_compile.compile_graph(trace(linear, arguments), arguments, Config(cache_dir=cache_dir))
+    assert not choices(runner)
+    assert any(isinstance(s, ir.Extern) and s.target is aten.addmm.default for s in runner.program.steps)
+    assert "gemm" not in "\n".join(runner.kernel_sources)
+    torch.testing.assert_close(runner(*arguments), linear(*arguments))
+
+
+def fake_timing(monkeypatch, costs: dict[str, float], measured: list[str]):
+    """Timing as on a GPU: each candidate takes `costs[name]` ms (the extern `costs[EXTERN]`)."""
+    def measure(self, name, call):
+        call()
+        measured.append(name)
+        return costs.get(name, 5.0)
+    monkeypatch.setattr(gemm_choice, "can_time", lambda: True)
+    monkeypatch.setattr(gemm_choice, "capturing", lambda: False)
+    monkeypatch.setattr(gemm_choice, "device_name", lambda: "Fake_GPU")
+    monkeypatch.setattr(GemmChoice, "_measure", measure)
+
+
+def test_max_autotune_times_once_and_remembers_the_choice(monkeypatch, device, cache_dir):
+    arguments = linear_arguments(device)
+    config = Config(max_autotune=True, cache_dir=cache_dir)
+    runner = triton_compile.compile_graph(trace(linear, arguments), arguments, config)
+    [choice] = choices(runner)
+    fastest = str(choice.shapes[-1].config)
+    measured: list[str] = []
+    fake_timing(monkeypatch, {EXTERN: 2.0, fastest: 1.0}, measured)
+    torch.testing.assert_close(runner(*arguments), linear(*arguments))
+    assert choice.chosen == fastest and set(measured) == {EXTERN, *map(str, (s.config for s in choice.shapes))}
+    assert choice.timings_ms[fastest] == 1.0
+    launcher = choice.launchers[-1]
+    launches = launcher.slow_launches + launcher.fast_launches
+    torch.testing.assert_close(runner(*arguments), linear(*arguments))  # the template again, not timed
+    assert launcher.slow_launches + launcher.fast_launches == launches + 1 and len(measured) == len(choice.shapes) + 1
+
+    # a later process (a new compile): the choice is read from disk, nothing is timed
+    again = triton_compile.compile_graph(trace(linear, arguments), arguments, config)
+    measured.clear()
+    torch.testing.assert_close(again(*arguments), linear(*arguments))
+    assert choices(again)[0].chosen == fastest and not measured
+    assert Path(choice.path + ".Fake_GPU.gemm-choice").exists()  # beside the template's source
+
+
+def test_cublas_kept_where_it_is_faster(monkeypatch, device, cache_dir):
+    arguments = linear_arguments(device)
+    runner = triton_compile.compile_graph(trace(linear, arguments), arguments, Config(max_autotune=True, cache_dir=cache_dir))
+    measured: list[str] = []
+    fake_timing(monkeypatch, {EXTERN: 0.5}, measured)
+    torch.testing.assert_close(runner(*arguments), linear(*arguments))
+    [choice] = choices(runner)
+    assert choice.chosen == EXTERN and choice._call is aten.addmm.default
+
+
+def test_without_timing_the_extern_runs(device, cache_dir):
+    # the interpreter (or a CPU) cannot time: the ATen product, and nothing written
+    arguments = linear_arguments(device)
+    runner = triton_compile.compile_graph(trace(linear, arguments), arguments, Config(max_autotune=True, cache_dir=cache_dir))
+    if gemm_choice.can_time():
+        pytest.skip("a GPU times for real")
+    torch.testing.assert_close(runner(*arguments), linear(*arguments))
+    assert choices(runner)[0].chosen == EXTERN
+
+
+def test_a_changed_tf32_setting_runs_the_extern(monkeypatch, device, cache_dir):
+    a, b = torch.randn(16, 32, device=device), torch.randn(32, 16, device=device)
+    runner = triton_compile.compile_graph(trace(lambda a, b: (a @ b) * 2, [a, b]), [a, b],
+                                          Config(max_autotune=True, cache_dir=cache_dir))
+    [choice] = choices(runner)
+    fake_timing(monkeypatch, {EXTERN: 9.0}, [])
+    runner(a, b)
+    assert choice.chosen != EXTERN
+    launcher = [choice.launchers[i] for i, s in enumerate(choice.shapes) if str(s.config) == choice.chosen][0]
+    before = launcher.slow_launches + launcher.fast_launches
+    flag = torch.backends.cuda.matmul.allow_tf32
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", not choice.problem.tf32)
+    torch.testing.assert_close(runner(a, b), (a @ b) * 2)
+    assert launcher.slow_launches + launcher.fast_launches == before  # cuBLAS ran, following the flag
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", flag)
