@@ -217,3 +217,15 @@ def test_a_changed_tf32_setting_runs_the_extern(monkeypatch, device, cache_dir):
     torch.testing.assert_close(runner(a, b), (a @ b) * 2)
     assert launcher.slow_launches + launcher.fast_launches == before  # cuBLAS ran, following the flag
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", flag)
+
+
+def test_configurations_compile_at_build_time_until_a_choice_is_recorded(monkeypatch, device, cache_dir):
+    arguments = linear_arguments(device)
+    config = Config(max_autotune=True, cache_dir=cache_dir)
+    runner = triton_compile.compile_graph(trace(linear, arguments), arguments, config)
+    [choice] = choices(runner)
+    fake_timing(monkeypatch, {EXTERN: 0.5}, [])
+    jobs = choice.compile_jobs()
+    assert len(jobs) == len(choice.shapes) and all(job.arguments == (torch.float32,) * 4 for job in jobs)
+    runner(*arguments)  # timed, recorded
+    assert choice.compile_jobs() == []

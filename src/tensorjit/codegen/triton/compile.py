@@ -34,7 +34,7 @@ from ..report import timed
 from ..schedule import fuse_loops
 from ..values import IR_TO_TORCH
 from .expressions import interpreted
-from .gemm_choice import choose_gemms
+from .gemm_choice import GemmChoice, choose_gemms
 from .kernels import KernelText, emit_kernel, prepare_groups
 from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
 from .layout import prefer_channels_last
@@ -117,6 +117,8 @@ class TritonEmitter:
                 jobs += [CompileJob(path, kernel.name, dtypes, tuple(shape.constants().items()), shape.num_warps,
                                     shape.num_stages) for shape in kernel.shapes]
             launchers[step_name] = by_name[kernel.name, dtypes]
+        jobs += [job for step in program.steps if isinstance(getattr(step, "target", None), GemmChoice)
+                 for job in step.target.compile_jobs()]  # max-autotune's templates, compiled beside the kernels
         if not interpreted():
             with timed(name, "triton_compile"):
                 compile_in_parallel(jobs, getattr(config, "compile_threads", 0))

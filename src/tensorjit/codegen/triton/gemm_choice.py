@@ -34,6 +34,7 @@ from ..values import IR_TO_TORCH
 from . import expressions
 from .gemm_template import GemmProblem, GemmShape, gemm_candidates, gemm_source, kernel_name
 from .launcher import KernelLauncher, load_kernel_file, source_path
+from .parallel import CompileJob
 
 aten = torch.ops.aten
 OPS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm"}
@@ -196,6 +197,16 @@ class GemmChoice:
                 launcher(args[0], args[1], out)
             return out
         return run
+
+    def compile_jobs(self) -> list[CompileJob]:
+        """Every configuration's compilation, for `parallel.compile_in_parallel` at build time; none
+        where nothing will be timed (no GPU, or a choice already on disk)."""
+        if not can_time() or not self.shapes or self._remembered() is not None:
+            return []
+        self.load()
+        pointers = (self.problem.dtype,) * (4 if self.problem.reads_bias else 3)
+        return [CompileJob(self.path, kernel_name(self.problem), pointers, tuple(shape.constants().items()),
+                           shape.num_warps, shape.num_stages) for shape in self.shapes]
 
     # -- choosing ----------------------------------------------------------------------------
     def _first_call(self, *args, **kwargs):
