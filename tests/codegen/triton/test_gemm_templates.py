@@ -167,29 +167,31 @@ def test_max_autotune_times_once_and_remembers_the_choice(monkeypatch, device, c
     measured: list[str] = []
     fake_timing(monkeypatch, {EXTERN: 2.0, fastest: 1.0}, measured)
     torch.testing.assert_close(runner(*arguments), linear(*arguments))
-    assert choice.chosen == fastest and set(measured) == {EXTERN, *map(str, (s.config for s in choice.shapes))}
+    assert choice.chosen == fastest and sorted(measured) == sorted(choice._candidates_text())
     assert choice.timings_ms[fastest] == 1.0
     launcher = choice.launchers[-1]
     launches = launcher.slow_launches + launcher.fast_launches
     torch.testing.assert_close(runner(*arguments), linear(*arguments))  # the template again, not timed
-    assert launcher.slow_launches + launcher.fast_launches == launches + 1 and len(measured) == len(choice.shapes) + 1
+    assert launcher.slow_launches + launcher.fast_launches == launches + 1
+    assert len(measured) == len(choice._candidates_text())
 
     # a later process (a new compile): the choice is read from disk, nothing is timed
     again = triton_compile.compile_graph(trace(linear, arguments), arguments, config)
     measured.clear()
     torch.testing.assert_close(again(*arguments), linear(*arguments))
     assert choices(again)[0].chosen == fastest and not measured
-    assert Path(choice.path + ".Fake_GPU.gemm-choice").exists()  # beside the template's source
+    assert Path(choice.fused_path + ".Fake_GPU.gemm-choice").exists()  # beside the (fused) template's source
 
 
 def test_cublas_kept_where_it_is_faster(monkeypatch, device, cache_dir):
     arguments = linear_arguments(device)
-    runner = triton_compile.compile_graph(trace(linear, arguments), arguments, Config(max_autotune=True, cache_dir=cache_dir))
+    function = torch.nn.functional.linear  # the product is returned: no epilogue
+    runner = triton_compile.compile_graph(trace(function, arguments), arguments, Config(max_autotune=True, cache_dir=cache_dir))
     measured: list[str] = []
     fake_timing(monkeypatch, {EXTERN: 0.5}, measured)
-    torch.testing.assert_close(runner(*arguments), linear(*arguments))
+    torch.testing.assert_close(runner(*arguments), function(*arguments))
     [choice] = choices(runner)
-    assert choice.chosen == EXTERN and choice._call is aten.addmm.default
+    assert choice.epilogue is None and choice.chosen == EXTERN and choice._call is aten.addmm.default
 
 
 def test_without_timing_the_extern_runs(device, cache_dir):
@@ -226,6 +228,68 @@ def test_configurations_compile_at_build_time_until_a_choice_is_recorded(monkeyp
     [choice] = choices(runner)
     fake_timing(monkeypatch, {EXTERN: 0.5}, [])
     jobs = choice.compile_jobs()
-    assert len(jobs) == len(choice.shapes) and all(job.arguments == (torch.float32,) * 4 for job in jobs)
+    assert len(jobs) == 2 * len(choice.shapes)  # the template, and the template with the relu in its store
+    assert all(job.arguments == (torch.float32,) * 4 for job in jobs)
     runner(*arguments)  # timed, recorded
     assert choice.compile_jobs() == []
+
+
+# -- epilogues -----------------------------------------------------------------------------------
+def residual_gelu(x, weight, bias, residual):
+    """GPT-2's MLP shape: a linear layer over (batch, tokens, width), GELU, then a residual add."""
+    return torch.nn.functional.gelu(torch.nn.functional.linear(x, weight, bias), approximate="tanh") + residual
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_an_epilogue_fused_into_the_store_equals_the_separate_kernels(monkeypatch, device, dtype, cache_dir):
+    arguments = [torch.randn(2, 6, 40, device=device, dtype=dtype), torch.randn(24, 40, device=device, dtype=dtype),
+                 torch.randn(24, device=device, dtype=dtype), torch.randn(2, 6, 24, device=device, dtype=dtype)]
+    plain = triton_compile.compile_graph(trace(residual_gelu, arguments), arguments, Config(cache_dir=cache_dir))
+    runner = triton_compile.compile_graph(trace(residual_gelu, arguments), arguments,
+                                          Config(max_autotune=True, cache_dir=cache_dir))
+    [choice] = choices(runner)
+    assert choice.epilogue is not None and choice.epilogue.inputs  # reads the residual too
+    assert not [s for s in runner.program.steps if isinstance(s, ir.Pointwise)]  # merged into the product's step
+    fused = str(choice.shapes[0].config) + gemm_choice.FUSED
+    fake_timing(monkeypatch, {fused: 0.1}, [])
+    result = runner(*arguments)
+    assert choice.chosen == fused and result.dtype == dtype and result.shape == (2, 6, 24)
+    separate = [choice.candidate(name)(*_step_arguments(runner, choice, arguments)) for name in
+                (EXTERN, str(choice.shapes[0].config))]
+    expected = plain(*arguments)
+    # the product is rounded to its dtype before the epilogue reads it, as between two kernels
+    torch.testing.assert_close(result, separate[1], rtol=0, atol=0)
+    torch.testing.assert_close(result, expected, **({} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}))
+    torch.testing.assert_close(separate[0], expected, rtol=0, atol=0)
+
+
+def _step_arguments(runner, choice, arguments):
+    """The tensors the wrapper hands `choice`: addmm's operands (the bias, x as rows, the weight
+    transposed), then the epilogue's input (the residual)."""
+    [step] = [s for s in runner.program.steps if isinstance(s, ir.Extern) and s.target is choice]
+    x, weight, bias, residual = arguments
+    assert [ref.name for ref in step.args][-1] == runner.program.inputs[3] and len(step.args) == 4
+    return [bias, x.reshape(-1, x.shape[-1]), weight.t(), residual]
+
+
+def test_a_product_read_twice_or_returned_keeps_its_store(device, cache_dir):
+    arguments = linear_arguments(device)
+    config = Config(max_autotune=True, cache_dir=cache_dir)
+    twice = lambda x, w, b: (torch.nn.functional.linear(x, w, b).relu(), torch.nn.functional.linear(x, w, b).sum(-1))  # noqa: E731
+    also_returned = lambda x, w, b: (lambda y: (y, y.relu()))(torch.nn.functional.linear(x, w, b))  # noqa: E731
+    for function in (twice, also_returned):
+        runner = triton_compile.compile_graph(trace(function, arguments), arguments, config)
+        assert all(choice.epilogue is None for choice in choices(runner))
+        for got, want in zip(runner(*arguments), function(*arguments)):
+            torch.testing.assert_close(got, want)
+
+
+def test_a_cast_epilogue_stores_the_cast_type(monkeypatch, device, cache_dir):
+    a, b = torch.randn(16, 32, device=device), torch.randn(32, 24, device=device)
+    function = lambda a, b: (a @ b).to(torch.float16)  # noqa: E731
+    runner = triton_compile.compile_graph(trace(function, [a, b]), [a, b], Config(max_autotune=True, cache_dir=cache_dir))
+    [choice] = choices(runner)
+    fake_timing(monkeypatch, {str(choice.shapes[1].config) + gemm_choice.FUSED: 0.1}, [])
+    result = runner(a, b)
+    assert choice.chosen.endswith(gemm_choice.FUSED) and result.dtype == torch.float16
+    torch.testing.assert_close(result, function(a, b))

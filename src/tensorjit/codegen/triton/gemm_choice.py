@@ -32,8 +32,9 @@ from ... import logs
 from .. import ir
 from ..values import IR_TO_TORCH
 from . import expressions
-from .gemm_template import GemmProblem, GemmShape, gemm_candidates, gemm_source, kernel_name
-from .launcher import KernelLauncher, load_kernel_file, source_path
+from .gemm_epilogue import attach_epilogues
+from .gemm_template import GemmProblem, GemmShape, gemm_candidates, gemm_source, kernel_name, wide
+from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
 from .parallel import CompileJob
 
 aten = torch.ops.aten
@@ -43,6 +44,7 @@ WARMUPS = 2
 REPEATS = 10
 ROUNDS = 3
 EXTERN = "extern"
+FUSED = " + epilogue"
 
 
 def choose_gemms(program: ir.Program, cache_dir: str | None = None) -> ir.Program:
@@ -56,7 +58,7 @@ def choose_gemms(program: ir.Program, cache_dir: str | None = None) -> ir.Progra
             step = dataclasses.replace(step, target=GemmChoice(step.target, problem, output.shape, output.strides,
                                                                cache_dir))
         steps.append(step)
-    return dataclasses.replace(program, steps=tuple(steps))
+    return attach_epilogues(dataclasses.replace(program, steps=tuple(steps)))
 
 
 def problem_of(step: ir.Extern, buffers: dict[str, ir.Buffer]) -> GemmProblem | None:
@@ -144,9 +146,13 @@ def device_name() -> str:
 
 
 class GemmChoice:
-    """Stands for one matrix product's ATen op under max-autotune; see the module docstring."""
+    """Stands for one matrix product's ATen op under max-autotune; see the module docstring.
 
-    fresh_contiguous = True  # every candidate returns a new tensor of the traced (contiguous) layout
+    With an `epilogue` (gemm_epilogue.py) it stands for the product and the pointwise kernel
+    reading it: called with the op's arguments and then the epilogue's other inputs, it returns
+    the epilogue's output, and the template with the epilogue in its store is timed too."""
+
+    fresh_contiguous = True  # every candidate returns a new tensor of the traced layout
 
     def __init__(self, op, problem: GemmProblem, shape: tuple[int, ...], strides: tuple[int, ...],
                  cache_dir: str | None = None):
@@ -154,32 +160,59 @@ class GemmChoice:
         self._schema = op._schema  # memory planning reads aliasing from it: a fresh output, no mutation
         self.__name__ = f"{OPS[op]}_autotuned"
         self.problem = problem
+        self.arity = 3 if problem.op == "addmm" else 2  # the op's own positional arguments
         self.shape, self.strides = tuple(shape), tuple(strides)
         self.cache_dir = cache_dir
         self.shapes: list[GemmShape] = gemm_candidates(problem)
-        self.source: str | None = None
+        self.epilogue = None  # gemm_epilogue.Epilogue, set by attach_epilogues
         self.path: str | None = None
         self.launchers: list[KernelLauncher] | None = None
-        self.chosen: str | None = None  # EXTERN or str(config)
+        self.fused_path: str | None = None
+        self.fused_launchers: list[KernelLauncher] | None = None
+        self.separate: Any = None  # the epilogue's own kernel launcher
+        self.chosen: str | None = None  # EXTERN, str(config) or str(config) + FUSED
         self.timings_ms: dict[str, float] = {}
         self._call: Callable[..., Any] = self._first_call
 
     def __call__(self, *args, **kwargs):
         return self._call(*args, **kwargs)
 
-    # -- the template ------------------------------------------------------------------------
+    # -- the kernels -------------------------------------------------------------------------
     def load(self) -> list[KernelLauncher]:
         """The template's launchers, one per configuration (its source written to the cache)."""
         if self.launchers is None:
             name = kernel_name(self.problem)
-            self.source = gemm_source(self.problem, name)
-            self.path = source_path(self.source, self.cache_dir)
+            self.path = source_path(gemm_source(self.problem, name), self.cache_dir)
             function = load_kernel_file(self.path, name)
             self.launchers = [KernelLauncher(function, shape) for shape in self.shapes]
         return self.launchers
 
+    def load_fused(self) -> list[KernelLauncher]:
+        """The launchers of the template with the epilogue in its store."""
+        if self.fused_launchers is None:
+            from .gemm_epilogue import epilogue_text, fused_lines
+
+            name = kernel_name(self.problem, epilogue_text(self.epilogue))
+            extents = [ir.extent(b) for b in self.epilogue.buffers.values()]
+            lines = fused_lines(self.epilogue, self.problem, wide(self.problem) or max(extents) >= 2**31)
+            self.fused_path = source_path(gemm_source(self.problem, name, lines), self.cache_dir)
+            function = load_kernel_file(self.fused_path, name)
+            self.fused_launchers = [KernelLauncher(function, shape) for shape in self.shapes]
+        return self.fused_launchers
+
+    def load_separate(self):
+        """The epilogue's own kernel (what runs after the product when it is not fused)."""
+        if self.separate is None:
+            kernel = self.epilogue.separate
+            path = source_path(kernel.source, self.cache_dir)
+            function = load_kernel_file(path, kernel.name)
+            candidates = [KernelLauncher(function, shape) for shape in kernel.shapes]
+            self.separate = candidates[0] if len(candidates) == 1 else AutotunedLauncher(candidates, choice_path=path)
+        return self.separate
+
+    # -- the candidates ----------------------------------------------------------------------
     def template(self, index: int) -> Callable[..., torch.Tensor]:
-        """The product through configuration `index`: (a, b) or (bias, a, b) -> a new output."""
+        """The product through configuration `index`: (a, b) or (bias, a, b) -> a new product."""
         launcher = self.load()[index]
         shape, strides, dtype, op = self.shape, self.strides, self.problem.dtype, self.op
         checks_tf32 = dtype == torch.float32
@@ -198,22 +231,85 @@ class GemmChoice:
             return out
         return run
 
+    def then_epilogue(self, product: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        """`product` on the op's arguments, then the epilogue's own kernel on it and the rest."""
+        launcher, arity, epilogue = self.load_separate(), self.arity, self.epilogue
+        output = epilogue.output
+        shape, strides, dtype = output.shape, output.strides, IR_TO_TORCH[output.dtype]
+        where = {epilogue.product.name: -1, output.name: -2}
+        where.update((name, arity + i) for i, name in enumerate(epilogue.inputs))
+        order = [where[name] for name in epilogue.separate.arguments]
+
+        def run(*args, **kwargs):
+            values = list(args) + [None, None]  # [-2]: the output, [-1]: the product
+            values[-1] = product(*args[:arity], **kwargs)
+            values[-2] = out = torch.empty_strided(shape, strides, dtype=dtype, device=values[-1].device)
+            launcher(*[values[i] for i in order])
+            return out
+        return run
+
+    def fused(self, index: int) -> Callable[..., torch.Tensor]:
+        """Configuration `index` with the epilogue in its store: one kernel, no product in memory."""
+        launcher, arity = self.load_fused()[index], self.arity
+        output = self.epilogue.output
+        shape, strides, dtype = output.shape, output.strides, IR_TO_TORCH[output.dtype]
+        checks_tf32 = self.problem.dtype == torch.float32
+        tf32, reads_bias = self.problem.tf32, self.problem.reads_bias
+        matmul = torch.backends.cuda.matmul
+        unfused = self.then_epilogue(self.op)
+
+        def run(*args, **kwargs):
+            if checks_tf32 and matmul.allow_tf32 != tf32:
+                return unfused(*args, **kwargs)
+            out = torch.empty_strided(shape, strides, dtype=dtype, device=args[arity - 1].device)
+            operands = (args[1], args[2], args[0]) if reads_bias else args[arity - 2:arity]
+            launcher(*operands, *args[arity:], out)
+            return out
+        return run
+
+    def candidate(self, name: str) -> Callable[..., Any]:
+        """One way to compute the step: EXTERN (the ATen op), a configuration's name (the template),
+        or that name + FUSED (the template with the epilogue in its store)."""
+        wrap = self.then_epilogue if self.epilogue is not None else (lambda product: product)
+        if name == EXTERN:
+            return wrap(self.op)
+        configs = [str(shape.config) for shape in self.shapes]
+        if name.endswith(FUSED):
+            return self.fused(configs.index(name[:-len(FUSED)]))
+        return wrap(self.template(configs.index(name)))
+
+    def candidates(self) -> dict[str, Callable[..., Any]]:
+        """Every way to compute the step, by name: the ATen op first."""
+        return {name: self.candidate(name) for name in self._candidates_text()}
+
     def compile_jobs(self) -> list[CompileJob]:
         """Every configuration's compilation, for `parallel.compile_in_parallel` at build time; none
         where nothing will be timed (no GPU, or a choice already on disk)."""
         if not can_time() or not self.shapes or self._remembered() is not None:
             return []
         self.load()
-        pointers = (self.problem.dtype,) * (4 if self.problem.reads_bias else 3)
-        return [CompileJob(self.path, kernel_name(self.problem), pointers, tuple(shape.constants().items()),
+        dtype = self.problem.dtype
+        pointers = (dtype,) * (4 if self.problem.reads_bias else 3)
+        jobs = [CompileJob(self.path, kernel_name(self.problem), pointers, tuple(shape.constants().items()),
                            shape.num_warps, shape.num_stages) for shape in self.shapes]
+        if self.epilogue is not None:
+            from .gemm_epilogue import epilogue_text
+
+            self.load_fused()
+            epilogue = self.epilogue
+            inputs = tuple(IR_TO_TORCH[epilogue.buffers[n].dtype] for n in epilogue.inputs)
+            fused = pointers[:-1] + inputs + (IR_TO_TORCH[epilogue.output.dtype],)
+            name = kernel_name(self.problem, epilogue_text(epilogue))
+            jobs += [CompileJob(self.fused_path, name, fused, tuple(shape.constants().items()), shape.num_warps,
+                                shape.num_stages) for shape in self.shapes]
+        return jobs
 
     # -- choosing ----------------------------------------------------------------------------
     def _first_call(self, *args, **kwargs):
         if not can_time() or not self.shapes or not _on_kernel_device(args):
             self._choose(EXTERN, "nothing to time here" if self.shapes else "no template configuration fits")
         elif capturing():
-            return self.op(*args, **kwargs)  # nothing can be timed inside a capture: choose at the next call
+            return self.candidate(EXTERN)(*args, **kwargs)  # nothing can be timed in a capture: choose later
         else:
             remembered = self._remembered()
             if remembered is not None:
@@ -222,13 +318,6 @@ class GemmChoice:
                 self._choose(self._timed(args, kwargs), "timed")
                 self._remember()
         return self._call(*args, **kwargs)
-
-    def candidates(self) -> dict[str, Callable[..., Any]]:
-        """Every way to compute the product, by name: the ATen op first."""
-        named = {EXTERN: self.op}
-        for index, shape in enumerate(self.shapes):
-            named[str(shape.config)] = self.template(index)
-        return named
 
     def _timed(self, args, kwargs) -> str:
         usable = {}
@@ -248,21 +337,18 @@ class GemmChoice:
 
     def _choose(self, name: str, how: str) -> None:
         self.chosen = name
-        if name == EXTERN:
-            self._call = self.op
-        else:
-            index = [str(shape.config) for shape in self.shapes].index(name)
-            self._call = self.template(index)
+        self._call = self.op if name == EXTERN and self.epilogue is None else self.candidate(name)
         timings = ", ".join(f"{n} {ms:.4f} ms" for n, ms in sorted(self.timings_ms.items(), key=lambda i: i[1]))
         logs.emit("autotuning", f"{self.problem.text()}: {name} ({how}{': ' + timings if timings else ''})")
 
     # -- the record on disk ------------------------------------------------------------------
     def _record_file(self) -> str:
-        self.load()
-        return f"{self.path}.{device_name()}.gemm-choice"
+        path = self.load_fused() and self.fused_path if self.epilogue is not None else self.load() and self.path
+        return f"{path}.{device_name()}.gemm-choice"
 
     def _candidates_text(self) -> list[str]:
-        return [EXTERN] + [str(shape.config) for shape in self.shapes]
+        configs = [str(shape.config) for shape in self.shapes]
+        return [EXTERN] + configs + ([c + FUSED for c in configs] if self.epilogue is not None else [])
 
     def _remembered(self) -> str | None:
         from tensorjit.runtime.disk_cache import is_owned_file

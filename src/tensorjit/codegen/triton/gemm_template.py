@@ -155,12 +155,21 @@ def kernel_name(problem: GemmProblem, epilogue_text: str = "") -> str:
     return f"gemm_{problem.op}_{digest}"
 
 
-def gemm_source(problem: GemmProblem, name: str | None = None) -> str:
+def gemm_source(problem: GemmProblem, name: str | None = None,
+                epilogue: tuple[list[str], list[str]] | None = None) -> str:
     """The module text of the template kernel for `problem`; its parameters are
-    (a, b, [bias,] out) pointers, then the constexprs of `GemmShape.constants`."""
+    (a, b, [bias,] out) pointers, then the constexprs of `GemmShape.constants`.
+
+    `epilogue`: (lines, pointer parameters) that replace the store: they read the float32
+    tile `value` (and `rm`, `rn`, `batch`, `mask`) and store to `out` themselves
+    (gemm_epilogue.py); their pointers come before `out`."""
     name = name or kernel_name(problem)
-    pointers = ["a", "b"] + (["bias"] if problem.reads_bias else []) + ["out"]
-    body = _tile_lines(problem) + _loop_lines(problem) + _store_lines(problem)
+    extra = epilogue[1] if epilogue else []
+    pointers = ["a", "b"] + (["bias"] if problem.reads_bias else []) + extra + ["out"]
+    store = _store_lines(problem)
+    if epilogue:
+        store = store[:-1] + epilogue[0]
+    body = _tile_lines(problem) + _loop_lines(problem) + store
     prelude = "import triton\nimport triton.language as tl\n"
     if expressions.interpreted():
         prelude += interpreter_math.PRELUDE
@@ -170,7 +179,7 @@ def gemm_source(problem: GemmProblem, name: str | None = None) -> str:
             f"    {lines}\n")
 
 
-def _wide(problem: GemmProblem) -> bool:
+def wide(problem: GemmProblem) -> bool:
     """Does an offset reach 2**31 (then indices are int64)?"""
     extents = [problem.batch * max(problem.a_strides[0], 1) + problem.m * problem.k,
                problem.batch * max(problem.b_strides[0], 1) + problem.k * problem.n,
@@ -195,7 +204,7 @@ def _tile_lines(problem: GemmProblem) -> list[str]:
         "rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)",
         "rk = tl.arange(0, BLOCK_K)",
     ]
-    if _wide(problem):
+    if wide(problem):
         lines += ["batch = batch.to(tl.int64)", "rm = rm.to(tl.int64)", "rn = rn.to(tl.int64)",
                   "rk = rk.to(tl.int64)"]
     return lines
