@@ -293,3 +293,35 @@ def test_a_cast_epilogue_stores_the_cast_type(monkeypatch, device, cache_dir):
     result = runner(a, b)
     assert choice.chosen.endswith(gemm_choice.FUSED) and result.dtype == torch.float16
     torch.testing.assert_close(result, function(a, b))
+
+
+@pytest.mark.parametrize("prefer", ["fused", "template"])
+def test_gpt2_with_every_product_on_templates_matches_eager(monkeypatch, device, prefer, cache_dir):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[3] / "bench"))
+    from gpu_models import GPT2, GPT2Settings
+
+    model = GPT2(GPT2Settings(vocab_size=100, context=32, layers=2, heads=2, width=32)).to(device).eval()
+    parameters = dict(model.named_parameters())
+    tokens = torch.randint(0, 100, (2, 16), device=device)
+    arguments = [tokens, *parameters.values()]
+
+    def function(tokens, *values):
+        return torch.func.functional_call(model, dict(zip(parameters, values)), (tokens,))
+
+    def measure(self, name, call):  # cuBLAS slowest; then the fused or the plain template
+        call()
+        if name == EXTERN:
+            return 9.0
+        return 0.5 if name.endswith(gemm_choice.FUSED) == (prefer == "fused") else 1.0
+    fake_timing(monkeypatch, {}, [])
+    monkeypatch.setattr(GemmChoice, "_measure", measure)
+    runner = triton_compile.compile_graph(trace(function, arguments), arguments,
+                                          Config(max_autotune=True, cache_dir=cache_dir))
+    with torch.no_grad():
+        result, expected = runner(*arguments), model(tokens)
+    chosen = [choice.chosen for choice in choices(runner)]
+    assert chosen and all(name != EXTERN for name in chosen)
+    assert any(name.endswith(gemm_choice.FUSED) for name in chosen) == (prefer == "fused")
+    assert ((result.double() - expected.double()).norm() / expected.double().norm()).item() < 1e-5
