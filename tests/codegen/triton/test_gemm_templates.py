@@ -12,7 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from tensorjit.codegen import ir
 from tensorjit.codegen.triton import compile as triton_compile, decompositions
-from tensorjit.codegen.triton import gemm_choice
+from tensorjit.codegen.triton import expressions, gemm_choice
 from tensorjit.codegen.triton.gemm_choice import EXTERN, GemmChoice, broadcast_strides
 from tensorjit.codegen.triton.gemm_template import (
     HOPPER_CONFIGS, GemmProblem, gemm_candidates, gemm_source, kernel_name, launch_shape)
@@ -325,3 +325,15 @@ def test_gpt2_with_every_product_on_templates_matches_eager(monkeypatch, device,
     assert chosen and all(name != EXTERN for name in chosen)
     assert any(name.endswith(gemm_choice.FUSED) for name in chosen) == (prefer == "fused")
     assert ((result.double() - expected.double()).norm() / expected.double().norm()).item() < 1e-5
+
+
+def test_a_fused_epilogue_on_a_gpu_finds_libdevice(monkeypatch, device, cache_dir):
+    # under the interpreter tanh is a formula; on a GPU the epilogue calls libdevice.tanh
+    arguments = [torch.randn(12, 40, device=device), torch.randn(24, 40, device=device), torch.randn(24, device=device)]
+    gelu = lambda x, w, b: torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b), approximate="tanh")  # noqa: E731
+    runner = triton_compile.compile_graph(trace(gelu, arguments), arguments, Config(max_autotune=True, cache_dir=cache_dir))
+    [choice] = choices(runner)
+    monkeypatch.setattr(expressions, "interpreted", lambda: False)
+    choice.load_fused()
+    source = Path(choice.fused_path).read_text()
+    assert "libdevice.tanh(" in source and "from triton.language.extra import libdevice" in source

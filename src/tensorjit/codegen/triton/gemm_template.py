@@ -29,6 +29,7 @@ import torch
 
 from . import expressions, interpreter_math
 from .heuristics import ceil_div, next_power_of_2
+from .kernels import PRELUDE
 
 OPS = ("mm", "addmm", "bmm")
 DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32"}
@@ -170,9 +171,8 @@ def gemm_source(problem: GemmProblem, name: str | None = None,
     if epilogue:
         store = store[:-1] + epilogue[0]
     body = _tile_lines(problem) + _loop_lines(problem) + store
-    prelude = "import triton\nimport triton.language as tl\n"
-    if expressions.interpreted():
-        prelude += interpreter_math.PRELUDE
+    # The generated kernels' prelude: an epilogue's ops call libdevice and its helpers.
+    prelude = PRELUDE + interpreter_math.PRELUDE if expressions.interpreted() else PRELUDE
     lines = "\n    ".join(body)
     return (f"{prelude}\n\n@triton.jit\ndef {name}({', '.join(pointers)}, BLOCK_M: tl.constexpr, "
             f"BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):\n"
