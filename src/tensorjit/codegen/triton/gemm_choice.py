@@ -8,7 +8,9 @@ the op): on its first call it times the ATen op (cuBLAS) and each configuration 
 template (`gemm_template.gemm_candidates`) on the call's real operands, keeps the fastest,
 and logs the choice (TENSORJIT_LOGS=autotuning). The choice is written beside the
 template's source in the disk cache (one file per device name, as `AutotunedLauncher`
-does), so a later process reads it instead of timing again.
+does), so a later process reads it instead of timing again. `gemm_epilogue.attach_epilogues`
+then merges a product with its one pointwise reader where it can; that step's `GemmChoice`
+also times the template with the reader in its store.
 
 Correctness does not depend on the choice: every candidate computes the same product. The
 template is not used (the ATen op runs) where its assumptions fail at run time: a float32
