@@ -34,9 +34,11 @@ def run_template(op, a, b, bias=None, alpha=1, beta=1, config=None, tf32=False, 
     m, k = a.shape[-2:]
     bias_strides = None
     if bias is not None:
-        bias_strides = broadcast_strides(ir.Buffer("bias", "float32", tuple(bias.shape), tuple(bias.stride())), (m, b.shape[-1]))
-    problem = GemmProblem(op, a.shape[0] if a.dim() == 3 else 1, m, b.shape[-1], k, a.dtype, strides3(a), strides3(b),
-                          strides3(out), bias_strides, alpha, beta, tf32)
+        buffer = ir.Buffer("bias", "float32", tuple(bias.shape), tuple(bias.stride()))
+        bias_strides = broadcast_strides(buffer, (m, b.shape[-1]))
+    batch = a.shape[0] if a.dim() == 3 else 1
+    problem = GemmProblem(op, batch, m, b.shape[-1], k, a.dtype, strides3(a), strides3(b), strides3(out),
+                          bias_strides, alpha, beta, tf32)
     kernel = load_kernel(gemm_source(problem), kernel_name(problem), cache_dir)
     shape = launch_shape(config, problem) if config is not None else gemm_candidates(problem)[0]
     pointers = (a, b, bias, out) if problem.reads_bias else (a, b, out)
@@ -71,7 +73,8 @@ def test_strided_operands(device, layout, cache_dir):
         "broadcast_rows": (torch.randn(1, 40, device=device).expand(24, 40), y),
     }[layout]
     for config in (HOPPER_CONFIGS[2], HOPPER_CONFIGS[5]):
-        assert_matches(run_template("mm", a, b, config=config, cache_dir=cache_dir), torch.matmul(a.double(), b.double()))
+        result = run_template("mm", a, b, config=config, cache_dir=cache_dir)
+        assert_matches(result, torch.matmul(a.double(), b.double()))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
@@ -79,7 +82,8 @@ def test_bmm_with_a_transposed_batch_operand(device, dtype, cache_dir):
     a = torch.randn(3, 20, 36, device=device, dtype=dtype)
     b = torch.randn(3, 18, 36, device=device, dtype=dtype).transpose(1, 2)
     for config in (HOPPER_CONFIGS[0], HOPPER_CONFIGS[4]):
-        assert_matches(run_template("bmm", a, b, config=config, cache_dir=cache_dir), torch.matmul(a.double(), b.double()))
+        result = run_template("bmm", a, b, config=config, cache_dir=cache_dir)
+        assert_matches(result, torch.matmul(a.double(), b.double()))
 
 
 @pytest.mark.parametrize("bias_shape", [(24,), (1, 24), (17, 24), (17, 1)])
@@ -130,6 +134,12 @@ def linear(x, weight, bias):
 
 def linear_arguments(device):
     return [torch.randn(12, 40, device=device), torch.randn(24, 40, device=device), torch.randn(24, device=device)]
+
+
+def compile_tuned(function, arguments, cache_dir, **options):
+    """`function` through the Triton emitter under max-autotune (the default mode with max_autotune=False)."""
+    config = Config(**{"max_autotune": True, "cache_dir": cache_dir, **options})
+    return triton_compile.compile_graph(trace(function, arguments), arguments, config)
 
 
 def choices(runner) -> list[GemmChoice]:
@@ -186,7 +196,7 @@ def test_max_autotune_times_once_and_remembers_the_choice(monkeypatch, device, c
 def test_cublas_kept_where_it_is_faster(monkeypatch, device, cache_dir):
     arguments = linear_arguments(device)
     function = torch.nn.functional.linear  # the product is returned: no epilogue
-    runner = triton_compile.compile_graph(trace(function, arguments), arguments, Config(max_autotune=True, cache_dir=cache_dir))
+    runner = compile_tuned(function, arguments, cache_dir)
     measured: list[str] = []
     fake_timing(monkeypatch, {EXTERN: 0.5}, measured)
     torch.testing.assert_close(runner(*arguments), function(*arguments))
@@ -197,7 +207,7 @@ def test_cublas_kept_where_it_is_faster(monkeypatch, device, cache_dir):
 def test_without_timing_the_extern_runs(device, cache_dir):
     # the interpreter (or a CPU) cannot time: the ATen product, and nothing written
     arguments = linear_arguments(device)
-    runner = triton_compile.compile_graph(trace(linear, arguments), arguments, Config(max_autotune=True, cache_dir=cache_dir))
+    runner = compile_tuned(linear, arguments, cache_dir)
     if gemm_choice.can_time():
         pytest.skip("a GPU times for real")
     torch.testing.assert_close(runner(*arguments), linear(*arguments))
@@ -272,22 +282,30 @@ def _step_arguments(runner, choice, arguments):
     return [bias, x.reshape(-1, x.shape[-1]), weight.t(), residual]
 
 
-def test_a_product_read_twice_or_returned_keeps_its_store(device, cache_dir):
+def read_twice(x, weight, bias):
+    y = torch.nn.functional.linear(x, weight, bias)
+    return y.relu(), y * 2
+
+
+def also_returned(x, weight, bias):
+    y = torch.nn.functional.linear(x, weight, bias)
+    return y, y.relu()
+
+
+@pytest.mark.parametrize("function", [read_twice, also_returned])
+def test_a_product_read_twice_or_returned_keeps_its_store(device, function, cache_dir):
     arguments = linear_arguments(device)
-    config = Config(max_autotune=True, cache_dir=cache_dir)
-    twice = lambda x, w, b: (torch.nn.functional.linear(x, w, b).relu(), torch.nn.functional.linear(x, w, b).sum(-1))  # noqa: E731
-    also_returned = lambda x, w, b: (lambda y: (y, y.relu()))(torch.nn.functional.linear(x, w, b))  # noqa: E731
-    for function in (twice, also_returned):
-        runner = triton_compile.compile_graph(trace(function, arguments), arguments, config)
-        assert all(choice.epilogue is None for choice in choices(runner))
-        for got, want in zip(runner(*arguments), function(*arguments)):
-            torch.testing.assert_close(got, want)
+    runner = compile_tuned(function, arguments, cache_dir)
+    [choice] = choices(runner)
+    assert choice.epilogue is None
+    for got, want in zip(runner(*arguments), function(*arguments)):
+        torch.testing.assert_close(got, want)
 
 
 def test_a_cast_epilogue_stores_the_cast_type(monkeypatch, device, cache_dir):
     a, b = torch.randn(16, 32, device=device), torch.randn(32, 24, device=device)
     function = lambda a, b: (a @ b).to(torch.float16)  # noqa: E731
-    runner = triton_compile.compile_graph(trace(function, [a, b]), [a, b], Config(max_autotune=True, cache_dir=cache_dir))
+    runner = compile_tuned(function, [a, b], cache_dir)
     [choice] = choices(runner)
     fake_timing(monkeypatch, {str(choice.shapes[1].config) + gemm_choice.FUSED: 0.1}, [])
     result = runner(a, b)
@@ -329,9 +347,8 @@ def test_gpt2_with_every_product_on_templates_matches_eager(monkeypatch, device,
 
 def test_a_fused_epilogue_on_a_gpu_finds_libdevice(monkeypatch, device, cache_dir):
     # under the interpreter tanh is a formula; on a GPU the epilogue calls libdevice.tanh
-    arguments = [torch.randn(12, 40, device=device), torch.randn(24, 40, device=device), torch.randn(24, device=device)]
-    gelu = lambda x, w, b: torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b), approximate="tanh")  # noqa: E731
-    runner = triton_compile.compile_graph(trace(gelu, arguments), arguments, Config(max_autotune=True, cache_dir=cache_dir))
+    arguments = linear_arguments(device)
+    runner = compile_tuned(residual_gelu, arguments + [torch.randn(12, 24, device=device)], cache_dir)
     [choice] = choices(runner)
     monkeypatch.setattr(expressions, "interpreted", lambda: False)
     choice.load_fused()

@@ -173,4 +173,5 @@ def epilogue_text(epilogue: Epilogue) -> str:
         body = body.replace(f"load({name},", f"load({replacement},")
     layouts = [(epilogue.buffers[n].dtype, epilogue.buffers[n].shape, epilogue.buffers[n].strides)
                for n in epilogue.inputs]
-    return f"{kernel.ranges} {body} {layouts} -> {epilogue.output.dtype}{epilogue.output.shape}{epilogue.output.strides}"
+    output = epilogue.output
+    return f"{kernel.ranges} {body} {layouts} -> {output.dtype}{output.shape}{output.strides}"
