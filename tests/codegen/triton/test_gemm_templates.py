@@ -354,3 +354,17 @@ def test_a_fused_epilogue_on_a_gpu_finds_libdevice(monkeypatch, device, cache_di
     choice.load_fused()
     source = Path(choice.fused_path).read_text()
     assert "libdevice.tanh(" in source and "from triton.language.extra import libdevice" in source
+
+
+def test_a_template_that_fails_to_compile_ahead_leaves_the_graph_compiled(monkeypatch, device, cache_dir):
+    from tensorjit import logs
+
+    arguments = linear_arguments(device)
+    runner = compile_tuned(linear, arguments, cache_dir)
+    fake_timing(monkeypatch, {}, [])
+
+    def failing(jobs, workers):
+        raise RuntimeError("out of resources")
+    monkeypatch.setattr(triton_compile, "compile_in_parallel", failing)
+    triton_compile.compile_templates(runner.program, 0)  # logged, not raised
+    assert any("out of resources" in line for line in logs.recent("autotuning"))

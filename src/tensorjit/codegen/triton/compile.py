@@ -117,12 +117,23 @@ class TritonEmitter:
                 jobs += [CompileJob(path, kernel.name, dtypes, tuple(shape.constants().items()), shape.num_warps,
                                     shape.num_stages) for shape in kernel.shapes]
             launchers[step_name] = by_name[kernel.name, dtypes]
-        jobs += [job for step in program.steps if isinstance(getattr(step, "target", None), GemmChoice)
-                 for job in step.target.compile_jobs()]  # max-autotune's templates, compiled beside the kernels
         if not interpreted():
             with timed(name, "triton_compile"):
                 compile_in_parallel(jobs, getattr(config, "compile_threads", 0))
+                compile_templates(program, getattr(config, "compile_threads", 0))
         return TritonLaunch(launchers, kernels, self.device)
+
+
+def compile_templates(program: ir.Program, workers: int) -> None:
+    """max-autotune: every GEMM template configuration a product will time, compiled in worker
+    processes now. A configuration that fails to compile only leaves the timing's candidates
+    (GemmChoice leaves it out, with a log line): the graph's own kernels are compiled by then."""
+    jobs = [job for step in program.steps if isinstance(getattr(step, "target", None), GemmChoice)
+            for job in step.target.compile_jobs()]
+    try:
+        compile_in_parallel(jobs, workers)
+    except Exception as error:  # noqa: BLE001 - see the docstring
+        logs.emit("autotuning", f"compiling GEMM templates ahead: {type(error).__name__}: {error}")
 
 
 def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
