@@ -370,3 +370,22 @@ def test_a_template_that_fails_to_compile_ahead_leaves_the_graph_compiled(monkey
     monkeypatch.setattr(triton_compile, "compile_in_parallel", failing)
     triton_compile.compile_templates(runner.program, 0)  # logged, not raised
     assert any("out of resources" in line for line in logs.recent("autotuning"))
+
+
+def test_a_batched_product_with_an_epilogue(monkeypatch, device, cache_dir):
+    a, b = torch.randn(3, 20, 36, device=device), torch.randn(3, 18, 36, device=device)
+    function = lambda a, b: torch.sigmoid(torch.bmm(a, b.transpose(1, 2))) * 3  # noqa: E731
+    runner = compile_tuned(function, [a, b], cache_dir)
+    [choice] = choices(runner)
+    assert choice.epilogue is not None and choice.problem.batch == 3
+    fake_timing(monkeypatch, {str(choice.shapes[0].config) + gemm_choice.FUSED: 0.1}, [])
+    torch.testing.assert_close(runner(a, b), function(a, b))
+    assert choice.chosen.endswith(gemm_choice.FUSED)
+
+
+def test_offsets_past_two_to_the_31_index_in_64_bits():
+    # the LM head of a long batch: 65536 x 50264 outputs
+    wide = GemmProblem("mm", 1, 65536, 50264, 768, torch.bfloat16, (0, 768, 1), (0, 1, 768), (0, 50264, 1))
+    assert "rm = rm.to(tl.int64)" in gemm_source(wide)
+    narrow = GemmProblem("mm", 1, 4096, 50264, 768, torch.bfloat16, (0, 768, 1), (0, 1, 768), (0, 50264, 1))
+    assert "tl.int64" not in gemm_source(narrow)
