@@ -389,3 +389,12 @@ def test_offsets_past_two_to_the_31_index_in_64_bits():
     assert "rm = rm.to(tl.int64)" in gemm_source(wide)
     narrow = GemmProblem("mm", 1, 4096, 50264, 768, torch.bfloat16, (0, 768, 1), (0, 1, 768), (0, 50264, 1))
     assert "tl.int64" not in gemm_source(narrow)
+
+
+def test_a_kernel_reading_two_products_joins_one(device, cache_dir):
+    a, b, c = (torch.randn(16, 32, device=device) for _ in range(3))
+    function = lambda a, b, c: (a @ b.t()) * (a @ c.t()) + 1  # noqa: E731
+    runner = compile_tuned(function, [a, b, c], cache_dir)
+    merged = [choice for choice in choices(runner) if choice.epilogue is not None]
+    assert len(merged) == 1 and len(choices(runner)) == 2
+    torch.testing.assert_close(runner(a, b, c), function(a, b, c))

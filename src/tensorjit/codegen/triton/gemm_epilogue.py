@@ -64,7 +64,7 @@ def attach_epilogues(program: ir.Program, autotune: bool = True) -> ir.Program:
         if not (isinstance(step, ir.Extern) and isinstance(step.target, GemmChoice)) or step.target.epilogue:
             continue
         consumer = _single_reader(step.output, readers, returned, program.steps)
-        if consumer is None:
+        if consumer is None or consumer in dropped:  # (a kernel reading two products joins one of them)
             continue
         kernel = program.steps[consumer]
         inputs = _other_inputs(kernel, step.output)
