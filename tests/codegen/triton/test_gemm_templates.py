@@ -398,3 +398,31 @@ def test_a_kernel_reading_two_products_joins_one(device, cache_dir):
     merged = [choice for choice in choices(runner) if choice.epilogue is not None]
     assert len(merged) == 1 and len(choices(runner)) == 2
     torch.testing.assert_close(runner(a, b, c), function(a, b, c))
+
+
+def test_transformers_gpt2_with_every_product_on_templates_matches_eager(monkeypatch, device, cache_dir):
+    # Conv1D's addmm (x @ W, W stored in x out), eager attention's two bmm, the tied LM head's mm
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    settings = transformers.GPT2Config(n_layer=1, n_embd=64, n_head=4, vocab_size=128, n_positions=64, bos_token_id=0,
+                                       eos_token_id=0, attn_implementation="eager")
+    model = transformers.GPT2LMHeadModel(settings).to(device).eval()
+    parameters = dict(model.named_parameters())
+    tokens = torch.randint(0, 128, (2, 16), device=device)
+
+    def function(tokens, *values):
+        return torch.func.functional_call(model, dict(zip(parameters, values)), (tokens,), {"use_cache": False}).logits
+
+    def measure(self, name, call):  # every product on a template, fused where it can be
+        call()
+        return 9.0 if name == EXTERN else (0.5 if name.endswith(gemm_choice.FUSED) else 1.0)
+    fake_timing(monkeypatch, {}, [])
+    monkeypatch.setattr(GemmChoice, "_measure", measure)
+    arguments = [tokens, *parameters.values()]
+    runner = compile_tuned(function, arguments, cache_dir)
+    with torch.no_grad():
+        result, expected = runner(*arguments), function(*arguments)
+    chosen = {choice.problem.op: choice.chosen for choice in choices(runner)}
+    assert set(chosen) == {"mm", "addmm", "bmm"} and EXTERN not in chosen.values()
+    assert any(choice.chosen.endswith(gemm_choice.FUSED) for choice in choices(runner))  # the MLP's GELU
+    assert ((result - expected).norm() / expected.norm()).item() < 1e-5
