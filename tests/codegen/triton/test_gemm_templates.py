@@ -426,3 +426,10 @@ def test_transformers_gpt2_with_every_product_on_templates_matches_eager(monkeyp
     assert set(chosen) == {"mm", "addmm", "bmm"} and EXTERN not in chosen.values()
     assert any(choice.chosen.endswith(gemm_choice.FUSED) for choice in choices(runner))  # the MLP's GELU
     assert ((result - expected).norm() / expected.norm()).item() < 1e-5
+
+
+def test_the_wrapper_checks_no_layout_after_a_choice(device, cache_dir):
+    # a GemmChoice returns a fresh tensor of the traced layout, as the ATen product does
+    a, b = torch.randn(16, 32, device=device), torch.randn(32, 24, device=device)
+    runner = compile_tuned(torch.mm, [a, b], cache_dir)
+    assert choices(runner) and ".stride() != " not in runner.wrapper_source
