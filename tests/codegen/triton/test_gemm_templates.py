@@ -433,3 +433,17 @@ def test_the_wrapper_checks_no_layout_after_a_choice(device, cache_dir):
     a, b = torch.randn(16, 32, device=device), torch.randn(32, 24, device=device)
     runner = compile_tuned(torch.mm, [a, b], cache_dir)
     assert choices(runner) and ".stride() != " not in runner.wrapper_source
+
+
+def test_a_first_call_inside_a_capture_runs_the_extern_and_chooses_later(monkeypatch, device, cache_dir):
+    arguments = linear_arguments(device)
+    runner = compile_tuned(linear, arguments, cache_dir)
+    [choice] = choices(runner)
+    measured: list[str] = []
+    fake_timing(monkeypatch, {EXTERN: 0.5}, measured)
+    monkeypatch.setattr(gemm_choice, "capturing", lambda: True)
+    torch.testing.assert_close(runner(*arguments), linear(*arguments))
+    assert choice.chosen is None and not measured  # nothing timed while recording
+    monkeypatch.setattr(gemm_choice, "capturing", lambda: False)
+    torch.testing.assert_close(runner(*arguments), linear(*arguments))
+    assert choice.chosen == EXTERN and measured
