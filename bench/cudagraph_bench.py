@@ -11,6 +11,9 @@ workload, so a missing recording shows up with its reason.
     python bench/cudagraph_bench.py                    # every workload
     python bench/cudagraph_bench.py tiny_block mlp --profile
     python bench/cudagraph_bench.py mlp --sides torch_ma,tj_ma,torch_default,tj_default
+    # max-autotune's matrix products (cuBLAS or Triton GEMM templates), against default mode:
+    TENSORJIT_LOGS=autotuning python bench/cudagraph_bench.py linear_gpt2 linear_gelu_gpt2 linear_fp32 \
+        hf_gpt2_infer --sides tj_default,tj_manc,torch_default,torch_manc
 
 torch.compile is called here only as the reference to beat (allowed in bench).
 """
@@ -47,6 +50,35 @@ class MLP(nn.Module):
         return self.layers(x)
 
 
+class Logits(nn.Module):
+    """A transformers causal LM returning its logits tensor (the benchmark compares tensors)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids):
+        return self.inner(input_ids=input_ids, use_cache=False).logits
+
+
+class LinearGelu(nn.Module):
+    """GPT-2's MLP input: a linear layer and its tanh GELU (the product's pointwise epilogue)."""
+
+    def __init__(self, width=768, hidden=3072):
+        super().__init__()
+        self.linear = nn.Linear(width, hidden)
+
+    def forward(self, x):
+        return nn.functional.gelu(self.linear(x), approximate="tanh")
+
+
+def hf_gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    settings = GPT2Config(bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return Logits(GPT2LMHeadModel(settings)).cuda().to(torch.bfloat16).eval()
+
+
 def _randn(*shape, dtype=torch.float32):
     return torch.randn(*shape, device="cuda", dtype=dtype)
 
@@ -64,6 +96,15 @@ def build(name):
     if name == "gpt2_train":
         model = GPT2(GPT2Settings()).cuda().to(torch.bfloat16).train()
         return model, [torch.randint(0, 50257, (8, 256), device="cuda")], True
+    # Matrix products (max-autotune's cuBLAS-or-template choice: sides tj_manc, torch_manc)
+    if name == "linear_gpt2":  # GPT-2's MLP up-projection, 4x512 tokens
+        return nn.Linear(768, 3072).cuda().to(torch.bfloat16).eval(), [_randn(2048, 768, dtype=torch.bfloat16)], False
+    if name == "linear_gelu_gpt2":
+        return LinearGelu().cuda().to(torch.bfloat16).eval(), [_randn(2048, 768, dtype=torch.bfloat16)], False
+    if name == "linear_fp32":  # float32 under TF32 (main() allows it, as torch.compile's benchmarks do)
+        return nn.Linear(768, 3072).cuda().eval(), [_randn(2048, 768)], False
+    if name == "hf_gpt2_infer":  # transformers' GPT-2 small, random weights, bf16, 8x512 tokens
+        return hf_gpt2(), [torch.randint(0, 50257, (8, 512), device="cuda")], False
     if name.startswith("densenet121"):
         import torchvision
 
@@ -77,7 +118,7 @@ def build(name):
 
 
 WORKLOADS = ["tiny_block", "mlp", "mlp_train", "gpt2_infer", "gpt2_train", "resnet50_infer",
-             "densenet121_infer", "densenet121_train"]
+             "densenet121_infer", "densenet121_train", "linear_gpt2", "linear_gelu_gpt2", "linear_fp32", "hf_gpt2_infer"]
 
 
 def make_step(function, model, inputs, train):
@@ -242,6 +283,9 @@ def run(name, sides):
             lines = logs.recent("cudagraphs")
             row[f"{side}_recorded"] = sum("recorded a CUDA graph" in line for line in lines)
             row[f"{side}_refusals"] = sorted({line for line in lines if "not replayed" in line})[:6]
+            choices = [line for line in logs.recent("autotuning") if "(timed" in line or "(remembered" in line]
+            if choices:  # max-autotune: which products went to cuBLAS ("extern") or a template
+                row[f"{side}_gemm_choices"] = [line.split(" (")[0] for line in choices][:12]
     return row
 
 

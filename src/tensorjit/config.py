@@ -58,8 +58,10 @@ class Config:
     max_autotune: bool = False
     """Time several launch shapes (block sizes, warps) of every generated Triton kernel on its
     first call and keep the fastest (`codegen/triton/heuristics.py` *_candidates); without it
-    only looped reductions are timed. Matrix products stay cuBLAS's (no Triton GEMM templates
-    yet). mode="max-autotune" and "max-autotune-no-cudagraphs" set it."""
+    only looped reductions are timed. Matrix products (mm, addmm, bmm) choose on their first call
+    between cuBLAS and Triton GEMM templates, with their pointwise consumer fused into the
+    template's store where that is faster (`codegen/triton/gemm_choice.py`); every choice is kept
+    on disk. mode="max-autotune" and "max-autotune-no-cudagraphs" set it."""
     triton_cudagraphs: bool = False
     """Replay compiled graphs through CUDA graphs (mode="reduce-overhead"): inference graphs, and the
     forward and backward graphs of training; see runtime/cudagraphs.py."""

@@ -1,6 +1,6 @@
 """Structured compiler events and their printing.
 
-Enable with `TENSORJIT_LOGS=graph_breaks,guards,recompiles,graph_code,output_code,fusion,cudagraphs,cache` or
+Enable with `TENSORJIT_LOGS=graph_breaks,guards,recompiles,graph_code,output_code,fusion,cudagraphs,cache,autotuning` or
 `tensorjit.logs.set_logs("graph_breaks,recompiles")`. Every event names the
 user's file and line where it has one. Events are also kept in memory
 (`recent()`) for explain() and tests.
@@ -14,7 +14,7 @@ from typing import Any
 from .config import log_settings_from_environment
 
 KINDS = ("graph_breaks", "guards", "recompiles", "graph_code", "output_code", "compile_time", "fusion",
-         "cudagraphs", "cache")
+         "cudagraphs", "cache", "autotuning")
 _enabled: set[str] = set()
 _kept: set[str] = set()
 """Kinds recorded in `recent()` even when not printed, for a report (`keep`)."""

@@ -122,14 +122,15 @@ FRESH_CONTIGUOUS_EXTERNS = frozenset({torch.ops.aten.mm.default, torch.ops.aten.
                                       torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default})
 """ATen ops whose result is always a new contiguous tensor of the shape their operands' shapes
 give: where the trace recorded that layout, the wrapper checks nothing after them (two checks
-per matrix product were ~5% of a small transformer's call)."""
+per matrix product were ~5% of a small transformer's call). Other callables say so with a true
+`fresh_contiguous` attribute (max-autotune's `triton.gemm_choice.GemmChoice`)."""
 
 
 def _checks_layout(extern: ir.Extern, output: ir.Buffer) -> bool:
     if output.dtype == "object" or extern.target in EXACT_LAYOUT_EXTERNS:
         return False
-    return not (extern.target in FRESH_CONTIGUOUS_EXTERNS
-                and tuple(output.strides) == contiguous_strides(tuple(output.shape)))
+    fresh = extern.target in FRESH_CONTIGUOUS_EXTERNS or getattr(extern.target, "fresh_contiguous", False)
+    return not (fresh and tuple(output.strides) == contiguous_strides(tuple(output.shape)))
 
 
 def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, parameters: str) -> None:

@@ -17,7 +17,10 @@ Modules, all Triton's own: compile (the emitter's part of the pipeline), kernels
 the ops protocol as Triton text), expressions (op -> text), heuristics (block
 sizes, warps), launcher (loading and fast launches), parallel (compiling in worker
 processes), interpreter_math (stand-ins under TRITON_INTERPRET), pad_matmul
-(products cuBLAS handles slowly), layout (channels-last convolutions).
+(products cuBLAS handles slowly), layout (channels-last convolutions), and under
+max-autotune gemm_template (a tiled tl.dot kernel for mm/addmm/bmm), gemm_choice
+(cuBLAS or the template, timed per product) and gemm_epilogue (a product's pointwise
+consumer in the template's store).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
     -> schedule.fuse_loops            one scheduler (row groups)
     -> prepare: split_column_reductions  few-output column sums in two kernels (split_reductions.py)
                prepare_groups        row-local scratch Triton can keep in registers
+               choose_gemms          max-autotune: each mm/addmm/bmm times cuBLAS against Triton
+                                     GEMM templates on its first call (gemm_choice.py, gemm_template.py)
     -> build: kernels.emit_kernel     TritonOps per kernel, launch shapes from heuristics;
               launcher / parallel     load, precompile in worker processes, fast launches
     -> wrapper.build_runner           the shared per-call wrapper, with `TritonLaunch`
@@ -32,6 +34,7 @@ from ..report import timed
 from ..schedule import fuse_loops
 from ..values import IR_TO_TORCH
 from .expressions import interpreted
+from .gemm_choice import GemmChoice, choose_gemms
 from .kernels import KernelText, emit_kernel, prepare_groups
 from .launcher import AutotunedLauncher, KernelLauncher, load_kernel_file, source_path
 from .layout import prefer_channels_last
@@ -77,8 +80,9 @@ class TritonEmitter:
     half_floats = True  # loaded as float32, computed in float32, rounded on store
     shared_ops = SHARED_OPS
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, config=None):
         self.device = device
+        self.config = config
 
     def prepare_graph(self, gm, example_inputs) -> None:
         move_scalar_constants(gm, self.device)  # 0-dim CPU constants read by kernels (scalar_constants.py)
@@ -86,7 +90,10 @@ class TritonEmitter:
         prefer_channels_last(gm, example_inputs)  # cuDNN's tensor-core convolutions run NHWC (layout.py)
 
     def prepare(self, program: ir.Program) -> ir.Program:
-        return prepare_groups(split_column_reductions(program))
+        program = prepare_groups(split_column_reductions(program))
+        if getattr(self.config, "max_autotune", False) and (self.device.type == "cuda" or interpreted()):
+            program = choose_gemms(program, getattr(self.config, "cache_dir", None))  # cuBLAS or a template
+        return program
 
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}
@@ -113,7 +120,20 @@ class TritonEmitter:
         if not interpreted():
             with timed(name, "triton_compile"):
                 compile_in_parallel(jobs, getattr(config, "compile_threads", 0))
+                compile_templates(program, getattr(config, "compile_threads", 0))
         return TritonLaunch(launchers, kernels, self.device)
+
+
+def compile_templates(program: ir.Program, workers: int) -> None:
+    """max-autotune: every GEMM template configuration a product will time, compiled in worker
+    processes now. A configuration that fails to compile only leaves the timing's candidates
+    (GemmChoice leaves it out, with a log line): the graph's own kernels are compiled by then."""
+    jobs = [job for step in program.steps if isinstance(getattr(step, "target", None), GemmChoice)
+            for job in step.target.compile_jobs()]
+    try:
+        compile_in_parallel(jobs, workers)
+    except Exception as error:  # noqa: BLE001 - see the docstring
+        logs.emit("autotuning", f"compiling GEMM templates ahead: {type(error).__name__}: {error}")
 
 
 def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
@@ -124,6 +144,6 @@ def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None):
-    runner = pipeline.compile_graph(gm, example_inputs, config, TritonEmitter(graph_device(example_inputs)))
+    runner = pipeline.compile_graph(gm, example_inputs, config, TritonEmitter(graph_device(example_inputs), config))
     runner.kernel_sources = [kernel.source for kernel in runner.hook.kernels.values()]
     return runner
