@@ -45,6 +45,7 @@ from ..values import IR_TO_TORCH, contiguous_strides
 from . import expressions, heuristics, interpreter_math
 from .heuristics import LaunchShape
 from .emitter import TritonOps, format_index, register_dtype, round_to, triton_type
+from .guards import LoadGuards
 
 # Helpers every kernel module defines: NaN-propagating max/min (eager's semantics) and a
 # product combine function for tl.reduce.
@@ -293,6 +294,13 @@ class Writer:
             text += f".to({triton_type(dtype)})"
         return text
 
+    def guarded(self, mask: str | None, buffer: str, index: ir.Index) -> str | None:
+        """`mask` narrowed to the lanes that keep the load's value (guards.py)."""
+        if mask is None:
+            return None  # (a load of one element for every lane: a pointer of shape [1])
+        guard = self.guards.mask(buffer, index, index_names(index))
+        return mask if guard is None else f"{mask} & {guard}"
+
     def store_text(self, buffer: str, index: str, value: str, value_dtype: str, mask: str) -> str:
         dtype = self.buffers[buffer].dtype
         if dtype != value_dtype or register_dtype(dtype) != dtype:
@@ -324,15 +332,17 @@ class PointwiseWriter(Writer):
 
     def load(self, buffer: str, index: ir.Index) -> str:
         text = index_text(index, self.variables, self.sizes, "xindex", self.ops.indirect_names)
-        if not index_names(index):
+        names = index_names(index)
+        if not names:
             text += " + tl.zeros([1], tl.int32)"  # a [1] block like constants (see expressions.constant)
-        return self.ops.assign(self.load_text(buffer, text, "xmask" if index_names(index) else None))
+        return self.ops.assign(self.load_text(buffer, text, self.guarded("xmask" if names else None, buffer, index)))
 
     def emit(self) -> KernelText:
         kernel = self.kernel
         numel = math.prod(kernel.ranges)
         self.ops = TritonOps(self.load, self.counter, mask_of=lambda index: "xmask" if index_names(index) else None)
         memo: dict = {}
+        self.guards = LoadGuards(kernel.body, memo)
         value = evaluate(kernel.body, self.ops, memo)
         self.written.append(kernel.output)
         store_index = ir.store_index(kernel, self.buffers[kernel.output])
@@ -380,7 +390,7 @@ class RowWriter(Writer):
         text = self.index_text(index, self.member)
         if not index_names(index):
             text += " + tl.zeros([1, 1], tl.int32)"  # a [1, 1] block like constants (see expressions.constant)
-        mask = self.mask_for(index_names(index))
+        mask = self.guarded(self.mask_for(index_names(index)), buffer, index)
         if not self.persistent or buffer in self.producers:
             return self.ops.assign(self.load_text(buffer, text, mask))
         # The same element another member loaded (same text over the same lane sizes, so the
@@ -453,7 +463,9 @@ class RowWriter(Writer):
 
     def body_value(self, member) -> tuple[list[str], str]:
         self.ops = TritonOps(self.load, self.counter, "[1, 1]", lambda index: self.mask_for(index_names(index)))
-        value = evaluate(member.body, self.ops)
+        memo: dict = {}
+        self.guards = LoadGuards(member.body, memo)
+        value = evaluate(member.body, self.ops, memo)
         return self.ops.lines, value
 
     def pointwise(self, member: ir.Pointwise) -> list[str]:
