@@ -73,8 +73,9 @@ def test_a_load_used_outside_the_select_is_always_loaded():
     load = ir.Load("x", i, "float32")
     condition = ir.Op("lt", (ir.IndexValue(i, "int64"), ir.Constant(4, "int64")), "bool")
     selected = ir.Op("where", (condition, load, ir.Constant(0.0, "float32")), "float32")
-    assert load_guards(selected)[("x", i)] == ((condition, True),)
-    assert load_guards(ir.Op("add", (selected, load), "float32"))[("x", i)] == ()
+    assert load_guards([selected])[("x", i)] == ((condition, True),)
+    assert load_guards([ir.Op("add", (selected, load), "float32")])[("x", i)] == ()
+    assert load_guards([selected, load])[("x", i)] == ()  # (two bodies of one kernel)
     # a select on a loaded value (ReLU's backward) keeps scattered lanes: no guard
     data = ir.Op("gt", (ir.Load("y", i, "float32"), ir.Constant(0.0, "float32")), "bool")
-    assert load_guards(ir.Op("where", (data, load, ir.Constant(0.0, "float32")), "float32"))[("x", i)] == ()
+    assert load_guards([ir.Op("where", (data, load, ir.Constant(0.0, "float32")), "float32")])[("x", i)] == ()

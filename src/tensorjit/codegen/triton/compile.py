@@ -12,6 +12,7 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
     -> schedule.fuse_loops            one scheduler (row groups)
     -> prepare: split_column_reductions  few-output column sums in two kernels (split_reductions.py)
                prepare_groups        row-local scratch Triton can keep in registers
+               fuse_horizontally     pointwise kernels reading one input in one kernel (horizontal.py)
     -> build: kernels.emit_kernel     TritonOps per kernel, launch shapes from heuristics;
               launcher / parallel     load, precompile in worker processes, fast launches
     -> wrapper.build_runner           the shared per-call wrapper, with `TritonLaunch`
@@ -38,6 +39,7 @@ from .layout import prefer_channels_last
 from ..scalar_constants import move_scalar_constants
 from .pad_matmul import pad_matmuls
 from .split_reductions import split_column_reductions
+from .horizontal import fuse_horizontally
 from .parallel import CompileJob, compile_in_parallel
 
 
@@ -86,7 +88,7 @@ class TritonEmitter:
         prefer_channels_last(gm, example_inputs)  # cuDNN's tensor-core convolutions run NHWC (layout.py)
 
     def prepare(self, program: ir.Program) -> ir.Program:
-        return prepare_groups(split_column_reductions(program))
+        return fuse_horizontally(prepare_groups(split_column_reductions(program)))
 
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}
@@ -120,7 +122,7 @@ def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
     """The program the pipeline would emit for `gm` (for tests and debugging)."""
     lowered = GraphLowering(gm, example_inputs, half_floats=True, device=graph_device(example_inputs),
                             shared_ops=SHARED_OPS)
-    return prepare_groups(fuse_loops(lowered.run())), lowered
+    return fuse_horizontally(prepare_groups(fuse_loops(lowered.run()))), lowered
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None):

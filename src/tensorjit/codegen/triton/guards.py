@@ -25,10 +25,11 @@ def positional(condition: ir.Expr) -> bool:
     return condition.dtype == "bool" and not expression_loads(condition) and not ir.reads_indirectly(condition)
 
 
-def load_guards(expr: ir.Expr) -> dict[tuple[str, ir.Index], Guard]:
-    """For each load in `expr` (by buffer and index), the guard under which its value is used:
-    the positional selects on its every path from the root. A load also used on another path
-    (another guard, or none) is always used."""
+def load_guards(bodies) -> dict[tuple[str, ir.Index], Guard]:
+    """For each load in `bodies` (the expressions one kernel evaluates with one memo), by
+    buffer and index, the guard under which its value is used: the positional selects on its
+    every path from a root. A load also used on another path (another guard, or none) is
+    always used."""
     guards: dict[tuple[str, ir.Index], Guard] = {}
     visited: set = set()
 
@@ -54,16 +55,17 @@ def load_guards(expr: ir.Expr) -> dict[tuple[str, ir.Index], Guard]:
                 for argument in node.args:
                     visit(argument, guard)
 
-    visit(expr, ())
+    for body in bodies:
+        visit(body, ())
     return guards
 
 
 class LoadGuards:
-    """The guard of each load of one body, as Triton text once its conditions are evaluated."""
+    """The guard of each load of a kernel's bodies, as Triton text once its conditions are evaluated."""
 
-    def __init__(self, body: ir.Expr, memo: dict):
-        """memo: the `ops.evaluate` memo the body is evaluated with (conditions' variables)."""
-        self.guards = load_guards(body)
+    def __init__(self, bodies, memo: dict):
+        """memo: the `ops.evaluate` memo the bodies are evaluated with (conditions' variables)."""
+        self.guards = load_guards(bodies)
         self.memo = memo
 
     def mask(self, buffer: str, index: ir.Index, index_names: set[str]) -> str | None:
