@@ -86,3 +86,4 @@ def test_an_exponential_read_by_a_sum_stays_row_local_scratch():
     compiled = compile_with("cpp", lambda x: torch.softmax(x, -1), torch.randn(4, 33))
     [group] = [s for s in compiled.program.steps if isinstance(s, ir.LoopGroup)]
     assert [type(m).__name__ for m in group.members] == ["Reduction", "Pointwise", "Reduction", "Pointwise"]
+
