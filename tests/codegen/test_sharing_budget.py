@@ -68,7 +68,7 @@ def test_layer_norm_backward_recomputes_its_gradient_for_the_column_sums(emitter
     """The upcast gradient and its product with the weight are read by the row sums, the
     input gradient and the column sums of the weight and bias gradients: each reader
     recomputes them from the (narrower) gradient instead of a float32 copy being written
-    for the column sums to read back (GPT-2's backward, 12 MB a layer)."""
+    for the column sums to read back (GPT-2's backward: 12.6 MB per layer norm)."""
     shape = (4, 8, 64)
     inputs = (torch.randn(shape), torch.randn(64), torch.randn(64), torch.randn(shape))
     inputs = tuple(t.to(dtype) for t in inputs)

@@ -61,9 +61,9 @@ MAX_REDUCED_SHARED_OPS = 8
 where its readers load no more bytes per element recomputing it than loading it (a widening
 cast, a product with a broadcast weight): a layer norm's backward upcasts its bfloat16
 gradient and scales it by the weight, and stored, both were float32 tensors written for the
-column sums of the weight and bias gradients to read back (GPT-2: 12 MB a layer). A value
-that costs more (softmax's exponential) or narrows its inputs stays a kernel of its own,
-which the reduction's row group holds as row-local scratch."""
+column sums of the weight and bias gradients to read back (GPT-2: 12.6 MB per layer norm).
+A value that costs more (softmax's exponential) or narrows its inputs stays a kernel of its
+own, which the reduction's row group holds as row-local scratch."""
 
 
 TRANSCENDENTAL = frozenset({"exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "asin",
