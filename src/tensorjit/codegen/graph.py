@@ -26,7 +26,7 @@ from .schedule import linear_form
 from .simplify import simplify, simplify_expr
 from . import values
 from .externs import strided_view
-from .values import LazyValue, NotLowerable, TORCH_TO_IR, buffer_value, contiguous_strides, kernel_dtype
+from .values import LazyValue, NotLowerable, TORCH_TO_IR, buffer_value, contiguous_strides, kernel_dtype, torch_dtype
 
 VIEW_TARGETS = {getattr(torch.ops.aten, n).default for n in
                 ("view", "_unsafe_view", "permute", "expand", "unsqueeze", "t", "alias")} | {
@@ -55,6 +55,15 @@ does not count): each reading kernel loads them all again, and a chain of such v
 transformer's residual stream x + attention + MLP + ...) would grow by a load per layer,
 every layer recomputing the whole stream from the embedding on (GPT-2: 14 loads in the 12th
 layer's norm, and no two layers' kernels alike)."""
+
+MAX_REDUCED_SHARED_OPS = 8
+"""A shared value a reduction reads stays inlined only up to this many operations, and only
+where its readers load no more bytes per element recomputing it than loading it (a widening
+cast, a product with a broadcast weight): a layer norm's backward upcasts its bfloat16
+gradient and scales it by the weight, and stored, both were float32 tensors written for the
+column sums of the weight and bias gradients to read back (GPT-2: 12.6 MB per layer norm).
+A value that costs more (softmax's exponential) or narrows its inputs stays a kernel of its
+own, which the reduction's row group holds as row-local scratch."""
 
 
 TRANSCENDENTAL = frozenset({"exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "asin",
@@ -312,23 +321,34 @@ class GraphLowering:
         return ir.Program(tuple(self.buffers.values()), tuple(self.steps), tuple(inputs), outputs)
 
     def cheap_to_share(self, node) -> bool:
-        """A small pointwise value read only by pointwise lowerings stays inlined: users that
-        land in one kernel compute it once (the emitter shares equal subexpressions); users
-        in different kernels recompute at most MAX_SHARED_OPS ops over MAX_SHARED_READS buffers
-        instead of a memory round trip."""
+        """A small pointwise value read only by lowerings stays inlined: users that land in one
+        kernel compute it once (the emitter shares equal subexpressions); users in different
+        kernels recompute at most MAX_SHARED_OPS ops over MAX_SHARED_READS buffers instead of a
+        memory round trip (with a reduction among them: MAX_REDUCED_SHARED_OPS)."""
         value = self.env[node]
         if not isinstance(value, LazyValue) or value.buffer is not None:
             return False
+        reduced = False
         for user in node.users:
             lowering = LOWERINGS.get(user.target) if user.op == "call_function" else None
-            if lowering is None or lowering.__module__.endswith("lowering_reductions"):
+            if lowering is None or user.target is operator.getitem:
                 return False
             if user.target in VIEW_TARGETS and self.feeds_extern(user):
                 return False  # each view would be realized on its own: the value computed per extern
+            reduced = reduced or lowering.__module__.endswith("lowering_reductions")
         body = value.load(tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape))))
         every = {f"i{d}" for d, size in enumerate(value.shape) if size != 1}
-        reads = {load.buffer for load in expression_loads(body) if ir.variables_of(load.index) >= every}
-        return count_ops(body) <= self.sharing_budget(node, value) and len(reads) <= MAX_SHARED_READS
+        reads = {load for load in expression_loads(body) if ir.variables_of(load.index) >= every}
+        if len({load.buffer for load in reads}) > MAX_SHARED_READS:
+            return False
+        if reduced:
+            # A reader that recomputes the value loads its inputs instead of the value: no more
+            # bytes per element for any number of readers (a widening cast, a product with a
+            # broadcast weight); otherwise the stored value is as cheap, and row-local where the
+            # reduction's group holds its readers.
+            loaded = sum(torch_dtype(load.dtype).itemsize for load in reads)
+            return count_ops(body) <= MAX_REDUCED_SHARED_OPS and loaded <= torch_dtype(value.dtype).itemsize
+        return count_ops(body) <= self.sharing_budget(node, value)
 
     def sharing_budget(self, node, value: LazyValue) -> int:
         """The emitter's budget (`shared_ops`) where no user reads the value broadcast over more

@@ -327,12 +327,14 @@ def writes_in_place(step) -> bool:
     return isinstance(step, ir.Extern) and schema is not None and schema.is_mutable
 
 
-def hoist_row_epilogues(steps) -> list:
+def hoist_row_epilogues(steps, buffers: dict[str, ir.Buffer]) -> list:
     """Each pointwise kernel over exactly a reduction's rows (batch norm's running-statistics
     update and weight gradient read its batch statistics) moved up to just after that
     reduction, when the reduction is the last step writing what it reads and nothing in
     between writes in place: the graph's order left them after the next convolution, where
-    each ran as a launch of its own (363 per densenet121 training step)."""
+    each ran as a launch of its own (363 per densenet121 training step). So is a kernel over
+    the reduction's rows and more that can join its group (a layer norm's input gradient,
+    which a bfloat16 graph computes after the column sums of the weight and bias gradients)."""
     kept: list = []
     after: dict[int, list] = {}  # position in `kept` -> epilogues moved behind it
     writer: dict[str, int] = {}
@@ -341,8 +343,8 @@ def hoist_row_epilogues(steps) -> list:
         position = None
         if isinstance(step, ir.Pointwise) and step.scatter is None:
             last = max((writer[name] for name in names_read(step) if name in writer), default=-1)
-            if last > last_in_place and isinstance(kept[last], ir.Reduction) and kept[last].ranges == step.ranges \
-                    and last != len(kept) - 1:
+            if last > last_in_place and isinstance(kept[last], ir.Reduction) and last != len(kept) - 1 \
+                    and joins_after(step, kept[:last + 1], buffers):
                 position = last
         if position is not None:
             after.setdefault(position, []).append(step)
@@ -356,6 +358,32 @@ def hoist_row_epilogues(steps) -> list:
     return [moved for position, step in enumerate(kept) for moved in [step] + after.get(position, [])]
 
 
+def joins_after(step: ir.Pointwise, kept: list, buffers: dict[str, ir.Buffer]) -> bool:
+    """Would `step` join the group of the reduction ending `kept`: over its rows exactly, or
+    over rows it extends, reading the results of the kernels just before (those the group
+    may hold) only within the row, and no pointwise value among them (whose group form,
+    permuted to the rows, is not known yet)?"""
+    reduction = kept[-1]
+    if step.ranges == reduction.ranges:
+        return True
+    if not reduction.ranges or not reduction.reduction_ranges:
+        return False
+    run = []
+    for kernel in reversed(kept):
+        if not isinstance(kernel, (ir.Pointwise, ir.Reduction)):
+            break
+        run.append(kernel)
+    read = names_read(step)
+    if any(isinstance(kernel, ir.Pointwise) and kernel.output in read for kernel in run):
+        return False
+    reductions = [kernel for kernel in run if kernel.output in read]
+    if any(kernel.ranges != reduction.ranges for kernel in reductions):
+        return False
+    candidate = after_rows(step, reductions, reduction.ranges, buffers)
+    return len(candidate.ranges) > len(reduction.ranges) and \
+        join_refusal(candidate, reductions, reduction.ranges) is None
+
+
 def fuse_loops(program: ir.Program, refusals: list | None = None) -> ir.Program:
     """Group runs of row-compatible kernels (see the module docstring); each refusal to fuse
     is logged and appended to `refusals`."""
@@ -364,7 +392,7 @@ def fuse_loops(program: ir.Program, refusals: list | None = None) -> ir.Program:
     buffers = {b.name: b for b in program.buffers}
     runs: list[list] = []  # consecutive steps; a run of 2+ kernels with `ranges` becomes a group
     ranges_of: list[tuple[int, ...] | None] = []
-    for step in hoist_row_epilogues(program.steps):
+    for step in hoist_row_epilogues(program.steps, buffers):
         if runs and ranges_of[-1] is not None:
             candidate = after_rows(step, runs[-1], ranges_of[-1], buffers)
             reason = join_refusal(candidate, runs[-1], ranges_of[-1])

@@ -14,6 +14,7 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
                prepare_groups        row-local scratch Triton can keep in registers
                choose_gemms          max-autotune: each mm/addmm/bmm times cuBLAS against Triton
                                      GEMM templates on its first call (gemm_choice.py, gemm_template.py)
+               fuse_horizontally     pointwise kernels reading one input in one kernel (horizontal.py)
     -> build: kernels.emit_kernel     TritonOps per kernel, launch shapes from heuristics;
               launcher / parallel     load, precompile in worker processes, fast launches
     -> wrapper.build_runner           the shared per-call wrapper, with `TritonLaunch`
@@ -41,6 +42,7 @@ from .layout import prefer_channels_last
 from ..scalar_constants import move_scalar_constants
 from .pad_matmul import pad_matmuls
 from .split_reductions import split_column_reductions
+from .horizontal import fuse_horizontally
 from .parallel import CompileJob, compile_in_parallel
 
 
@@ -92,8 +94,9 @@ class TritonEmitter:
     def prepare(self, program: ir.Program) -> ir.Program:
         program = prepare_groups(split_column_reductions(program))
         if getattr(self.config, "max_autotune", False) and (self.device.type == "cuda" or interpreted()):
+            # Before horizontal fusion: a product's epilogue is its one pointwise reader, alone.
             program = choose_gemms(program, getattr(self.config, "cache_dir", None))  # cuBLAS or a template
-        return program
+        return fuse_horizontally(program)
 
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}
@@ -140,7 +143,7 @@ def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
     """The program the pipeline would emit for `gm` (for tests and debugging)."""
     lowered = GraphLowering(gm, example_inputs, half_floats=True, device=graph_device(example_inputs),
                             shared_ops=SHARED_OPS)
-    return prepare_groups(fuse_loops(lowered.run())), lowered
+    return fuse_horizontally(prepare_groups(fuse_loops(lowered.run()))), lowered
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None):

@@ -45,6 +45,7 @@ from ..values import IR_TO_TORCH, contiguous_strides
 from . import expressions, heuristics, interpreter_math
 from .heuristics import LaunchShape
 from .emitter import TritonOps, format_index, register_dtype, round_to, triton_type
+from .guards import LoadGuards
 
 # Helpers every kernel module defines: NaN-propagating max/min (eager's semantics) and a
 # product combine function for tl.reduce.
@@ -90,9 +91,9 @@ def emit_kernel(step, buffers: dict[str, ir.Buffer], autotune: bool = False) -> 
     may run more than once on the same arguments (not a scatter, which updates in place)."""
     # Only the step's own buffers decide its index width (int32 while every offset fits).
     buffers = {name: buffers[name] for name in names_read(step) | set(names_written(step))}
-    if isinstance(step, ir.Pointwise):
+    if isinstance(step, ir.Pointwise) or is_horizontal(step):
         writer = PointwiseWriter(step, buffers)
-        writer.autotune = autotune and step.scatter is None
+        writer.autotune = autotune and getattr(step, "scatter", None) is None
         return shareable(writer.emit())
     if isinstance(step, ir.Reduction):
         step = ir.LoopGroup(step.name, step.ranges, step.variables, (step,))
@@ -119,6 +120,13 @@ def shareable(kernel: KernelText) -> KernelText:
     # The kernel's own text decides its name, not the prelude (which differs under the interpreter).
     name = "tj_" + hashlib.sha256(text[text.rindex("@triton.jit"):].encode()).hexdigest()[:20]
     return dataclasses.replace(kernel, name=name, source=text.replace("def step0(", f"def {name}(", 1))
+
+
+def is_horizontal(step) -> bool:
+    """A group of pointwise kernels over its whole range (`horizontal.fuse_horizontally`):
+    one pointwise kernel with an output per member."""
+    return isinstance(step, ir.LoopGroup) and all(
+        isinstance(m, ir.Pointwise) and m.ranges == step.ranges and m.scatter is None for m in step.members)
 
 
 # -- which values stay in registers ------------------------------------------------
@@ -293,6 +301,13 @@ class Writer:
             text += f".to({triton_type(dtype)})"
         return text
 
+    def guarded(self, mask: str | None, buffer: str, index: ir.Index) -> str | None:
+        """`mask` narrowed to the lanes that keep the load's value (guards.py)."""
+        if mask is None:
+            return None  # (a load of one element for every lane: a pointer of shape [1])
+        guard = self.guards.mask(buffer, index, index_names(index))
+        return mask if guard is None else f"{mask} & {guard}"
+
     def store_text(self, buffer: str, index: str, value: str, value_dtype: str, mask: str) -> str:
         dtype = self.buffers[buffer].dtype
         if dtype != value_dtype or register_dtype(dtype) != dtype:
@@ -317,41 +332,49 @@ def memory_order(kernel: ir.Pointwise, output: ir.Buffer) -> tuple[tuple[ir.Inde
 
 
 class PointwiseWriter(Writer):
-    def __init__(self, kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]):
+    """A Pointwise kernel, or a group of them over one range (`is_horizontal`): each member's
+    value stored in turn, the loads the members share made once."""
+
+    def __init__(self, step, buffers: dict[str, ir.Buffer]):
         super().__init__(buffers)
-        self.kernel = kernel
-        self.variables, self.sizes = memory_order(kernel, buffers[kernel.output])
+        self.name = step.name
+        self.members = step.members if isinstance(step, ir.LoopGroup) else (step,)
+        self.kernel = self.members[0]
+        self.variables, self.sizes = memory_order(self.kernel, buffers[self.kernel.output])
 
     def load(self, buffer: str, index: ir.Index) -> str:
         text = index_text(index, self.variables, self.sizes, "xindex", self.ops.indirect_names)
-        if not index_names(index):
+        names = index_names(index)
+        if not names:
             text += " + tl.zeros([1], tl.int32)"  # a [1] block like constants (see expressions.constant)
-        return self.ops.assign(self.load_text(buffer, text, "xmask" if index_names(index) else None))
+        return self.ops.assign(self.load_text(buffer, text, self.guarded("xmask" if names else None, buffer, index)))
 
     def emit(self) -> KernelText:
-        kernel = self.kernel
-        numel = math.prod(kernel.ranges)
+        numel = math.prod(self.kernel.ranges)
         self.ops = TritonOps(self.load, self.counter, mask_of=lambda index: "xmask" if index_names(index) else None)
         memo: dict = {}
-        value = evaluate(kernel.body, self.ops, memo)
-        self.written.append(kernel.output)
-        store_index = ir.store_index(kernel, self.buffers[kernel.output])
-        bind_indirect(store_index, self.ops, memo)  # a scatter's store index reads index tensors
-        index = index_text(store_index, self.variables, self.sizes, "xindex", self.ops.indirect_names) + \
-            ("" if index_names(store_index) else " + 0 * xindex")
+        self.guards = LoadGuards([member.body for member in self.members], memo)
+        stores = []
+        for kernel in self.members:
+            value = evaluate(kernel.body, self.ops, memo)
+            self.written.append(kernel.output)
+            store_index = ir.store_index(kernel, self.buffers[kernel.output])
+            bind_indirect(store_index, self.ops, memo)  # a scatter's store index reads index tensors
+            index = index_text(store_index, self.variables, self.sizes, "xindex", self.ops.indirect_names) + \
+                ("" if index_names(store_index) else " + 0 * xindex")
+            store = self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask")
+            if kernel.scatter is not None and kernel.scatter.accumulate:
+                store = "tl.atomic_add" + store.removeprefix("tl.store")  # indices may repeat
+            stores.append(store)
         body = [f"xindex = tl.program_id(0).to({self.index_type(numel)}) * XBLOCK + tl.arange(0, XBLOCK)",
                 f"xmask = xindex < {numel}"]
-        body += split_flat("xindex", self.variables, self.sizes) + self.ops.lines
-        store = self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask")
-        if kernel.scatter is not None and kernel.scatter.accumulate:
-            store = "tl.atomic_add" + store.removeprefix("tl.store")  # indices may repeat
-        body.append(store)
+        body += split_flat("xindex", self.variables, self.sizes) + self.ops.lines + stores
         parameters, arguments = self.parameters()
-        source = module_source(kernel.name, parameters + ["XBLOCK: tl.constexpr"], body)
+        source = module_source(self.name, parameters + ["XBLOCK: tl.constexpr"], body)
         heavy = len(self.ops.lines) >= HEAVY_POINTWISE
         shapes = heuristics.pointwise_candidates(numel, heavy) if self.autotune else \
             [heuristics.pointwise_shape(numel, heavy)]
-        return KernelText(kernel.name, source, arguments, shapes)
+        return KernelText(self.name, source, arguments, shapes)
 
 
 class RowWriter(Writer):
@@ -380,7 +403,7 @@ class RowWriter(Writer):
         text = self.index_text(index, self.member)
         if not index_names(index):
             text += " + tl.zeros([1, 1], tl.int32)"  # a [1, 1] block like constants (see expressions.constant)
-        mask = self.mask_for(index_names(index))
+        mask = self.guarded(self.mask_for(index_names(index)), buffer, index)
         if not self.persistent or buffer in self.producers:
             return self.ops.assign(self.load_text(buffer, text, mask))
         # The same element another member loaded (same text over the same lane sizes, so the
@@ -453,7 +476,9 @@ class RowWriter(Writer):
 
     def body_value(self, member) -> tuple[list[str], str]:
         self.ops = TritonOps(self.load, self.counter, "[1, 1]", lambda index: self.mask_for(index_names(index)))
-        value = evaluate(member.body, self.ops)
+        memo: dict = {}
+        self.guards = LoadGuards([member.body], memo)
+        value = evaluate(member.body, self.ops, memo)
         return self.ops.lines, value
 
     def pointwise(self, member: ir.Pointwise) -> list[str]:
