@@ -234,6 +234,7 @@ def host_profile(step, label, calls=20):
 
 
 def run(name, sides):
+    import tensorjit
     from tensorjit import logs
 
     torch.manual_seed(0)
@@ -248,7 +249,10 @@ def run(name, sides):
         logs.clear()
         try:
             result = compiled = step = None
+            torch._dynamo.reset()  # the previous side's graphs and pools go before this side's base
+            tensorjit.reset()
             gc.collect()
+            torch.cuda.synchronize()
             base = torch.cuda.memory_allocated()
             start = time.perf_counter()
             compiled = compiled_side(side, model)
