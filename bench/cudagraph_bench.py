@@ -266,6 +266,7 @@ def run(name, sides):
             if reference is not None:
                 output = result.float()
                 row[f"{side}_rel_err"] = float((output - reference).norm() / reference.norm())
+                output = None  # else the next side's memory base, or this side's peak, holds it
             row[f"{side}_ms"] = median_ms(step)
             result = None
             gc.collect()
