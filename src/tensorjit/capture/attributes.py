@@ -83,6 +83,10 @@ def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
         if namespace is not None and isinstance(namespace[1], DictValue):  # obj.__dict__ read before: it sees the write
             namespace[1].mutate(tx)
             namespace[1].items[name] = value
+    elif isinstance(obj, TensorValue) and lookup_static(obj.python_type(), name)[1] is None:
+        # an attribute of the tensor's own __dict__ (x.tag = ...): written on the run-time
+        # tensor after the graph; later reads in capture find it in the overlay
+        tx.output.record_attribute_write(obj, name, value)
     else:
         raise GraphBreak("store-attr", f"setting attribute {name!r} on {obj!r}")
 

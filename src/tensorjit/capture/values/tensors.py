@@ -22,8 +22,9 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from ..breaks import GraphBreak
+from ..guards import Guard
 from ..sources import AttrSource
-from .base import ConstantValue, Value
+from .base import DELETED, ConstantValue, Value
 from .containers import DictValue, ListValue, SliceValue, TupleValue
 
 # Tensor methods whose result feeds Python with data: they end the graph.
@@ -106,10 +107,25 @@ class TensorValue(Value):
         if name == "grad_fn" and not example.requires_grad:
             return ConstantValue(None)
         if not hasattr(torch.Tensor, name):
-            raise GraphBreak("attribute-error", f"Tensor has no attribute {name!r}", exception=AttributeError(name))
+            return self.instance_attribute(tx, name)
         if not _is_method(name):  # grad_fn, _base, _version, output_nr...: facts of the run-time tensor
             raise GraphBreak("tensor-attribute", f"Tensor.{name} is known only at run time")
         return TensorMethodValue(self, name)
+
+    def instance_attribute(self, tx, name: str) -> Value:
+        """An attribute in the tensor's own `__dict__` (`x.tag = ...`): one written in the
+        function, else the run-time tensor's, read through a guarded source."""
+        written = tx.output.attribute_overlay.get((id(self), name))
+        if written is DELETED:
+            raise GraphBreak("attribute-error", f"Tensor has no attribute {name!r}", exception=AttributeError(name))
+        if written is not None:
+            return written
+        if self.source is not None:
+            tensor = tx.read_attribute_of_source(self.source, "__dict__")
+            if name in tensor:
+                return tx.wrap(tensor[name], _attr(self.source, name))
+            tx.output.guard(Guard(self.source, "missing_attribute", name))
+        raise GraphBreak("attribute-error", f"Tensor has no attribute {name!r}", exception=AttributeError(name))
 
     def reconstruct(self, cg) -> str:
         return cg.tensor(self)
