@@ -99,6 +99,14 @@ def replace_contents(container, new):
         container.update(new)
 
 
+def registered_hook(tensor, hook, removed: bool):
+    """`tensor.register_hook(hook)` replayed after the graph; removed again where the function removed it."""
+    handle = tensor.register_hook(hook)
+    if removed:
+        handle.remove()
+    return handle
+
+
 def exhausted_generator():
     """A finished generator, standing for one that finished during capture."""
     generator = (item for item in ())
@@ -111,7 +119,7 @@ HELPERS = {
     "make_function": make_function, "new_object": new_object, "MethodType": types.MethodType,
     "CellType": types.CellType, "enter_grad_mode": enter_grad_mode, "replace_contents": replace_contents,
     "advanced_iterator": advanced_iterator, "new_container": new_container,
-    "advance_iterator": advance_iterator,
+    "advance_iterator": advance_iterator, "registered_hook": registered_hook,
 }
 
 
@@ -208,6 +216,9 @@ class RuntimeCodegen:
             if effect.kind == "advance":  # after the results are read: they may name items ahead of it
                 iterator = effect.target
                 writes.append(f"{self.helper('advance_iterator')}({self.source(iterator.source)}, {iterator.position})")
+                continue
+            if effect.kind == "hook":  # among the reads: a handle returned or stored must exist first
+                reads.append(self.value(effect.target))
                 continue
             if effect.kind == "delattr":
                 reads.append(f"__t{n} = {self.value(effect.target)}")

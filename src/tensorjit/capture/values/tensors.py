@@ -26,6 +26,7 @@ from ..guards import Guard
 from ..sources import AttrSource
 from .base import DELETED, ConstantValue, Value
 from .containers import DictValue, ListValue, SliceValue, TupleValue
+from .hooks import register_tensor_hook
 
 # Tensor methods whose result feeds Python with data: they end the graph.
 _DATA_DEPENDENT_METHODS = {
@@ -303,6 +304,8 @@ class TensorMethodValue(Value):
 
     def call(self, tx, args, kwargs) -> Value:
         name = self.name
+        if name == "register_hook":
+            return register_tensor_hook(tx, self.tensor, args, kwargs)
         if name in _DATA_DEPENDENT_METHODS:
             text = _DATA_DEPENDENT_METHODS[name]
             if text is not None and not (name == "item" and tx.config.capture_scalar_outputs):
