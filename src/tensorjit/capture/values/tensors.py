@@ -306,6 +306,8 @@ class TensorMethodValue(Value):
         name = self.name
         if name == "register_hook":
             return register_tensor_hook(tx, self.tensor, args, kwargs)
+        if name == "__iter__" and not args and not kwargs:  # x.__iter__() is iter(x): its rows
+            return tx.iterate(self.tensor)
         if name in _DATA_DEPENDENT_METHODS:
             text = _DATA_DEPENDENT_METHODS[name]
             if text is not None and not (name == "item" and tx.config.capture_scalar_outputs):
