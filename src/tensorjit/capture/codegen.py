@@ -124,6 +124,22 @@ HELPERS = {
 
 
 
+def _plain_setter(target: Value) -> str:
+    """What replays a recorded write: capture recorded the plain write a class's Python __setattr__
+    ended in (it was inlined), so that __setattr__ must not run again; nn.Module's sorts values into
+    its tables, as the write capture recorded meant."""
+    try:
+        cls = target.python_type()
+    except GraphBreak:
+        return "setattr"
+    for klass in cls.__mro__:
+        if "__setattr__" in klass.__dict__:
+            setter = klass.__dict__["__setattr__"]
+            custom = isinstance(setter, types.FunctionType) and setter is not torch.nn.Module.__setattr__
+            return "object.__setattr__" if custom else "setattr"
+    return "setattr"
+
+
 class RuntimeCodegen:
     def __init__(self, output: OutputGraph) -> None:
         self.output = output
@@ -227,7 +243,7 @@ class RuntimeCodegen:
             reads.append(f"__w{n} = {self.value(effect.value)}")
             if effect.kind == "attr":
                 reads.append(f"__t{n} = {self.value(effect.target)}")
-                writes.append(f"setattr(__t{n}, {effect.key!r}, __w{n})")
+                writes.append(f"{_plain_setter(effect.target)}(__t{n}, {effect.key!r}, __w{n})")
             elif effect.kind == "cell":
                 writes.append(f"{self.source(effect.target)} = __w{n}")
             elif effect.kind == "global":
