@@ -75,3 +75,28 @@ def test_a_class_attribute_name_still_breaks():
 
     with pytest.raises(tensorjit.GraphBreakError):
         tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.ones(2), torch.zeros(2))
+
+
+def test_grad_assigned_in_the_function_lands_and_is_read_back():
+    def fn(x, p):
+        y = x + 10
+        y.grad = x
+        p.grad = x * 2
+        return y, p.grad + 1
+
+    p = torch.nn.Parameter(torch.zeros(5))
+    x = torch.ones(5)
+    y, read = tensorjit.compile(fn, backend="eager", fullgraph=True)(x, p)
+    assert y.grad is x
+    torch.testing.assert_close(p.grad, x * 2)
+    torch.testing.assert_close(read, x * 2 + 1)
+
+
+def test_a_grad_the_setter_refuses_breaks():
+    def fn(x):
+        y = x + 1
+        y.grad = torch.ones(3)  # another shape: eager raises
+        return y
+
+    with pytest.raises(tensorjit.GraphBreakError):
+        tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.ones(5))

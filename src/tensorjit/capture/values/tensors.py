@@ -98,6 +98,9 @@ class TensorValue(Value):
         if name in _VIEW_ATTRIBUTES:
             return record_call(tx, "getattr", [self, ConstantValue(name)], {}, method=False)
         if name == "grad":
+            written = tx.output.attribute_overlay.get((id(self), name))
+            if written is not None:  # assigned in the function
+                return written
             if self.source is not None:
                 return tx.wrap(tx.read_attribute_of_source(self.source, "grad"), _attr(self.source, "grad"))
             raise GraphBreak("tensor-grad", ".grad of an intermediate tensor")
