@@ -573,9 +573,16 @@ def SET_UPDATE(f, i):
 @opcode()
 def DICT_UPDATE(f, i):
     other = f.pop()
-    if not isinstance(other, DictValue):
-        raise GraphBreak("unsupported-operation", f"dict update from {other!r}")
-    f.stack[-i.arg].items.update(other.items)
+    target = f.stack[-i.arg]
+    if isinstance(other, DictValue):
+        target.items.update(other.items)
+        return
+    # another mapping (`**mapping`, `{**mapping}`): Python reads its keys() and each item
+    keys = f.iterate(f.call(f.getattr(other, "keys"), [], {})).unpack(f)
+    for key in keys:
+        if not key.is_constant():
+            raise GraphBreak("unsupported-operation", f"dict update from {other!r} with a key known only at run time")
+        target.items[key.constant()] = f.getitem(other, key)
 
 
 HANDLERS["DICT_MERGE"] = DICT_UPDATE
