@@ -10,6 +10,7 @@ compiled once per cache entry; the hot path is plain straight-line Python.
 from __future__ import annotations
 
 import builtins
+import copy
 import sys
 import types
 import weakref
@@ -120,6 +121,7 @@ HELPERS = {
     "CellType": types.CellType, "enter_grad_mode": enter_grad_mode, "replace_contents": replace_contents,
     "advanced_iterator": advanced_iterator, "new_container": new_container,
     "advance_iterator": advance_iterator, "registered_hook": registered_hook,
+    "fresh_module": copy.deepcopy,  # a module made in the function (values/objects.MadeModuleValue)
 }
 
 

@@ -193,6 +193,19 @@ class NNModuleValue(ObjectValue):
         return f"NNModuleValue({type(self.obj).__name__})"
 
 
+class MadeModuleValue(NNModuleValue):
+    """A torch.nn module without parameters, buffers or submodules (nn.ReLU(), nn.Upsample(scale_factor=2))
+    constructed in the function from constant arguments: built once at capture time, so its forward is
+    inlined like any module's. Such a module holds only its configuration, which the arguments fix; where
+    it leaves the function it is a fresh copy, as each call of the function made a new one."""
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.helper('fresh_module')}({cg.constant(self.obj)})"
+
+    def __repr__(self) -> str:
+        return f"MadeModuleValue({type(self.obj).__name__})"
+
+
 class UserObjectValue(Value):
     """An instance of a user class created inside the compiled function."""
 
