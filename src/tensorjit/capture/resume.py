@@ -210,13 +210,21 @@ def _assemble(bc: Bytecode, code: types.CodeType) -> types.CodeType:
     from_code(conserve_exception_block_stackdepth=True)) are the right ones; the original stack size covers the handlers, and the
     reachable walk covers the prologue and exit blocks.
 
-    Entering a `with` block inside a `try` from the middle is beyond that walk ("negative
-    size"): such a break point has no resume code, and the call runs eagerly instead."""
+    Entering a `with` block from the middle is beyond that walk ("negative size"): there the
+    size is bounded without it (`_bound_without_walk`)."""
     try:
         reachable = ControlFlowGraph.from_bytecode(bc).compute_stacksize(compute_exception_stack_depths=False)
-    except RuntimeError as error:
-        raise GraphBreak("resume", f"no resume code for this break point ({error})") from None
+    except RuntimeError:
+        reachable = _bound_without_walk(bc, code)
     return bc.to_code(stacksize=max(reachable, code.co_stacksize), compute_exception_stack_depths=False)
+
+
+def _bound_without_walk(bc: Bytecode, code: types.CodeType) -> int:
+    """A stack size for code the walk cannot follow (a `with` block entered from the middle, whose
+    `__exit__` the walk never saw pushed: "negative size"). The prologue rebuilds exactly the stack
+    the original had at the target, so from there on the original's size holds; the prologue and
+    the exit blocks hold at most the stack, the arguments or the locals, and a call's few slots."""
+    return code.co_stacksize + len(bc.argnames) + code.co_nlocals + 8
 
 
 def _cell_name(arg) -> str:
