@@ -66,3 +66,24 @@ def test_getattr_and_dict_of_an_object_made_in_the_function():
     assert set(obj.__dict__) == {"pfx_x", "pfx_y"}
     assert obj.__dict__["pfx_x"] is x
     torch.testing.assert_close(y, x + 1)
+
+
+def test_attribute_error_raised_by_an_inlined_getattr_answers_hasattr_and_getattr():
+    class Mock:
+        def __init__(self):
+            self.a = 5
+
+        def __getattr__(self, name):
+            if name != "a":
+                raise AttributeError("missing")
+            return self.__dict__["a"]
+
+    mock = Mock()
+
+    def fn(x):
+        if hasattr(mock, "b"):
+            return torch.cos(x)
+        return torch.sin(x) * getattr(mock, "c", 2)
+
+    x = torch.randn(4)
+    torch.testing.assert_close(tensorjit.compile(fn, backend="eager", fullgraph=True)(x), fn(x))

@@ -282,9 +282,14 @@ def _hasattr(tx, obj: Value, name: Value) -> Value:
         tx.getattr(obj, name.constant())
         return ConstantValue(True)
     except GraphBreak as e:
-        if e.reason.kind == "attribute-error":
+        if _attribute_error(e):
             return ConstantValue(False)
         raise
+
+
+def _attribute_error(stop: GraphBreak) -> bool:
+    """The lookup raised AttributeError: found missing, or raised by an inlined `__getattr__`."""
+    return stop.reason.kind == "attribute-error" or isinstance(stop.exception, AttributeError)
 
 
 @builtin(py.getattr)
@@ -292,7 +297,7 @@ def _getattr(tx, obj: Value, name: Value, default: Value | None = None) -> Value
     try:
         return tx.getattr(obj, name.constant())
     except GraphBreak as e:
-        if default is not None and e.reason.kind == "attribute-error":
+        if default is not None and _attribute_error(e):
             return default
         raise
 
