@@ -71,6 +71,8 @@ def _goes_to_module_table(module: torch.nn.Module, name: str, value: Value) -> b
 
 
 def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
+    if name == "__class__" and not isinstance(obj, UserObjectValue):  # changes the type capture read
+        raise GraphBreak("store-attr", f"assigning __class__ of {obj!r}")
     if isinstance(obj, (UserObjectValue, RecordValue, NestedFunctionValue)):
         obj.setattr(tx, name, value)
     elif isinstance(obj, (DictValue, SetValue, TupleValue)) and obj.source is None and container_base(obj.cls):

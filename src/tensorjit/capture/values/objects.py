@@ -9,6 +9,7 @@ managers that switch torch's global state live here too.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import functools
 import inspect
@@ -250,6 +251,14 @@ class UserObjectValue(Value):
         return self._namespace
 
     def setattr(self, tx, name: str, value: Value) -> None:
+        if name == "__class__":  # obj.__class__ = Other: the object's type changes, its attributes stay
+            new = value.constant() if value.is_constant() else None
+            plain = isinstance(new, type) and new.__new__ is object.__new__ and \
+                type(new) in (type, abc.ABCMeta) and "__slots__" not in vars(new)
+            if not plain:
+                raise GraphBreak("store-attr", "assigning __class__ a class capture does not model")
+            self.cls = new
+            return
         self.attributes[name] = value
 
     def delattr(self, tx, name: str) -> None:
