@@ -136,3 +136,21 @@ def test_exception_classes_with_a_python_init_are_made_in_the_function():
     ref, ref_text = fn(t)
     torch.testing.assert_close(out, ref)
     assert text == ref_text
+
+
+def test_arguments_a_builtin_refuses_are_the_programs_type_error():
+    def fn(x):
+        try:
+            isinstance(x, torch.Tensor, invalid=True)
+        except TypeError:
+            return x + 1
+        return x
+
+    x = torch.zeros(2)
+    torch.testing.assert_close(tensorjit.compile(fn, backend="eager", fullgraph=True)(x), x + 1)
+
+    def uncaught(x):
+        return isinstance(x, torch.Tensor, invalid=True)
+
+    with pytest.raises(TypeError):
+        tensorjit.compile(uncaught, backend="eager")(x)

@@ -300,3 +300,32 @@ def test_set_algebra_results_iterate_as_eagers_under_any_hash_seed(tmp_path):
         result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=environment,
                                 timeout=300)
         assert result.stdout.strip() == "True", (seed, result.stdout, result.stderr[-2000:])
+
+
+def test_double_star_of_a_mapping_that_is_not_a_dict_reads_keys_and_items():
+    import collections.abc
+
+    class Settings(collections.abc.Mapping):
+        def __init__(self, **values):
+            self._values = values
+
+        def __getitem__(self, key):
+            return self._values[key]
+
+        def __len__(self):
+            return len(self._values)
+
+        def __iter__(self):
+            return iter(self._values)
+
+    def scale(x, *, a, b):
+        return x * a + b
+
+    def fn(x, settings):
+        merged = {**settings, "b": 5}
+        return scale(x, **settings), merged
+
+    x = torch.ones(2)
+    out, merged = tensorjit.compile(fn, backend="eager", fullgraph=True)(x, Settings(a=2, b=1))
+    torch.testing.assert_close(out, x * 2 + 1)
+    assert merged == {"a": 2, "b": 5}

@@ -55,3 +55,23 @@ def test_reading_a_missing_attribute_of_a_nested_function_raises_attribute_error
             return x + 1
 
     torch.testing.assert_close(tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.ones(1)), torch.ones(1) + 1)
+
+
+def test_annotations_of_a_function_made_in_the_function_with_typing_forms():
+    import typing
+
+    class Variable:
+        pass
+
+    def fn(x):
+        x = x / 3.0
+
+        def inner(y: typing.List[Variable], z: int = 0) -> typing.Optional[int]:
+            return x + 1
+
+        return inner, typing.Tuple[int, str]
+
+    inner, alias = tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.ones(2))
+    assert inner.__annotations__ == {"y": typing.List[Variable], "z": int, "return": typing.Optional[int]}
+    assert alias == typing.Tuple[int, str]
+    torch.testing.assert_close(inner([]), torch.ones(2) / 3.0 + 1)

@@ -69,6 +69,7 @@ def _examples() -> dict:
         "length": (Guard(_X, "length", 2), ([1, 2], t)),
         "at_least": (Guard(_X, "at_least", 2), (5, t)),
         "missing_attribute": (Guard(_X, "missing_attribute", "nope"), (t, t)),
+        "absent_key": (Guard(_X, "absent_key", "nope"), ({"a": 1}, t)),
         "keys": (Guard(_X, "keys", ("a",)), ({"a": 1}, t)),
         "set_items": (Guard(_X, "set_items", (1,)), ({1}, t)),
         "tensor": (Guard(_X, "tensor", TensorSignature.of(t)), (t, t)),

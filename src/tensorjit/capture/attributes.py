@@ -71,6 +71,8 @@ def _goes_to_module_table(module: torch.nn.Module, name: str, value: Value) -> b
 
 
 def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
+    if name == "__class__" and not isinstance(obj, UserObjectValue):  # changes the type capture read
+        raise GraphBreak("store-attr", f"assigning __class__ of {obj!r}")
     if isinstance(obj, (UserObjectValue, RecordValue, NestedFunctionValue)):
         obj.setattr(tx, name, value)
     elif isinstance(obj, (DictValue, SetValue, TupleValue)) and obj.source is None and container_base(obj.cls):
@@ -83,8 +85,24 @@ def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
         if namespace is not None and isinstance(namespace[1], DictValue):  # obj.__dict__ read before: it sees the write
             namespace[1].mutate(tx)
             namespace[1].items[name] = value
+    elif isinstance(obj, TensorValue) and (lookup_static(obj.python_type(), name)[1] is None or
+                                           name == "grad" and _fits_as_grad(obj, value)):
+        # an attribute of the tensor's own __dict__ (x.tag = ...), or its .grad: written on the
+        # run-time tensor after the graph; later reads in capture find it in the overlay
+        tx.output.record_attribute_write(obj, name, value)
     else:
         raise GraphBreak("store-attr", f"setting attribute {name!r} on {obj!r}")
+
+
+def _fits_as_grad(tensor: TensorValue, value: Value) -> bool:
+    """Whether `tensor.grad = value` is accepted (the setter checks these; a refused one breaks, so
+    eager raises its error where the program made it)."""
+    if value.is_constant() and value.constant() is None:
+        return True
+    if not isinstance(value, TensorValue):
+        return False
+    mine, theirs = tensor.example, value.example
+    return (mine.shape, mine.dtype, mine.device) == (theirs.shape, theirs.dtype, theirs.device)
 
 
 def delete_attribute(tx, obj: Value, name: str, custom: bool = True) -> None:

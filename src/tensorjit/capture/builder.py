@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from . import cpython
+from .codegen import GradExit
 from .flex_attention import flex_attention_value
 from .guards import Guard
 from .higher_order import higher_order_value
@@ -248,6 +249,8 @@ def _wrap_iterator(tx, obj: Any, source: Source) -> Value:
 
 
 def _identity_guarded(obj: Any) -> bool:
+    if isinstance(obj, GradExit):  # made anew at each break; a call of it guards what it restores
+        return False
     return isinstance(obj, (type, types.FunctionType, types.ModuleType, types.BuiltinFunctionType,
                             types.MethodDescriptorType, types.WrapperDescriptorType, functools.partial)) \
         or callable(obj) and not hasattr(obj, "__dict__")

@@ -34,7 +34,7 @@ from .values.container_subclasses import container_base, instantiate as instanti
 from .values.containers import (DictValue, IteratorValue, ListValue, MappingProxyValue, SequenceValue, TupleValue, SetValue,
                                hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (GlobalContextValue, GradModeValue, NNModuleValue, NullContextValue,
+from .values.objects import (GlobalContextValue, GradModeValue, MadeModuleValue, NNModuleValue, NullContextValue,
                              ObjectValue, PartialValue,
                              UserObjectValue, is_not_implemented, lookup_static)
 from .values.records import RecordValue, is_record_class
@@ -238,6 +238,9 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) \
                 and cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return tx.wrap_constant_object(cls(*[a.constant() for a in args]))
+        made = _stateless_module(tx, cls, args, kwargs) if issubclass(cls, torch.nn.Module) else None
+        if made is not None:
+            return made
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} inside a compiled function")
     base = container_base(cls)
     if base is not None:
@@ -251,6 +254,22 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
     elif args or kwargs:
         raise GraphBreak("unsupported-call", f"{cls.__name__}.__init__ is not a Python function")
     return instance
+
+
+def _stateless_module(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
+    """`cls(*args, **kwargs)` of a torch.nn module class as a MadeModuleValue, where the module
+    qualifies (constant arguments; no parameters, buffers or submodules once built); else None."""
+    if not cls.__module__.startswith("torch.nn.") or \
+            not all(v.is_constant() for v in [*args, *kwargs.values()]):
+        return None
+    try:
+        module = cls(*[a.constant() for a in args], **{k: v.constant() for k, v in kwargs.items()})
+    except Exception:  # eager raises it: the break runs the call there
+        return None
+    if module._parameters or module._buffers or module._modules:
+        return None
+    tx.output.keep_alive.append(module)
+    return MadeModuleValue(module, None)
 
 
 def _python_init_exception(cls: type, args) -> bool:

@@ -10,6 +10,7 @@ compiled once per cache entry; the hot path is plain straight-line Python.
 from __future__ import annotations
 
 import builtins
+import copy
 import sys
 import types
 import weakref
@@ -99,6 +100,14 @@ def replace_contents(container, new):
         container.update(new)
 
 
+def registered_hook(tensor, hook, removed: bool):
+    """`tensor.register_hook(hook)` replayed after the graph; removed again where the function removed it."""
+    handle = tensor.register_hook(hook)
+    if removed:
+        handle.remove()
+    return handle
+
+
 def exhausted_generator():
     """A finished generator, standing for one that finished during capture."""
     generator = (item for item in ())
@@ -111,9 +120,26 @@ HELPERS = {
     "make_function": make_function, "new_object": new_object, "MethodType": types.MethodType,
     "CellType": types.CellType, "enter_grad_mode": enter_grad_mode, "replace_contents": replace_contents,
     "advanced_iterator": advanced_iterator, "new_container": new_container,
-    "advance_iterator": advance_iterator,
+    "advance_iterator": advance_iterator, "registered_hook": registered_hook,
+    "fresh_module": copy.deepcopy,  # a module made in the function (values/objects.MadeModuleValue)
 }
 
+
+
+def _plain_setter(target: Value) -> str:
+    """What replays a recorded write: capture recorded the plain write a class's Python __setattr__
+    ended in (it was inlined), so that __setattr__ must not run again; nn.Module's sorts values into
+    its tables, as the write capture recorded meant."""
+    try:
+        cls = target.python_type()
+    except GraphBreak:
+        return "setattr"
+    for klass in cls.__mro__:
+        if "__setattr__" in klass.__dict__:
+            setter = klass.__dict__["__setattr__"]
+            custom = isinstance(setter, types.FunctionType) and setter is not torch.nn.Module.__setattr__
+            return "object.__setattr__" if custom else "setattr"
+    return "setattr"
 
 
 class RuntimeCodegen:
@@ -209,6 +235,9 @@ class RuntimeCodegen:
                 iterator = effect.target
                 writes.append(f"{self.helper('advance_iterator')}({self.source(iterator.source)}, {iterator.position})")
                 continue
+            if effect.kind == "hook":  # among the reads: a handle returned or stored must exist first
+                reads.append(self.value(effect.target))
+                continue
             if effect.kind == "delattr":
                 reads.append(f"__t{n} = {self.value(effect.target)}")
                 writes.append(f"delattr(__t{n}, {effect.key!r})")
@@ -216,7 +245,7 @@ class RuntimeCodegen:
             reads.append(f"__w{n} = {self.value(effect.value)}")
             if effect.kind == "attr":
                 reads.append(f"__t{n} = {self.value(effect.target)}")
-                writes.append(f"setattr(__t{n}, {effect.key!r}, __w{n})")
+                writes.append(f"{_plain_setter(effect.target)}(__t{n}, {effect.key!r}, __w{n})")
             elif effect.kind == "cell":
                 writes.append(f"{self.source(effect.target)} = __w{n}")
             elif effect.kind == "global":

@@ -31,7 +31,7 @@ from .guard_filter import filter_guards
 from .guards import GUARDED_INPUTS, CompiledGuards, global_state_guards, saved_guards
 from .interpreter import Capture, Frame, StopCapture
 from .output import OutputGraph
-from .resume import Successor, TailCall, hidden_parameters, resume_code, transformed_code
+from .resume import Successor, TailCall, first_argument, hidden_parameters, resume_code, transformed_code
 from .dynamic import DynamicPolicy, may_vary, shape_guards
 from .guards import Guard
 from .sources import LocalSource
@@ -360,8 +360,9 @@ def _finish_break(owner, output: OutputGraph, frame: Frame, grad_before: bool) -
     entry_index = index
     while entry_index > 0 and frame.instructions[entry_index - 1].opname in cpython.CALL_PREFIXES:
         entry_index -= 1
+    root = owner.origin[0] if owner.origin is not None else owner
     tcode = transformed_code(code, index, len(stack), local_names, [s for s, _ in successors], entry_index,
-                             cell_names)
+                             cell_names, first_argument(root.fn.__code__))
     resumes = [resume for _, resume in successors]
     entry = break_entry(fn, _build_guards(owner, output), tcode, restore_fn, resumes, graphs)
     entry.recipe = {"kind": "break", "restore": restore.recipe(compiled), "code": tcode, "resumes": resumes,

@@ -166,6 +166,13 @@ def _missing_attribute(em, guard, v) -> None:
     em.check(f"not hasattr({v}, {guard.payload!r})")
 
 
+@guard_kind("absent_key", order=2, torch_type="DICT_CONTAINS",
+            describe=lambda guard, where: f"{guard.payload!r} not in {where}")
+def _absent_key(em, guard, v) -> None:
+    """An instance __dict__ without the name, so lookup reached the class's Python __getattr__."""
+    em.check(f"{guard.payload!r} not in {v}")
+
+
 @guard_kind("keys", order=2, torch_type="DICT_KEYS_MATCH",
             describe=lambda guard, where: f"{where}.keys() == {list(guard.payload)!r}")
 def _keys(em, guard, v) -> None:

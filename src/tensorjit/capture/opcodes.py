@@ -405,6 +405,10 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
     if obj.is_constant() and isinstance(obj.constant(), type) and isinstance(index, ObjectValue) and \
             hasattr(obj.constant(), "__class_getitem__"):
         return f.wrap_constant_object(obj.constant()[index.obj])  # a generic alias (OrderedSet[T]): pure
+    if isinstance(obj, ObjectValue) and type(obj.obj).__module__ == "typing" and \
+            (index.is_constant() or type(index) is ObjectValue):
+        # a typing form subscripted (typing.List[T] in an annotation): pure, and typing is not traced
+        return f.wrap_constant_object(obj.obj[index.constant() if index.is_constant() else index.obj])
     if obj.is_constant() and index.is_constant():
         try:
             return f.wrap_constant_object(obj.constant()[index.constant()])
@@ -573,9 +577,16 @@ def SET_UPDATE(f, i):
 @opcode()
 def DICT_UPDATE(f, i):
     other = f.pop()
-    if not isinstance(other, DictValue):
-        raise GraphBreak("unsupported-operation", f"dict update from {other!r}")
-    f.stack[-i.arg].items.update(other.items)
+    target = f.stack[-i.arg]
+    if isinstance(other, DictValue):
+        target.items.update(other.items)
+        return
+    # another mapping (`**mapping`, `{**mapping}`): Python reads its keys() and each item
+    keys = f.iterate(f.call(f.getattr(other, "keys"), [], {})).unpack(f)
+    for key in keys:
+        if not key.is_constant():
+            raise GraphBreak("unsupported-operation", f"dict update from {other!r} with a key known only at run time")
+        target.items[key.constant()] = f.getitem(other, key)
 
 
 HANDLERS["DICT_MERGE"] = DICT_UPDATE
@@ -797,12 +808,22 @@ def MAKE_FUNCTION(f, i):
     code = f.pop().constant()
     flags = i.arg
     cells = f.pop().items if flags & 0x08 else []
-    if flags & 0x04:
-        f.pop()  # annotations
+    annotations = f.pop() if flags & 0x04 else None
     kwdefaults = {k: v for k, v in f.pop().items.items()} if flags & 0x02 else {}
     defaults = f.pop().items if flags & 0x01 else []
-    f.push(NestedFunctionValue(code, f.globals, code.co_name, list(defaults), kwdefaults, list(cells),
-                               code.co_qualname))
+    function = NestedFunctionValue(code, f.globals, code.co_name, list(defaults), kwdefaults, list(cells),
+                                   code.co_qualname)
+    if annotations is not None:
+        function.written["__annotations__"] = _annotations(annotations)
+    f.push(function)
+
+
+def _annotations(part: Value) -> Value:
+    """MAKE_FUNCTION's annotations (a tuple of names and values, paired) as the function's dict."""
+    if isinstance(part, DictValue):
+        return part
+    items = part.items
+    return DictValue({items[k].constant(): items[k + 1] for k in range(0, len(items), 2)})
 
 
 @opcode(*FROM_313)
@@ -821,7 +842,9 @@ def SET_FUNCTION_ATTRIBUTE(f, i):
         function._kwdefaults = dict(part.items.items())
     elif i.arg == 0x01:
         function._defaults = list(part.items)
-    # 0x04 (annotations) and 0x10 (3.14's annotate function) do not change what a call does
+    elif i.arg == 0x04:
+        function.written["__annotations__"] = _annotations(part)
+    # 0x10 (3.14's annotate function) does not change what a call does
     f.push(function)
 
 

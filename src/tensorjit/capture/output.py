@@ -33,7 +33,7 @@ class GraphInput:
 
 @dataclass
 class SideEffect:
-    """A Python-visible write to replay after the graph: `kind` is attr, delattr, global, item, cell, container, or advance (an input iterator capture took items from)."""
+    """A Python-visible write to replay after the graph: `kind` is attr, delattr, global, item, cell, container, hook, or advance (an input iterator capture took items from)."""
 
     kind: str
     target: Any  # a Value (the object written to) or a name
@@ -171,6 +171,10 @@ class OutputGraph:
         """`del obj.name` of an object from outside: later reads in capture raise AttributeError."""
         self.attribute_overlay[(id(obj.obj), name)] = DELETED
         self.side_effects.append(SideEffect("delattr", obj, name, None))
+
+    def record_hook(self, handle) -> None:
+        """A tensor hook registered on a tensor from outside (values/hooks.py): registered after the graph."""
+        self.side_effects.append(SideEffect("hook", handle, None, None))
 
     def record_iterator_advance(self, iterator) -> None:
         """An input iterator capture took items from: after the graph it is advanced by as many."""

@@ -87,7 +87,7 @@ class Successor:
 
 def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, local_names: list[str],
                      successors: list[Successor], entry_index: int | None = None,
-                     cell_names: list[str] = ()) -> types.CodeType:
+                     cell_names: list[str] = (), original_first: str | None = None) -> types.CodeType:
     """The entry's code for a break before instruction `break_index`.
 
     `entry_index` is where the prologue jumps: the break instruction, or the KW_NAMES
@@ -97,7 +97,8 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
     cell variables' values), so closures made before the break share them with the code
     after it. The code calls `restore`, the `TailCall`
     class and one resume function per successor through hidden keyword-only parameters
-    (`hidden_parameters`), which the caller fills in as defaults."""
+    (`hidden_parameters`), which the caller fills in as defaults. `original_first`: the original
+    function's `first_argument` (see `moves_first_argument`)."""
     bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
     real = _real_instructions(bc)
     instr = real[break_index]
@@ -130,9 +131,16 @@ def transformed_code(code: types.CodeType, break_index: int, stack_depth: int, l
             block += [Instr("NOP", lineno=lineno)] * cpython.FOR_ITER_EXHAUSTED_SKIP
         block += [Instr("BUILD_TUPLE", successor.depth, lineno=lineno),
                  Instr("STORE_FAST", "__tj_stack", lineno=lineno)]
-        local_loads = [_load(n, cellvars) for n in passed] + \
+        sent = passed
+        if moves_first_argument(original_first, successor.depth, passed):  # it travels before the stack
+            first = original_first
+            sent = [n for n in passed if n != first]
+            block += [_load(first, cellvars), Instr("BUILD_TUPLE", 1, lineno=lineno),
+                      Instr("LOAD_FAST", "__tj_stack", lineno=lineno), Instr("BINARY_OP", 0, lineno=lineno),
+                      Instr("STORE_FAST", "__tj_stack", lineno=lineno)]
+        local_loads = [_load(n, cellvars) for n in sent] + \
             [Instr("LOAD_FAST", f"__tj_cell_{name}", lineno=lineno) for name in cell_names] + \
-            [Instr("BUILD_TUPLE", len(passed) + len(cell_names), lineno=lineno)]
+            [Instr("BUILD_TUPLE", len(sent) + len(cell_names), lineno=lineno)]
         block += _call_constant("__tj_tail", [Instr("LOAD_FAST", f"__tj_resume{n}", lineno=lineno),
                                             Instr("LOAD_FAST", "__tj_stack", lineno=lineno),
                                             *local_loads], 3, lineno)
@@ -189,13 +197,32 @@ def resume_code(code: types.CodeType, resume_index: int, stack_depth: int,
     prologue.append(Instr("JUMP_FORWARD", label, lineno=lineno))
     start = _after_resume(bc)
     bc[start:start] = prologue
-    bc.argnames = stack_names + list(local_names)
+    if moves_first_argument(first_argument(code), stack_depth, local_names):
+        first = first_argument(code)
+        bc.argnames = [first] + stack_names + [n for n in local_names if n != first]
+    else:
+        bc.argnames = stack_names + list(local_names)
     bc.argcount = len(bc.argnames)
     bc.posonlyargcount = 0
     bc.kwonlyargcount = 0
     bc.flags &= ~(CO_VARARGS | CO_VARKEYWORDS)
     bc.name = f"{code.co_name}_resume_at_{real[resume_index].lineno}"
     return _assemble(bc, code)
+
+
+def first_argument(code: types.CodeType) -> str | None:
+    """The original function's first argument (`self`, `cls`) where it is a plain local."""
+    if not _total_args(code) or code.co_varnames[0] in code.co_cellvars:
+        return None
+    return code.co_varnames[0]
+
+
+def moves_first_argument(first: str | None, stack_depth: int, local_names: list[str]) -> bool:
+    """Whether the original's first argument `first` travels to the resume function ahead of the
+    stack, into its first local slot: a zero-argument `super()` reads that slot on 3.11 (a resume
+    function otherwise takes the stack first). The exit blocks of entries (of the function and of
+    its resume functions) and the resume code agree by asking this of the original's `first`."""
+    return bool(stack_depth) and first is not None and first in local_names
 
 
 def _assemble(bc: Bytecode, code: types.CodeType) -> types.CodeType:
@@ -210,13 +237,21 @@ def _assemble(bc: Bytecode, code: types.CodeType) -> types.CodeType:
     from_code(conserve_exception_block_stackdepth=True)) are the right ones; the original stack size covers the handlers, and the
     reachable walk covers the prologue and exit blocks.
 
-    Entering a `with` block inside a `try` from the middle is beyond that walk ("negative
-    size"): such a break point has no resume code, and the call runs eagerly instead."""
+    Entering a `with` block from the middle is beyond that walk ("negative size"): there the
+    size is bounded without it (`_bound_without_walk`)."""
     try:
         reachable = ControlFlowGraph.from_bytecode(bc).compute_stacksize(compute_exception_stack_depths=False)
-    except RuntimeError as error:
-        raise GraphBreak("resume", f"no resume code for this break point ({error})") from None
+    except RuntimeError:
+        reachable = _bound_without_walk(bc, code)
     return bc.to_code(stacksize=max(reachable, code.co_stacksize), compute_exception_stack_depths=False)
+
+
+def _bound_without_walk(bc: Bytecode, code: types.CodeType) -> int:
+    """A stack size for code the walk cannot follow (a `with` block entered from the middle, whose
+    `__exit__` the walk never saw pushed: "negative size"). The prologue rebuilds exactly the stack
+    the original had at the target, so from there on the original's size holds; the prologue and
+    the exit blocks hold at most the stack, the arguments or the locals, and a call's few slots."""
+    return code.co_stacksize + len(bc.argnames) + code.co_nlocals + 8
 
 
 def _cell_name(arg) -> str:

@@ -86,6 +86,10 @@ class BuiltinValue(CallableConstant):
                 return handler(tx, *args, **kwargs)
             except GraphBreak:
                 raise
+            except TypeError as error:
+                if error.__traceback__.tb_next is None:  # raised binding the handler's arguments
+                    raise argument_error(self.fn, args, kwargs) from None
+                raise python_error(self.fn, args, kwargs, error) from error
             except Exception as error:
                 raise python_error(self.fn, args, kwargs, error) from error
         return fold(tx, self.fn, args, kwargs)
@@ -151,6 +155,20 @@ def _is_unbound_container_method(fn, args: list[Value]) -> bool:
         return False
     owner = getattr(fn, "__objclass__", None)
     return owner in _CONTAINER_TYPES and fn.__name__ != "__new__" and issubclass(args[0].python_type(), owner)
+
+
+def argument_error(fn, args: list[Value], kwargs: dict[str, Value]) -> GraphBreak:
+    """Arguments a handler of `fn` does not take: the program's TypeError where `fn`'s own signature
+    refuses them too (`isinstance(x, T, invalid=True)`), else a call capture does not model."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except ValueError:  # no signature to read
+        pass
+    except TypeError as refused:
+        error = TypeError(f"{name}(): {refused}")
+        return GraphBreak("op-error", str(error), exception=error)
+    return GraphBreak("unsupported-call", f"{name} called with arguments tensorjit does not model")
 
 
 def python_error(fn, args: list[Value], kwargs: dict[str, Value], error: Exception) -> Exception:
@@ -264,9 +282,14 @@ def _hasattr(tx, obj: Value, name: Value) -> Value:
         tx.getattr(obj, name.constant())
         return ConstantValue(True)
     except GraphBreak as e:
-        if e.reason.kind == "attribute-error":
+        if _attribute_error(e):
             return ConstantValue(False)
         raise
+
+
+def _attribute_error(stop: GraphBreak) -> bool:
+    """The lookup raised AttributeError: found missing, or raised by an inlined `__getattr__`."""
+    return stop.reason.kind == "attribute-error" or isinstance(stop.exception, AttributeError)
 
 
 @builtin(py.getattr)
@@ -274,7 +297,7 @@ def _getattr(tx, obj: Value, name: Value, default: Value | None = None) -> Value
     try:
         return tx.getattr(obj, name.constant())
     except GraphBreak as e:
-        if default is not None and e.reason.kind == "attribute-error":
+        if default is not None and _attribute_error(e):
             return default
         raise
 

@@ -9,6 +9,7 @@ managers that switch torch's global state live here too.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import functools
 import inspect
@@ -33,6 +34,15 @@ def lookup_static(cls: type, name: str) -> tuple[Any, type | None]:
         if name in klass.__dict__:
             return klass.__dict__[name], klass
     return None, None
+
+
+def python_getattr(cls: type):
+    """The class's `__getattr__` where it is a Python function (nn.Module's excepted: modules read
+    their tables through NNModuleValue), else None."""
+    fallback = lookup_static(cls, "__getattr__")[0]
+    if isinstance(fallback, types.FunctionType) and fallback is not torch.nn.Module.__getattr__:
+        return fallback
+    return None
 
 
 class ObjectValue(Value):
@@ -83,6 +93,14 @@ class ObjectValue(Value):
                 return MethodValue(self, FunctionValue(static, _class_member_source(self, owner, name)))
         if isinstance(static, (staticmethod, classmethod)):
             return tx.wrap(getattr(obj, name), self.attribute_source(name))
+        fallback = python_getattr(type(obj))
+        if fallback is not None and static is None and name not in getattr(obj, "__dict__", {}) and \
+                not isinstance(obj, torch.nn.Module):
+            # lookup fails, so Python calls the class's __getattr__: inlined, not run for real
+            # (it may have effects); guarded on the name staying out of the instance __dict__
+            if self.source is not None:
+                tx.output.guard(Guard(AttrSource(self.source, "__dict__"), "absent_key", name))
+            return tx.call(FunctionValue(fallback, None), [self, ConstantValue(name)], {})
         try:
             value = getattr(obj, name)
         except AttributeError as e:
@@ -176,6 +194,19 @@ class NNModuleValue(ObjectValue):
         return f"NNModuleValue({type(self.obj).__name__})"
 
 
+class MadeModuleValue(NNModuleValue):
+    """A torch.nn module without parameters, buffers or submodules (nn.ReLU(), nn.Upsample(scale_factor=2))
+    constructed in the function from constant arguments: built once at capture time, so its forward is
+    inlined like any module's. Such a module holds only its configuration, which the arguments fix; where
+    it leaves the function it is a fresh copy, as each call of the function made a new one."""
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.helper('fresh_module')}({cg.constant(self.obj)})"
+
+    def __repr__(self) -> str:
+        return f"MadeModuleValue({type(self.obj).__name__})"
+
+
 class UserObjectValue(Value):
     """An instance of a user class created inside the compiled function."""
 
@@ -192,6 +223,8 @@ class UserObjectValue(Value):
             return self.attributes[name]
         if name == "__class__":
             return tx.wrap_constant_object(self.cls)
+        if name == "__dict__" and "__dict__" not in self.attributes:
+            return self.namespace()
         static, owner = lookup_static(self.cls, name)
         if isinstance(static, types.FunctionType):
             return MethodValue(self, FunctionValue(static, None))
@@ -204,9 +237,28 @@ class UserObjectValue(Value):
             return tx.wrap_constant_object(static)
         if name == "__dataclass_fields__" or static is not None:
             return tx.wrap_constant_object(getattr(self.cls, name))
+        fallback = python_getattr(self.cls)
+        if fallback is not None:  # lookup failed: Python calls the class's __getattr__
+            return tx.call(FunctionValue(fallback, None), [self, ConstantValue(name)], {})
         raise GraphBreak("attribute-error", f"{self.cls.__name__!r} object has no attribute {name!r}")
 
+    def namespace(self) -> DictValue:
+        """The instance `__dict__`: a dict value over the very attributes table, so a write through
+        either is seen by the other."""
+        if getattr(self, "_namespace", None) is None:
+            self._namespace = DictValue({})
+            self._namespace.items = self.attributes
+        return self._namespace
+
     def setattr(self, tx, name: str, value: Value) -> None:
+        if name == "__class__":  # obj.__class__ = Other: the object's type changes, its attributes stay
+            new = value.constant() if value.is_constant() else None
+            plain = isinstance(new, type) and new.__new__ is object.__new__ and \
+                type(new) in (type, abc.ABCMeta) and "__slots__" not in vars(new)
+            if not plain:
+                raise GraphBreak("store-attr", "assigning __class__ a class capture does not model")
+            self.cls = new
+            return
         self.attributes[name] = value
 
     def delattr(self, tx, name: str) -> None:

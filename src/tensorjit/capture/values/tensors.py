@@ -22,9 +22,11 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from ..breaks import GraphBreak
+from ..guards import Guard
 from ..sources import AttrSource
-from .base import ConstantValue, Value
+from .base import DELETED, ConstantValue, Value
 from .containers import DictValue, ListValue, SliceValue, TupleValue
+from .hooks import register_tensor_hook
 
 # Tensor methods whose result feeds Python with data: they end the graph.
 _DATA_DEPENDENT_METHODS = {
@@ -96,6 +98,9 @@ class TensorValue(Value):
         if name in _VIEW_ATTRIBUTES:
             return record_call(tx, "getattr", [self, ConstantValue(name)], {}, method=False)
         if name == "grad":
+            written = tx.output.attribute_overlay.get((id(self), name))
+            if written is not None:  # assigned in the function
+                return written
             if self.source is not None:
                 return tx.wrap(tx.read_attribute_of_source(self.source, "grad"), _attr(self.source, "grad"))
             raise GraphBreak("tensor-grad", ".grad of an intermediate tensor")
@@ -106,10 +111,25 @@ class TensorValue(Value):
         if name == "grad_fn" and not example.requires_grad:
             return ConstantValue(None)
         if not hasattr(torch.Tensor, name):
-            raise GraphBreak("attribute-error", f"Tensor has no attribute {name!r}", exception=AttributeError(name))
+            return self.instance_attribute(tx, name)
         if not _is_method(name):  # grad_fn, _base, _version, output_nr...: facts of the run-time tensor
             raise GraphBreak("tensor-attribute", f"Tensor.{name} is known only at run time")
         return TensorMethodValue(self, name)
+
+    def instance_attribute(self, tx, name: str) -> Value:
+        """An attribute in the tensor's own `__dict__` (`x.tag = ...`): one written in the
+        function, else the run-time tensor's, read through a guarded source."""
+        written = tx.output.attribute_overlay.get((id(self), name))
+        if written is DELETED:
+            raise GraphBreak("attribute-error", f"Tensor has no attribute {name!r}", exception=AttributeError(name))
+        if written is not None:
+            return written
+        if self.source is not None:
+            tensor = tx.read_attribute_of_source(self.source, "__dict__")
+            if name in tensor:
+                return tx.wrap(tensor[name], _attr(self.source, name))
+            tx.output.guard(Guard(self.source, "missing_attribute", name))
+        raise GraphBreak("attribute-error", f"Tensor has no attribute {name!r}", exception=AttributeError(name))
 
     def reconstruct(self, cg) -> str:
         return cg.tensor(self)
@@ -287,6 +307,10 @@ class TensorMethodValue(Value):
 
     def call(self, tx, args, kwargs) -> Value:
         name = self.name
+        if name == "register_hook":
+            return register_tensor_hook(tx, self.tensor, args, kwargs)
+        if name == "__iter__" and not args and not kwargs:  # x.__iter__() is iter(x): its rows
+            return tx.iterate(self.tensor)
         if name in _DATA_DEPENDENT_METHODS:
             text = _DATA_DEPENDENT_METHODS[name]
             if text is not None and not (name == "item" and tx.config.capture_scalar_outputs):

@@ -24,10 +24,25 @@ def call_torch_function(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> 
         if fn is torch._C._set_grad_enabled:
             return tx.set_grad_enabled(args[0].constant())
         return _fold_query(tx, fn, args, kwargs)
+    if fn in _CHECKS and args and args[0].is_constant() and isinstance(args[0].constant(), bool):
+        return _constant_check(tx, fn, args, kwargs)
     if fn in (torch.Tensor.item, torch.Tensor.tolist):
         raise GraphBreak("data-dependent-op", f"{fn.__qualname__} reads a tensor's value into Python",
                          CAPTURE_SCALAR_HINT if fn is torch.Tensor.item else "")
     return record_call(tx, fn, args, kwargs)
+
+
+# torch._check and its kin: assertions on a condition, with an optional message callable.
+_CHECKS = {torch._check, torch._check_index, torch._check_value, torch._check_type,
+           torch._check_not_implemented, torch._check_is_size}
+
+
+def _constant_check(tx, fn, args, kwargs) -> Value:
+    """A check of a condition known at capture time (static shapes): a true one does nothing, so
+    its message callable is never called; a false one raises, which eager does with the message."""
+    if args[0].constant():
+        return ConstantValue(None)
+    raise GraphBreak("failed-check", f"{fn.__name__} of a condition that is False raises")
 
 
 def _fold_query(tx, fn, args, kwargs) -> Value:
