@@ -253,7 +253,9 @@ def run(name, sides):
             tensorjit.reset()
             gc.collect()
             torch.cuda.synchronize()
+            torch.cuda.empty_cache()
             base = torch.cuda.memory_allocated()
+            base_reserved = torch.cuda.memory_reserved()
             start = time.perf_counter()
             compiled = compiled_side(side, model)
             step = make_step(compiled, model, inputs, train)
@@ -270,13 +272,16 @@ def run(name, sides):
             row[f"{side}_ms"] = median_ms(step)
             result = None
             gc.collect()
-            torch.cuda.reset_peak_memory_stats()
+            torch.cuda.reset_peak_memory_stats()  # resets the reserved peak too
             step()
             step()
             torch.cuda.synchronize()
             # Memory this side holds or allocates in a step beyond what was allocated before it
             # compiled (the model, the inputs): activations, workspaces, CUDA graph pools.
             row[f"{side}_peak_mb"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
+            # Reserved: what the allocator holds from the device, CUDA graph pools whole (torch's
+            # cudagraph trees hand their pool's blocks back to the allocator's books as free).
+            row[f"{side}_peak_reserved_mb"] = round((torch.cuda.max_memory_reserved() - base_reserved) / 2**20, 1)
             if PROFILE:
                 row[f"{side}_gpu_ms"] = round(gpu_ms(step, label=f"{name} {side}"), 3)
             if HOST_PROFILE and side.startswith("tj"):
