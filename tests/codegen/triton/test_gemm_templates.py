@@ -224,11 +224,15 @@ def test_a_changed_tf32_setting_runs_the_extern(monkeypatch, device, cache_dir):
     assert choice.chosen != EXTERN
     launcher = [choice.launchers[i] for i, s in enumerate(choice.shapes) if str(s.config) == choice.chosen][0]
     before = launcher.slow_launches + launcher.fast_launches
+    # Set and restored by hand: the flag is a property of torch's cuBLASModule, which monkeypatch's
+    # undo deletes instead of restoring on some torch builds (3.13's CUDA wheel).
     flag = torch.backends.cuda.matmul.allow_tf32
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", not choice.problem.tf32)
-    torch.testing.assert_close(runner(a, b), (a @ b) * 2)
-    assert launcher.slow_launches + launcher.fast_launches == before  # cuBLAS ran, following the flag
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", flag)
+    torch.backends.cuda.matmul.allow_tf32 = not choice.problem.tf32
+    try:
+        torch.testing.assert_close(runner(a, b), (a @ b) * 2)
+        assert launcher.slow_launches + launcher.fast_launches == before  # cuBLAS ran, following the flag
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = flag
 
 
 def test_configurations_compile_at_build_time_until_a_choice_is_recorded(monkeypatch, device, cache_dir):
