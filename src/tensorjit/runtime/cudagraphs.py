@@ -516,6 +516,8 @@ class CudaGraphRunner:
             kept = [None if index in leased else value for index, value in enumerate(kept)]
         recording.clone_plan = ClonePlan.of(kept, batched=self.kind == "backward")
         self._protect(recording, static_inputs, in_place)
+        leased = recording.lease is not None and bool(recording.lease.groups)
+        recording.awaits_backward = bool(recording.protected) or (self.kind == "forward" and leased)
         for index, fixed in enumerate(in_place):
             # Read in place: the key holds their address, and a replay happens only when a caller's
             # tensor is there again, so the recording needs no reference (one would pin the memory
@@ -582,8 +584,6 @@ class CudaGraphRunner:
                                and outputs[i].untyped_storage().data_ptr() not in fixed]
         _register_saved(recording, outputs, [i for i in range(recording.first_saved, len(outputs))
                                              if isinstance(outputs[i], torch.Tensor)])
-        leased = recording.lease is not None and bool(recording.lease.groups)
-        recording.awaits_backward = bool(recording.protected) or (self.kind == "forward" and leased)
 
     def _warm_up(self, inputs: Sequence[Any], in_place: Sequence[bool]) -> tuple[list[int], str | None]:
         """Run on copies of the inputs on a side stream; return the inputs it wrote and a refusal, if any.
