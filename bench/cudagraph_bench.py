@@ -147,8 +147,6 @@ SIDE_MODES = {"default": None, "ro": "reduce-overhead", "ma": "max-autotune",
 def compiled_side(side, model):
     import tensorjit
 
-    torch._dynamo.reset()
-    tensorjit.reset()
     compiler, _, mode = side.partition("_")
     if compiler not in ("torch", "tj") or mode not in SIDE_MODES:
         raise KeyError(f"side {side!r}: want <torch|tj>_<{'|'.join(SIDE_MODES)}>")
