@@ -58,6 +58,10 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Con
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     device = devices.pop() if len(devices) == 1 else "mixed"
     compile_aten_graph, decompositions = _code_generator(device, config)
+    if device == "cuda" and compile_aten_graph is not _run_as_is:
+        from ..codegen.triton import expect_graph
+
+        expect_graph(gm, config=config)
     wrap = cudagraph_wrapper(config, device, gm)
     # The wrapping happens here, per graph kind; the code generator must not wrap again.
     generator_config = config.replace(triton_cudagraphs=False) if wrap else config

@@ -25,3 +25,33 @@ def test_workers_start_without_importing_the_users_script(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     subprocess.run([sys.executable, str(script)], check=True, env=env, timeout=120)
     assert marker.read_text() == "ran\n", "the script ran again in a worker"
+
+
+def _chain(operations):
+    import torch
+
+    def f(x):
+        for _ in range(operations):
+            x = x.sin()
+        return x
+
+    return torch.fx.symbolic_trace(f)
+
+
+def test_a_large_graph_starts_the_workers_before_it_is_traced(monkeypatch):
+    from tensorjit.codegen import triton as triton_codegen
+    from tensorjit.codegen.triton import parallel
+
+    started = []
+    monkeypatch.setattr(parallel, "start_workers", lambda workers=0: started.append(workers))
+    triton_codegen.expect_graph(_chain(triton_codegen.EARLY_WORKERS_MIN_OPS - 1))
+    assert started == [], "a small graph may compile in the main process: no workers for it"
+    triton_codegen.expect_graph(_chain(triton_codegen.EARLY_WORKERS_MIN_OPS))
+    assert started == [0]
+
+
+def test_default_workers_use_the_usable_cores_up_to_the_cap():
+    from tensorjit.codegen.triton import parallel
+
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert parallel.default_workers() == max(1, min(usable, parallel.MAXIMUM_WORKERS))

@@ -56,6 +56,22 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], *, c
     return compiled
 
 
+EARLY_WORKERS_MIN_OPS = 32
+"""Captured graphs with at least this many operations start the compile workers before
+autograd traces them (a smaller one may compile in the main process: parallel.MINIMUM_JOBS)."""
+
+
+def expect_graph(gm: torch.fx.GraphModule, *, config=None) -> None:
+    """A captured graph is on its way here (autograd traces and partitions it first, seconds
+    for a large model): start the kernel compile workers now, so that their start-up (torch
+    and Triton imported in each) overlaps that work instead of following it."""
+    from tensorjit.codegen.triton.parallel import start_workers
+
+    operations = sum(node.op in ("call_function", "call_method", "call_module") for node in gm.graph.nodes)
+    if operations >= EARLY_WORKERS_MIN_OPS:
+        start_workers(getattr(config, "compile_threads", 0))
+
+
 def decompositions() -> dict:
     """The decomposition table this code generator's lowering expects (the shared one)."""
     from tensorjit.codegen.decomp import decompositions as table
