@@ -50,8 +50,36 @@ def test_a_large_graph_starts_the_workers_before_it_is_traced(monkeypatch):
     assert started == [0]
 
 
-def test_default_workers_use_the_usable_cores_up_to_the_cap():
+def test_default_workers_are_half_the_usable_cores_up_to_16():
     from tensorjit.codegen.triton import parallel
 
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert parallel.default_workers() == max(1, min(usable, parallel.MAXIMUM_WORKERS))
+    assert parallel.default_workers() == max(1, min(usable // 2, 16))
+
+
+def test_started_workers_take_even_a_few_kernels(monkeypatch):
+    import concurrent.futures
+
+    import torch
+
+    from tensorjit.codegen.triton import parallel
+
+    class Pool:
+        def __init__(self):
+            self.submitted = []
+
+        def submit(self, function, job):
+            self.submitted.append(job)
+            future = concurrent.futures.Future()
+            future.set_result(None)
+            return future
+
+    jobs = [parallel.CompileJob(f"k{i}.py", f"k{i}", (torch.float32,), (), 4, 1) for i in range(3)]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(parallel, "_pool", None)
+    assert parallel.compile_in_parallel(jobs, workers=4) == 0, "too few to start a pool for"
+    pool = Pool()
+    monkeypatch.setattr(parallel, "_pool", pool)
+    monkeypatch.setattr(parallel, "_pool_size", 4)
+    assert parallel.compile_in_parallel(jobs + jobs[:1], workers=4) == 3
+    assert pool.submitted == jobs
