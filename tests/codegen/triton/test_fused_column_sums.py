@@ -97,3 +97,21 @@ def test_two_sums_of_one_producer_share_its_loop(device):
     assert lane_loops(compiled.hook.kernels[group.name].source) == 1
     for got, want in zip(compiled(x, y), two_sums(x, y)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def batch_norm_sums(out, grad, x):
+    """Batch norm's backward sums over a channels-last ReLU backward: each channel's sum runs
+    over N, H, W, consecutive across channels in memory."""
+    relu_grad = torch.where(out > 0, grad, torch.zeros_like(grad))
+    return relu_grad * 2, relu_grad.sum((0, 2, 3)), (relu_grad * x).sum((0, 2, 3))
+
+
+def test_a_channels_last_producer_is_looped_by_where_it_stores(device):
+    """The producer's loops (N, C, H, W) store with channels-last strides: each of its variables
+    is recovered from the offset the sums read by those strides."""
+    out, grad, x = (torch.randn(4, 24, 6, 5, device=device).to(memory_format=torch.channels_last) for _ in range(3))
+    compiled = compile_fn(batch_norm_sums, out, grad, x)
+    groups = [k for k in kernels(compiled.program) if isinstance(k, ir.LoopGroup) and lane_members(k)]
+    assert len(groups) == 1 and sum(isinstance(m, ir.Reduction) for m in groups[0].members) == 2, compiled.program
+    for got, want in zip(compiled(out, grad, x), batch_norm_sums(out, grad, x)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
