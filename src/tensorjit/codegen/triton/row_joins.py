@@ -79,8 +79,9 @@ def joined_member(kernel: ir.Pointwise, group, buffers: dict[str, ir.Buffer]):
     nothing the group writes, keeps the group's launch shape (no longer
     row, not a column reduction), and reads an input a member of the group reads at the same
     elements (otherwise it is unrelated work, left to its own kernel). None otherwise."""
-    if not isinstance(group, ir.LoopGroup) or is_horizontal(group) or is_column_reduction(group):
-        return None
+    if not isinstance(group, ir.LoopGroup) or not names_read(kernel) & names_read(group) or \
+            is_horizontal(group) or is_column_reduction(group):
+        return None  # (no input in common: checked first, it is cheap)
     if names_read(kernel) & {m.output for m in group.members}:
         return None  # (the group's row-local values are laid out for its own members' reads)
     candidate = after_rows(kernel, list(group.members), group.ranges, buffers)
