@@ -119,3 +119,57 @@ def test_a_norm_mlp_training_step_has_no_recomputation_kernel_and_matches_eager(
     assert len(kernels(backward)) == 4, backward
     for mine, theirs in zip([x, *parameters], [x_reference, *reference.parameters()]):
         torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+
+
+def residual_chain(x, attention, mlp, grad, weight):
+    """A backward's start as the partitioner leaves it: the residual stream recomputed layer
+    after layer (each sum read by a reduction, so stored), a product, then the row groups
+    reading the sums."""
+    first = x + attention
+    second = first + mlp
+    product = grad @ weight
+    return product, second - second.mean(-1, keepdim=True), first * first.sum(-1, keepdim=True)
+
+
+def test_a_chain_of_stored_sums_moves_into_the_row_group_reading_the_last(device):
+    """Each sum's first reader is the next sum, the last sum's is a row group: the chain follows
+    it into the group, as leading members in program order, past the product."""
+    inputs = [torch.randn(4, 8, 64, device=device) for _ in range(3)] + \
+        [torch.randn(16, 32, device=device), torch.randn(32, 16, device=device)]
+    compiled = compile_fn(residual_chain, *inputs)
+    found = kernels(compiled.program)
+    assert all(isinstance(k, ir.LoopGroup) for k in found), compiled.program
+    leading = found[0].members[:2]
+    assert all(isinstance(m, ir.Pointwise) and m.ranges == (4, 8, 64) for m in leading), compiled.program
+    for got, want in zip(compiled(*inputs), residual_chain(*inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def sum_read_before_the_group(x, attention, grad, weight):
+    first = x + attention
+    product = (grad @ weight) * first.sum()  # (reads the sum before the row group does)
+    return product, first - first.mean(-1, keepdim=True)
+
+
+def test_a_kernel_read_before_the_row_group_stays_where_it_is(device):
+    inputs = [torch.randn(4, 8, 64, device=device) for _ in range(2)] + \
+        [torch.randn(16, 32, device=device), torch.randn(32, 16, device=device)]
+    compiled = compile_fn(sum_read_before_the_group, *inputs)
+    for got, want in zip(compiled(*inputs), sum_read_before_the_group(*inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def sum_past_an_update(x, attention, grad, weight):
+    first = x + attention
+    product = grad @ weight
+    attention.mul_(2)  # (read by the sum: it may not move past this)
+    return product, first - first.mean(-1, keepdim=True)
+
+
+def test_a_stored_sum_does_not_move_past_a_write_of_what_it_reads(device):
+    inputs = [torch.randn(4, 8, 64, device=device) for _ in range(2)] + \
+        [torch.randn(16, 32, device=device), torch.randn(32, 16, device=device)]
+    expected = sum_past_an_update(*[t.clone() for t in inputs])
+    compiled = compile_fn(sum_past_an_update, *[t.clone() for t in inputs])
+    for got, want in zip(compiled(*[t.clone() for t in inputs]), expected):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

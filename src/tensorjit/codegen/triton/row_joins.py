@@ -11,6 +11,13 @@ with every step between that reads what the recomputation wrote, moves after the
 In a persistent row group the member's loads of the input are the loads another member
 already made (`kernels.RowWriter.load`), so the recomputation costs only its store.
 
+A kernel whose first reader is a row group it can lead (a producer, as `schedule.fuse_loops`
+joins one just before a reduction) moves down into that group however far it is
+(`sink_producers`): the backward recomputes each layer's residual stream (x + attention +
+MLP, three loads) at its start, where the partitioner put it, and stored it for a layer norm's
+backward dozens of steps later. Joined, the row group reads it from registers, and its buffer
+lives from that group on instead of from the start of the backward.
+
 The GPU's emitter only, like `horizontal.py`: C++ groups run each member's loop on its own.
 """
 
@@ -21,7 +28,7 @@ import math
 
 from .. import ir
 from ..memory import expression_loads, names_read, names_written
-from ..schedule import after_rows, join_refusal
+from ..schedule import after_rows, before_rows, fits, join_refusal
 from .horizontal import movable, passable
 from .kernels import is_column_reduction, is_horizontal, lanes, row_length
 
@@ -40,7 +47,63 @@ def join_row_groups(program: ir.Program) -> ir.Program:
             steps[position:position + 1 + len(joined)] = joined  # (the kernel and the steps it passed)
         else:
             position += 1
-    return dataclasses.replace(program, steps=tuple(steps))
+    return dataclasses.replace(program, steps=tuple(sink_producers(steps, buffers)))
+
+
+def sink_producers(steps: list, buffers: dict[str, ir.Buffer]) -> list:
+    """`steps` with each pointwise kernel whose first reader is a row group it can lead moved
+    into that group as a first member (see the module docstring). Taken from the last kernel
+    up, so that a chain of them (each layer's residual stream read by the next one's
+    recomputation) follows its last link into the group: its reader is by then a member."""
+    readers: dict[str, list[int]] = {}
+    for position, step in enumerate(steps):
+        for name in names_read(step):
+            readers.setdefault(name, []).append(position)
+    leading: dict[int, list] = {}  # group position -> producers joining it, in program order
+    destination: dict[int, int] = {}  # moved kernel's position -> its group's position
+    for position in range(len(steps) - 1, -1, -1):
+        step = steps[position]
+        places = [destination.get(reader, reader) for reader in readers.get(getattr(step, "output", None), ())]
+        if not movable(step) or not places:
+            continue
+        target = min(places)  # (every other reader runs in that group or after it)
+        group = steps[target]
+        if isinstance(group, ir.LoopGroup):
+            group = dataclasses.replace(group, members=tuple(leading.get(target, ())) + group.members)
+        member = leading_member(step, group, buffers)
+        if member is not None and all(passable(steps[between], names_read(step))
+                                      for between in range(position + 1, target)):
+            leading.setdefault(target, []).insert(0, member)
+            destination[position] = target
+    result = []
+    for position, step in enumerate(steps):
+        if position in leading:
+            step = dataclasses.replace(step, members=tuple(leading[position]) + step.members)
+        if position not in destination:
+            result.append(step)
+    return result
+
+
+def leading_member(kernel: ir.Pointwise, group, buffers: dict[str, ir.Buffer]):
+    """`kernel` looped over `group`'s rows as its first member, when it extends the rows with a
+    row no longer than the group's (the launch shape stays), reads nothing the group writes,
+    and every member reads its output within the row; None otherwise. Row groups only (a
+    reduction among the members), not column reductions."""
+    if not isinstance(group, ir.LoopGroup) or is_horizontal(group) or is_column_reduction(group) or \
+            names_read(kernel) & {m.output for m in group.members}:
+        return None
+    reduction = next(m for m in group.members if isinstance(m, ir.Reduction))
+    candidate = before_rows(kernel, reduction, buffers)
+    outer = len(group.ranges)
+    if not isinstance(candidate, ir.Pointwise) or not fits(candidate, group.ranges) or \
+            len(candidate.ranges) <= outer or math.prod(candidate.ranges[outer:]) > row_length(group):
+        return None
+    members = [candidate]
+    for member in group.members:
+        if join_refusal(member, members, group.ranges) is not None:
+            return None
+        members.append(member)
+    return candidate
 
 
 def join_later_group(steps: list, position: int, buffers: dict[str, ir.Buffer]) -> list | None:
