@@ -92,7 +92,9 @@ def leading_member(kernel: ir.Pointwise, group, buffers: dict[str, ir.Buffer]):
     if not isinstance(group, ir.LoopGroup) or is_horizontal(group) or is_column_reduction(group) or \
             names_read(kernel) & {m.output for m in group.members}:
         return None
-    reduction = next(m for m in group.members if isinstance(m, ir.Reduction))
+    reduction = next((m for m in group.members if isinstance(m, ir.Reduction)), None)
+    if reduction is None:
+        return None
     candidate = before_rows(kernel, reduction, buffers)
     outer = len(group.ranges)
     if not isinstance(candidate, ir.Pointwise) or not fits(candidate, group.ranges) or \
