@@ -14,6 +14,7 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
                prepare_groups        row-local scratch Triton can keep in registers
                choose_gemms          max-autotune: each mm/addmm/bmm times cuBLAS against Triton
                                      GEMM templates on its first call (gemm_choice.py, gemm_template.py)
+               gather_small_kernels  pointwise kernels of a few elements in one kernel (small_kernels.py)
                fuse_horizontally     pointwise kernels reading one input in one kernel (horizontal.py)
     -> build: kernels.emit_kernel     TritonOps per kernel, launch shapes from heuristics;
               launcher / parallel     load, precompile in worker processes, fast launches
@@ -43,6 +44,7 @@ from ..scalar_constants import move_scalar_constants
 from .pad_matmul import pad_matmuls
 from .split_reductions import split_column_reductions
 from .horizontal import fuse_horizontally
+from .small_kernels import gather_small_kernels
 from .parallel import CompileJob, compile_in_parallel
 
 
@@ -96,7 +98,7 @@ class TritonEmitter:
         if getattr(self.config, "max_autotune", False) and (self.device.type == "cuda" or interpreted()):
             # Before horizontal fusion: a product's epilogue is its one pointwise reader, alone.
             program = choose_gemms(program, getattr(self.config, "cache_dir", None))  # cuBLAS or a template
-        return fuse_horizontally(program)
+        return fuse_horizontally(gather_small_kernels(program))
 
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}
