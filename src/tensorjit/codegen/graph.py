@@ -152,11 +152,13 @@ def node_values(gm: torch.fx.GraphModule, example_inputs) -> dict:
 
 class GraphLowering:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, *, half_floats: bool = False,
-                 device: torch.device | None = None, shared_ops: int = MAX_SHARED_OPS):
+                 device: torch.device | None = None, shared_ops: int = MAX_SHARED_OPS,
+                 masked_selects: bool = False):
         """half_floats: the emitter computes float16/bfloat16 (values.HALF_FLOATS). device: where
         the emitter's kernels run; a tensor elsewhere (a CPU scalar constant in a CUDA graph, a
         CPU arange) is only ever passed to ATen calls, which follow eager's device rules.
-        shared_ops: what the emitter recomputes rather than store (`cheap_to_share`)."""
+        shared_ops: what the emitter recomputes rather than store (`cheap_to_share`).
+        masked_selects: the emitter masks off loads a positional select discards (values.MASKED_SELECTS)."""
         self.gm = gm
         self.half_floats = half_floats
         self.shared_ops = shared_ops
@@ -165,6 +167,7 @@ class GraphLowering:
         self.meta = node_values(gm, example_inputs)
         self.buffers: dict[str, ir.Buffer] = {}  # by name, in creation order
         self.steps: list = []
+        self.masked_selects = masked_selects
         self.env: dict = {}
         self.constants: dict[str, torch.Tensor] = {}
         self.returned: set = set()
@@ -274,11 +277,11 @@ class GraphLowering:
 
     # -- nodes -----------------------------------------------------------------
     def run(self) -> ir.Program:
-        values.HALF_FLOATS[0] = self.half_floats
+        values.HALF_FLOATS[0], values.MASKED_SELECTS[0] = self.half_floats, self.masked_selects
         try:
             return self.lower_graph()
         finally:
-            values.HALF_FLOATS[0] = False
+            values.HALF_FLOATS[0] = values.MASKED_SELECTS[0] = False
 
     def lower_graph(self) -> ir.Program:
         inputs = []

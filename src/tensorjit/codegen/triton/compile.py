@@ -83,6 +83,7 @@ class TritonEmitter:
 
     half_floats = True  # loaded as float32, computed in float32, rounded on store
     shared_ops = SHARED_OPS
+    masked_selects = True  # guards.py
 
     def __init__(self, device: torch.device, config=None):
         self.device = device
@@ -144,7 +145,7 @@ def compile_templates(program: ir.Program, workers: int) -> None:
 def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
     """The program the pipeline would emit for `gm` (for tests and debugging)."""
     lowered = GraphLowering(gm, example_inputs, half_floats=True, device=graph_device(example_inputs),
-                            shared_ops=SHARED_OPS)
+                            shared_ops=SHARED_OPS, masked_selects=True)
     return fuse_horizontally(prepare_groups(fuse_loops(lowered.run()))), lowered
 
 
