@@ -16,7 +16,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_leaves
 
-from . import ir, lowering_indexing, lowering_reductions, lowering_views  # noqa: F401  (registrations)
+from . import ir, lowering_indexing, lowering_pooling, lowering_reductions, lowering_views  # noqa: F401  (registrations)
 from .lowering import LOWERINGS, to_dtype
 from .lowering_indexing import ScatterValue
 from .lowering_reductions import ReductionValue
@@ -44,7 +44,12 @@ COPY_VIEWS = {torch.ops.aten.view_copy.default: torch.ops.aten.view.default,
 VIEW_TARGETS |= set(COPY_VIEWS)
 
 
-TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction, *lowering_views.SPLITS}
+TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction, torch.ops.aten.max_pool2d_with_indices.default,
+                   *lowering_views.SPLITS}
+COMPUTED_TOGETHER = {torch.ops.aten.max_pool2d_with_indices.default}
+"""Multi-result nodes whose results one loop computes (a window's maximum and its position):
+realized side by side, where horizontal fusion makes them one kernel reading the input once
+(the indices, saved for the backward, would otherwise be computed when the graph returns)."""
 
 
 MAX_SHARED_OPS = 24
@@ -162,12 +167,12 @@ class GraphLowering:
         self.gm = gm
         self.half_floats = half_floats
         self.shared_ops = shared_ops
+        self.masked_selects = masked_selects
         self.device = device
         self.example_inputs = example_inputs
         self.meta = node_values(gm, example_inputs)
         self.buffers: dict[str, ir.Buffer] = {}  # by name, in creation order
         self.steps: list = []
-        self.masked_selects = masked_selects
         self.env: dict = {}
         self.constants: dict[str, torch.Tensor] = {}
         self.returned: set = set()
@@ -318,10 +323,18 @@ class GraphLowering:
                 if isinstance(value, tuple):
                     # A multi-result node (var_mean) read by its getitems and returned whole
                     # (saved for the backward): each reduction computed once, not once per reader.
-                    self.env[node] = tuple(self.realize(v) if isinstance(v, ReductionValue) else v for v in value)
+                    self.env[node] = self.realize_results(node, value)
                 elif len(node.users) > 1 and not self.cheap_to_share(node):
                     self.env[node] = self.realize(value, node)
         return ir.Program(tuple(self.buffers.values()), tuple(self.steps), tuple(inputs), outputs)
+
+    def realize_results(self, node, results: tuple) -> tuple:
+        """The results of a multi-result node: reductions realized, and every result of one
+        in COMPUTED_TOGETHER that a getitem reads, in the strides eager gives that getitem."""
+        if node.target not in COMPUTED_TOGETHER:
+            return tuple(self.realize(v) if isinstance(v, ReductionValue) else v for v in results)
+        readers = {user.args[1]: user for user in node.users if user.target is operator.getitem}
+        return tuple(self.realize(v, readers[k]) if k in readers else v for k, v in enumerate(results))
 
     def cheap_to_share(self, node) -> bool:
         """A small pointwise value read only by lowerings stays inlined: users that land in one
