@@ -102,3 +102,26 @@ def test_training_step_gradients_equal_eager():
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     for a, b in zip([x.grad] + [p.grad for p in model.parameters()], want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def relu_then_pool(x, scale, shift):
+    """The stem: batch norm's affine + ReLU, then the max pool (values and indices)."""
+    return aten.max_pool2d_with_indices(torch.relu(x * scale + shift), [3, 3], [2, 2], [1, 1])
+
+
+def summed_gradient_then_pool_backward(a, b, c, d, x, indices):
+    """A gradient summed from several branches (densenet's block input), then the max pool's backward."""
+    return aten.max_pool2d_with_indices_backward(a * 2 + b * c + d.exp(), x, [3, 3], [2, 2], [1, 1], [1, 1],
+                                                 False, indices)
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_a_cheap_input_is_recomputed_at_each_tap_an_expensive_one_stored(emitter):
+    x, scale, shift = torch.randn(2, 3, 9, 11), torch.randn(3, 1, 1), torch.randn(3, 1, 1)
+    cheap = check(emitter, relu_then_pool, x, scale, shift, rtol=1e-5, atol=1e-5)
+    assert not any(b.shape == (2, 3, 9, 11) and b.kind == "temp" for b in cheap.program.buffers), cheap.program
+    _, indices = aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1])
+    branches = [torch.randn(2, 3, 5, 6) for _ in range(4)]
+    expensive = check(emitter, summed_gradient_then_pool_backward, *branches, x, indices, rtol=1e-5, atol=1e-5)
+    stored = [b for b in expensive.program.buffers if b.shape == (2, 3, 5, 6) and b.kind == "temp"]
+    assert len(stored) == 1, expensive.program  # the sum, once, not at each of the nine taps

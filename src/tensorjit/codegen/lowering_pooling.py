@@ -9,6 +9,11 @@ them). Every tap is loaded with an index kept inside the tensor (modulo its size
 into their readers like any pointwise value: densenet121's transitions average-pool the batch
 norm + ReLU + convolution output that the next block's first concatenation reads.
 
+An input read at several taps is recomputed at each unless that costs more than a memory
+round trip (`tapped`): the stem's batch norm + ReLU, one buffer read and a few operations, is
+recomputed inside the max pool, but a gradient summed from seven batch-norm backwards is
+computed into memory first (each of the nine taps would load its fourteen inputs).
+
 Eager's conventions, kept exactly: avg_pool2d divides by the window clipped to the padded
 input (count_include_pad) or to the input, or by divisor_override; max_pool2d takes a tap
 that is greater than the current maximum or NaN (so the last NaN wins), starts from the
@@ -24,9 +29,27 @@ import torch
 
 from . import ir
 from .lowering import lowering, result_info, to_dtype
+from .lowering_reductions import REALIZE
+from .memory import expression_loads
 from .values import LazyValue, NotLowerable, is_float
 
 aten = torch.ops.aten
+
+MAX_TAP_OPS = 24
+"""Operations per element up to which a value read at several taps is recomputed at each."""
+
+
+def tapped(value: LazyValue) -> LazyValue:
+    """`value` as the taps of a window read it: recomputed at each tap where it reads one buffer
+    element by element and costs at most MAX_TAP_OPS operations, else computed into memory."""
+    if value.buffer is not None or value.alias_of is not None:
+        return value
+    from .graph import count_ops  # (graph imports this module's registrations)
+
+    body = value.load(tuple(ir.IndexVar(f"i{d}") for d in range(len(value.shape))))
+    every = {f"i{d}" for d, size in enumerate(value.shape) if size != 1}
+    full = {load.buffer for load in expression_loads(body) if ir.variables_of(load.index) >= every}
+    return value if len(full) <= 1 and count_ops(body) <= MAX_TAP_OPS else REALIZE[0](value)
 
 
 @dataclass(frozen=True)
@@ -116,6 +139,7 @@ def lower_avg_pool2d(meta, x, kernel_size, stride=(), padding=0, ceil_mode=False
                      divisor_override=None):
     shape, dtype = result_info(meta)
     rows, columns = windows(x, shape, kernel_size, stride, padding)
+    x = tapped(x)
 
     def loader(index):
         batch, oh, ow = spatial(index)
@@ -147,6 +171,7 @@ def lower_avg_pool2d_backward(meta, grad, x, kernel_size, stride, padding, ceil_
     if not isinstance(grad, LazyValue):
         raise NotLowerable("pooling gradient of a non-tensor")
     rows, columns = windows(x, grad.shape, kernel_size, stride, padding)
+    grad = tapped(grad)
 
     def loader(index):
         batch, h, w = spatial(index)
@@ -171,6 +196,7 @@ def lower_max_pool2d_with_indices(meta, x, kernel_size, stride=(), padding=0, di
     rows, columns = windows(x, shape, kernel_size, stride, padding, dilation)
     if not (every_window_has_a_tap(rows) and every_window_has_a_tap(columns)):
         raise NotLowerable("a pooling window outside the input")
+    x = tapped(x)
 
     def scan(index):
         batch, oh, ow = spatial(index)
@@ -212,6 +238,7 @@ def lower_max_pool2d_with_indices_backward(meta, grad, x, kernel_size, stride, p
     if not isinstance(grad, LazyValue) or not isinstance(indices, LazyValue):
         raise NotLowerable("pooling gradient of a non-tensor")
     rows, columns = windows(x, grad.shape, kernel_size, stride, padding, dilation)
+    grad, indices = tapped(grad), tapped(indices)
 
     def loader(index):
         batch, h, w = spatial(index)
