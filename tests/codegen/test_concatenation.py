@@ -58,6 +58,9 @@ def test_each_piece_is_kept_under_log2_pieces_selects():
     [kernel] = [s for s in compiled.program.steps if isinstance(s, ir.Pointwise)]
     depths = select_depths(kernel.body)
     assert len(depths) == 25 and max(depths) == math.ceil(math.log2(25)), kernel.body
+    [text] = [k.source for k in compiled.hook.kernels.values()]
+    loads = text.split("tl.load(")[1:]
+    assert len(loads) == 25 and all(") & xmask" in load.split("\n")[0] for load in loads), text  # each guarded
     torch.testing.assert_close(compiled(*on_device("triton", pieces)).cpu(), torch.cat(pieces, 1) * 2)
 
 
