@@ -25,6 +25,9 @@ covers it, so a kernel with more members does more stores per program, not more 
 MAX_BUFFERS = 256
 """Buffers one kernel reads and writes: each is a pointer parameter, and CUDA limits a launch's
 parameters to 4 KB (256 pointers: 2 KB)."""
+LOOKBACK = 256
+"""Steps a small kernel looks back past for a partner: bounds the search in a graph of many
+small kernels that join nothing (each would scan the whole program)."""
 
 
 def gather_small_kernels(program: ir.Program) -> ir.Program:
@@ -48,10 +51,10 @@ def small(step) -> bool:
 
 def partner_position(steps: list, step: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> int | None:
     """The position of the latest earlier small kernel (or group of them) `step` can join,
-    looking back past steps that write nothing it reads (None: none). Moving a small kernel's
+    looking back past at most LOOKBACK steps that write nothing it reads (None: none). Moving a small kernel's
     store earlier keeps a few elements alive longer, nothing more."""
     read = names_read(step)
-    for position in range(len(steps) - 1, -1, -1):
+    for position in range(len(steps) - 1, max(len(steps) - 1 - LOOKBACK, -1), -1):
         earlier = steps[position]
         if joins(earlier, step, read, buffers):
             return position
