@@ -16,7 +16,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_leaves
 
-from . import ir, lowering_indexing, lowering_pooling, lowering_reductions, lowering_views  # noqa: F401  (registrations)
+from . import ir, lowering_indexing, lowering_pooling, lowering_reductions, lowering_views  # noqa: F401 (registrations)
 from .lowering import LOWERINGS, to_dtype
 from .lowering_indexing import ScatterValue
 from .lowering_reductions import ReductionValue

@@ -51,8 +51,8 @@ def small(step) -> bool:
 
 def partner_position(steps: list, step: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> int | None:
     """The position of the latest earlier small kernel (or group of them) `step` can join,
-    looking back past at most LOOKBACK steps that write nothing it reads (None: none). Moving a small kernel's
-    store earlier keeps a few elements alive longer, nothing more."""
+    looking back past at most LOOKBACK steps that write nothing it reads (None: none). Moving
+    a small kernel's store earlier keeps a few elements alive longer, nothing more."""
     read = names_read(step)
     for position in range(len(steps) - 1, max(len(steps) - 1 - LOOKBACK, -1), -1):
         earlier = steps[position]
