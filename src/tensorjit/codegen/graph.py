@@ -16,7 +16,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_leaves
 
-from . import ir, lowering_indexing, lowering_reductions, lowering_views  # noqa: F401  (registrations)
+from . import ir, lowering_indexing, lowering_pooling, lowering_reductions, lowering_views  # noqa: F401 (registrations)
 from .lowering import LOWERINGS, to_dtype
 from .lowering_indexing import ScatterValue
 from .lowering_reductions import ReductionValue
@@ -44,7 +44,12 @@ COPY_VIEWS = {torch.ops.aten.view_copy.default: torch.ops.aten.view.default,
 VIEW_TARGETS |= set(COPY_VIEWS)
 
 
-TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction, *lowering_views.SPLITS}
+TUPLE_LOWERINGS = {torch.ops.aten.var_mean.correction, torch.ops.aten.max_pool2d_with_indices.default,
+                   *lowering_views.SPLITS}
+COMPUTED_TOGETHER = {torch.ops.aten.max_pool2d_with_indices.default}
+"""Multi-result nodes whose results one loop computes (a window's maximum and its position):
+realized side by side, where horizontal fusion makes them one kernel reading the input once
+(the indices, saved for the backward, would otherwise be computed when the graph returns)."""
 
 
 MAX_SHARED_OPS = 24
@@ -152,14 +157,17 @@ def node_values(gm: torch.fx.GraphModule, example_inputs) -> dict:
 
 class GraphLowering:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, *, half_floats: bool = False,
-                 device: torch.device | None = None, shared_ops: int = MAX_SHARED_OPS):
+                 device: torch.device | None = None, shared_ops: int = MAX_SHARED_OPS,
+                 masked_selects: bool = False):
         """half_floats: the emitter computes float16/bfloat16 (values.HALF_FLOATS). device: where
         the emitter's kernels run; a tensor elsewhere (a CPU scalar constant in a CUDA graph, a
         CPU arange) is only ever passed to ATen calls, which follow eager's device rules.
-        shared_ops: what the emitter recomputes rather than store (`cheap_to_share`)."""
+        shared_ops: what the emitter recomputes rather than store (`cheap_to_share`).
+        masked_selects: the emitter masks off loads a positional select discards (values.MASKED_SELECTS)."""
         self.gm = gm
         self.half_floats = half_floats
         self.shared_ops = shared_ops
+        self.masked_selects = masked_selects
         self.device = device
         self.example_inputs = example_inputs
         self.meta = node_values(gm, example_inputs)
@@ -274,11 +282,11 @@ class GraphLowering:
 
     # -- nodes -----------------------------------------------------------------
     def run(self) -> ir.Program:
-        values.HALF_FLOATS[0] = self.half_floats
+        values.HALF_FLOATS[0], values.MASKED_SELECTS[0] = self.half_floats, self.masked_selects
         try:
             return self.lower_graph()
         finally:
-            values.HALF_FLOATS[0] = False
+            values.HALF_FLOATS[0] = values.MASKED_SELECTS[0] = False
 
     def lower_graph(self) -> ir.Program:
         inputs = []
@@ -315,10 +323,18 @@ class GraphLowering:
                 if isinstance(value, tuple):
                     # A multi-result node (var_mean) read by its getitems and returned whole
                     # (saved for the backward): each reduction computed once, not once per reader.
-                    self.env[node] = tuple(self.realize(v) if isinstance(v, ReductionValue) else v for v in value)
+                    self.env[node] = self.realize_results(node, value)
                 elif len(node.users) > 1 and not self.cheap_to_share(node):
                     self.env[node] = self.realize(value, node)
         return ir.Program(tuple(self.buffers.values()), tuple(self.steps), tuple(inputs), outputs)
+
+    def realize_results(self, node, results: tuple) -> tuple:
+        """The results of a multi-result node: reductions realized, and every result of one
+        in COMPUTED_TOGETHER that a getitem reads, in the strides eager gives that getitem."""
+        if node.target not in COMPUTED_TOGETHER:
+            return tuple(self.realize(v) if isinstance(v, ReductionValue) else v for v in results)
+        readers = {user.args[1]: user for user in node.users if user.target is operator.getitem}
+        return tuple(self.realize(v, readers[k]) if k in readers else v for k, v in enumerate(results))
 
     def cheap_to_share(self, node) -> bool:
         """A small pointwise value read only by lowerings stays inlined: users that land in one

@@ -11,7 +11,7 @@ import torch
 
 from . import ir
 from .lowering import cast_python, lowering, result_info, to_dtype
-from .values import LazyValue, NotLowerable, contiguous_strides
+from .values import MASKED_SELECTS, LazyValue, NotLowerable, contiguous_strides
 
 aten = torch.ops.aten
 
@@ -157,7 +157,12 @@ def lower_select(meta, x, dim, position):
 
 
 MAX_CAT_PIECES = 16
-"""Above this, a concatenation runs as ATen's cat (each element would test every piece)."""
+"""Above this, a concatenation runs as ATen's cat (each element would load every piece)."""
+MAX_MASKED_CAT_PIECES = 32
+"""The same for an emitter that masks off the loads a positional select discards
+(values.MASKED_SELECTS, Triton: triton/guards.py): each element loads only its own piece, so
+the cost of a piece is a masked-off load and a select. densenet121's third block concatenates
+25 pieces (its input and 24 layers' features)."""
 
 
 @lowering(aten.cat.default)
@@ -168,7 +173,9 @@ def lower_cat(meta, tensors, dim=0):
     Every piece is loaded for every element and the right one selected (emitters compute
     selects without branches), so each piece's index must stay inside that piece even where
     its value is discarded: the local index is taken modulo the piece's size, which equals
-    i - start inside the piece and is a valid index everywhere else."""
+    i - start inside the piece and is a valid index everywhere else. The selects form a
+    balanced tree (`select_piece`), so a piece is kept under log2(pieces) conditions: the
+    masks of guarded loads (triton/guards.py) are that short."""
     shape, dtype = result_info(meta)
     dim %= len(shape)
     # cat skips legacy empty 1-D pieces whatever their rank, and so can we any empty piece
@@ -176,28 +183,34 @@ def lower_cat(meta, tensors, dim=0):
     if any(len(p.shape) != len(shape) for p in pieces):
         raise NotLowerable("cat of pieces of another rank")
     pieces = [p for p in pieces if p.shape[dim] > 0]
-    if not pieces or len(pieces) > MAX_CAT_PIECES:
+    if not pieces or len(pieces) > (MAX_MASKED_CAT_PIECES if MASKED_SELECTS[0] else MAX_CAT_PIECES):
         raise NotLowerable("cat of these pieces")
     if len(pieces) == 1:
         return LazyValue(shape, dtype, lambda index: to_dtype(pieces[0].load(index), dtype))
     starts = [0]
-    for piece in pieces[:-1]:
+    for piece in pieces:
         starts.append(starts[-1] + piece.shape[dim])
 
-    def local(index, piece, start):
-        size = piece.shape[dim]
-        shifted = ir.index_add(index[dim], ir.IndexConst((size - start % size) % size))
-        return index[:dim] + (ir.index_mod(shifted, size),) + index[dim + 1:]
+    def load_piece(index, k):
+        piece, size = pieces[k], pieces[k].shape[dim]
+        shifted = ir.index_add(index[dim], ir.IndexConst((size - starts[k] % size) % size))
+        return to_dtype(piece.load(index[:dim] + (ir.index_mod(shifted, size),) + index[dim + 1:]), dtype)
 
     def loader(index):
         position = ir.IndexValue(index[dim], "int64")
-        result = to_dtype(pieces[-1].load(local(index, pieces[-1], starts[-1])), dtype)
-        for k in reversed(range(len(pieces) - 1)):
-            inside = ir.Op("lt", (position, ir.Constant(starts[k + 1], "int64")), "bool")
-            value = to_dtype(pieces[k].load(local(index, pieces[k], starts[k])), dtype)
-            result = ir.Op("where", (inside, value, result), dtype)
-        return result
+        return select_piece(position, starts, lambda k: load_piece(index, k), 0, len(pieces), dtype)
     return LazyValue(shape, dtype, loader)
+
+
+def select_piece(position: ir.Expr, starts: list[int], load, first: int, end: int, dtype: str) -> ir.Expr:
+    """The value of pieces[first:end] at `position`: a select on the middle piece's start
+    between the two halves' values."""
+    if end - first == 1:
+        return load(first)
+    middle = (first + end) // 2
+    before = ir.Op("lt", (position, ir.Constant(starts[middle], "int64")), "bool")
+    return ir.Op("where", (before, select_piece(position, starts, load, first, middle, dtype),
+                           select_piece(position, starts, load, middle, end, dtype)), dtype)
 
 
 @lowering(aten.constant_pad_nd.default)

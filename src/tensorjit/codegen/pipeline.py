@@ -16,8 +16,8 @@ compiler). The steps, in order:
 
 An emitter has `half_floats` (does it compute float16/bfloat16), `device` (where its kernels
 run: tensors elsewhere only reach ATen calls), `shared_ops` (the operations per element it
-recomputes rather than store a shared value) and the three methods above; everything else is
-shared.
+recomputes rather than store a shared value), `masked_selects` (does it skip the loads a
+positional select discards) and the three methods above; everything else is shared.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def compile_graph(gm, example_inputs, config, emitter):
     emitter.prepare_graph(gm, example_inputs)
     with timed(name, "lowering"):
         lowered = GraphLowering(gm, example_inputs, half_floats=emitter.half_floats, device=emitter.device,
-                                shared_ops=emitter.shared_ops)
+                                shared_ops=emitter.shared_ops, masked_selects=emitter.masked_selects)
         program = emitter.prepare(fuse_loops(squeeze_unit_loops(lowered.run())))
     if getattr(config, "verify_ir", False):
         verify(program)

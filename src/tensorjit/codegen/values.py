@@ -23,6 +23,10 @@ HALF_FLOATS = [False]
 """Whether kernels of the graph being lowered take float16/bfloat16 (set by GraphLowering for
 emitters that compute them, Triton: loaded as float32, computed in float32, rounded on store).
 The C++ emitter has no half types, so there they stay ATen externs."""
+MASKED_SELECTS = [False]
+"""Whether the emitter of the graph being lowered masks off the loads a positional select
+discards (set by GraphLowering; Triton: triton/guards.py). Concatenations of more pieces are
+then worth lowering (lowering_views.MAX_MASKED_CAT_PIECES)."""
 
 
 class NotLowerable(Exception):

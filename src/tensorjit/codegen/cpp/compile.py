@@ -33,6 +33,7 @@ class CppEmitter:
 
     half_floats = False  # no half types in the C++ kernels: those ops stay ATen calls
     shared_ops = MAX_SHARED_OPS
+    masked_selects = False  # every piece of a concatenation is loaded at every element
     device = torch.device("cpu")
 
     def prepare_graph(self, gm, example_inputs) -> None:

@@ -15,6 +15,7 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
                choose_gemms          max-autotune: each mm/addmm/bmm times cuBLAS against Triton
                                      GEMM templates on its first call (gemm_choice.py, gemm_template.py)
                join_row_groups       a recomputation joins the row group reading its input (row_joins.py)
+               gather_small_kernels  pointwise kernels of a few elements in one kernel (small_kernels.py)
                fuse_horizontally     pointwise kernels reading one input in one kernel (horizontal.py)
                fuse_column_sums      a column reduction in the kernel producing what it sums (fused_column_sums.py)
     -> build: kernels.emit_kernel     TritonOps per kernel, launch shapes from heuristics;
@@ -47,6 +48,7 @@ from .split_reductions import split_column_reductions
 from .horizontal import fuse_horizontally
 from .row_joins import join_row_groups
 from .fused_column_sums import fuse_column_sums
+from .small_kernels import gather_small_kernels
 from .parallel import CompileJob, compile_in_parallel
 
 
@@ -85,6 +87,7 @@ class TritonEmitter:
 
     half_floats = True  # loaded as float32, computed in float32, rounded on store
     shared_ops = SHARED_OPS
+    masked_selects = True  # guards.py
 
     def __init__(self, device: torch.device, config=None):
         self.device = device
@@ -100,7 +103,7 @@ class TritonEmitter:
         if getattr(self.config, "max_autotune", False) and (self.device.type == "cuda" or interpreted()):
             # Before horizontal fusion: a product's epilogue is its one pointwise reader, alone.
             program = choose_gemms(program, getattr(self.config, "cache_dir", None))  # cuBLAS or a template
-        return fuse_column_sums(fuse_horizontally(join_row_groups(program)))
+        return fuse_column_sums(fuse_horizontally(gather_small_kernels(join_row_groups(program))))
 
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}
@@ -146,9 +149,9 @@ def compile_templates(program: ir.Program, workers: int) -> None:
 def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
     """The program the pipeline would emit for `gm` (for tests and debugging)."""
     lowered = GraphLowering(gm, example_inputs, half_floats=True, device=graph_device(example_inputs),
-                            shared_ops=SHARED_OPS)
+                            shared_ops=SHARED_OPS, masked_selects=True)
     program = prepare_groups(fuse_loops(lowered.run()))
-    return fuse_column_sums(fuse_horizontally(join_row_groups(program))), lowered
+    return fuse_column_sums(fuse_horizontally(gather_small_kernels(join_row_groups(program)))), lowered
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None):

@@ -327,11 +327,12 @@ class Writer:
         return text
 
     def guarded(self, mask: str | None, buffer: str, index: ir.Index) -> str | None:
-        """`mask` narrowed to the lanes that keep the load's value (guards.py)."""
+        """`mask` narrowed to the lanes that keep the load's value (guards.py). The guard comes
+        first: conditions on the row alone are combined per row, before the lanes widen them."""
         if mask is None:
             return None  # (a load of one element for every lane: a pointer of shape [1])
         guard = self.guards.mask(buffer, index, index_names(index))
-        return mask if guard is None else f"{mask} & {guard}"
+        return mask if guard is None else f"({guard}) & {mask}"
 
     def store_text(self, buffer: str, index: str, value: str, value_dtype: str, mask: str) -> str:
         dtype = self.buffers[buffer].dtype
