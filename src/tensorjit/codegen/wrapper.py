@@ -71,7 +71,7 @@ class CppLaunch:
     device_test = "is_cpu"
     device = None
     reports_index_errors = True
-    writes_in_place = True  # its kernels run once per call: one may write over what it reads (memory.reuses)
+    writes_in_place = True  # a kernel may write over what it reads (memory.reuses; emit_program reads it so)
 
     def __init__(self, library, orders: dict):
         self.library = library
