@@ -173,7 +173,7 @@ def in_place_donor(step, receiver: str, buffers: dict[str, ir.Buffer], candidate
     from .schedule import linear_form  # schedule reads this module's helpers
     members = step.members if isinstance(step, ir.LoopGroup) else (step,)
     writer = next(m for m in members if m.output == receiver)
-    if not isinstance(writer, ir.Pointwise) or writer.scatter is not None or writer.store is not None:
+    if not isinstance(writer, ir.Pointwise) or writer.scatter is not None:
         return None
     output = buffers[receiver]
     store = linear_form(ir.store_index(writer, output))
