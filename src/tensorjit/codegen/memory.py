@@ -79,6 +79,13 @@ def may_alias(extern: ir.Extern) -> bool:
     return any(argument.alias_info is not None for argument in (*schema.arguments, *schema.returns))
 
 
+def fresh_memory(program: ir.Program) -> set[str]:
+    """The buffers whose memory no input or constant may share (the call's own allocations)."""
+    kinds = {b.name: b.kind for b in program.buffers}
+    return {name for name, members in _alias_classes(program).items()
+            if all(kinds[m] in ("temp", "extern") for m in members)}
+
+
 def _alias_classes(program: ir.Program) -> dict[str, set[str]]:
     """Buffer name -> the names whose memory it may share (itself included): an aliasing
     extern's result joins the class of each buffer it reads."""
