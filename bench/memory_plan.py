@@ -60,7 +60,6 @@ def _empties(gm):
 
 def lower(gm, example_inputs, config, emitter):
     emitter = triton_compile.TritonEmitter(torch.device("cpu"), config)
-    emitter.prepare_graph = lambda gm, inputs: prefer_channels_last(gm, inputs, require_cuda=False)
     programs = []
     emitter.build = lambda name, program, config: programs.append(program)
     pipeline.compile_graph(gm, example_inputs, config, emitter)
@@ -107,6 +106,8 @@ def run(name: str) -> None:
 
 def main(argv: list[str]) -> None:
     cpp_compile.compile_graph = lower
+    # convolutions channels-last as on a GPU
+    triton_compile.prefer_channels_last = lambda gm, inputs: prefer_channels_last(gm, inputs, require_cuda=False)
     for name in argv:
         ROWS.clear()
         tensorjit.reset()

@@ -31,6 +31,7 @@ import torch
 from ... import logs
 from .. import ir, pipeline
 from ..graph import GraphLowering
+from ..pooling import values_only_max_pools
 from ..memory import in_place_pairs, read_in_place
 from ..report import timed
 from ..schedule import fuse_loops
@@ -92,6 +93,7 @@ class TritonEmitter:
     def prepare_graph(self, gm, example_inputs) -> None:
         move_scalar_constants(gm, self.device)  # 0-dim CPU constants read by kernels (scalar_constants.py)
         pad_matmuls(gm)  # CUDA products whose sizes cuBLAS handles slowly (pad_matmul.py); in place
+        values_only_max_pools(gm, example_inputs)  # no int64 indices nothing reads (pooling.py)
         prefer_channels_last(gm, example_inputs)  # cuDNN's tensor-core convolutions run NHWC (layout.py)
 
     def prepare(self, program: ir.Program) -> ir.Program:
