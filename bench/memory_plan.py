@@ -8,13 +8,15 @@ generated with a launch hook that launches nothing; the compiled function return
 tensors of the traced outputs' layouts, so nothing heavy runs on the CPU (training's backward
 graph is compiled too). Per graph: `memory.planned_peak_bytes` (the most bytes of
 temporaries and ATen results alive at once under the plan: inputs, parameters and workspaces
-not counted), the wrapper's `empty`/`empty_strided` lines (allocations of kernel outputs),
+not counted), the wrapper's `empty`/`empty_strided` lines (allocations of kernel outputs; not
+the copies under a layout check, which run only when an ATen result's layout differs), its
 `.as_strided(` lines (views for ATen calls), in-place pairs and handed-over tensors.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import torch
@@ -29,6 +31,9 @@ from tensorjit.codegen.triton.layout import prefer_channels_last  # noqa: E402
 from tensorjit.codegen.wrapper import build_runner  # noqa: E402
 
 ROWS: list[dict] = []
+# Lines of the wrapper's body (not the copies under a layout check, indented further)
+ALLOCATION = re.compile(r"^    \w+ = empty(?:_strided)?\(", re.MULTILINE)
+VIEW = re.compile(r"^    \w+ = \w+\.as_strided\(", re.MULTILINE)
 
 
 class NoLaunch:
@@ -70,8 +75,8 @@ def lower(gm, example_inputs, config, emitter):
         "graph": f"{type(gm).__name__}#{len(ROWS)}",
         "steps": len(program.steps),
         "peak_MB": memory.planned_peak_bytes(program, in_place=NoLaunch.writes_in_place) / 2**20,
-        "empty": text.count(" = empty(") + text.count(" = empty_strided("),
-        "as_strided": text.count(".as_strided("),
+        "empty": len(ALLOCATION.findall(text)),
+        "as_strided": len(VIEW.findall(text)),
         "handed_over": len(memory.reuses(program, in_place=NoLaunch.writes_in_place)),
         "in_place": len(memory.in_place_pairs(program)) if NoLaunch.writes_in_place else 0,
     })
