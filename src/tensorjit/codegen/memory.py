@@ -18,7 +18,7 @@ import math
 from torch.utils._pytree import tree_leaves
 
 from . import ir
-from .values import IR_TO_TORCH, contiguous_strides
+from .values import contiguous_strides, torch_dtype
 
 
 def expression_loads(expr: ir.Expr) -> list[ir.Load]:
@@ -284,7 +284,7 @@ def live_bytes(program: ir.Program, plan: dict[str, str], classes) -> list[int]:
 
 
 def _bytes(buffer: ir.Buffer) -> int:
-    return ir.extent(buffer) * IR_TO_TORCH[buffer.dtype].itemsize
+    return ir.extent(buffer) * torch_dtype(buffer.dtype).itemsize  # (complex too: not a kernel dtype)
 
 
 def _dense(buffer: ir.Buffer) -> bool:
