@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tensorjit.codegen import ir, memory
-from two_emitters import EMITTERS, compile_with
+from two_emitters import EMITTERS, compile_with, on_device
 
 I, J, R = ir.IndexVar("i0"), ir.IndexVar("i1"), ir.IndexVar("r0")
 MM = torch.ops.aten.mm.default
@@ -147,13 +147,24 @@ def softmax_of_product(x, w):
     return torch.softmax(x @ w, 1)            # read by the row's maximum before the pass writing
 
 
+def normalised_long_rows(x, w, y):
+    # rows of 20000: the Triton group loops over each row in blocks, a loop per member
+    return (x @ w) * torch.rsqrt(y.pow(2).mean(1, keepdim=True) + 1e-5)
+
+
+INPUTS = {scaled_product: lambda: (torch.randn(24, 24), torch.randn(24, 24), torch.randn(24)),
+          normalised_product: lambda: (torch.randn(24, 24), torch.randn(24, 24)),
+          softmax_of_product: lambda: (torch.randn(24, 24), torch.randn(24, 24)),
+          normalised_long_rows: lambda: (torch.randn(2, 8), torch.randn(8, 20000), torch.randn(2, 20000))}
+
+
 @pytest.mark.parametrize("emitter", EMITTERS)
-@pytest.mark.parametrize("fn, expected", [(scaled_product, 1), (normalised_product, 1), (softmax_of_product, 0)])
+@pytest.mark.parametrize("fn, expected", [(scaled_product, 1), (normalised_product, 1), (softmax_of_product, 0),
+                                          (normalised_long_rows, 1)])
 def test_compiled_kernels_writing_in_place_equal_eager(emitter, fn, expected):
     """The kernel takes over the product's tensor and reads it through its output's pointer
     (the donor is no argument of the C++ or Triton kernel); the values are eager's."""
-    x, w = torch.randn(24, 24), torch.randn(24, 24)
-    inputs = (x, w, torch.randn(24)) if fn is scaled_product else (x, w)
+    inputs = on_device(emitter, INPUTS[fn]())
     compiled = compile_with(emitter, fn, *inputs)
     pairs = memory.in_place_pairs(compiled.program)
     assert len(pairs) == expected, compiled.program
@@ -161,6 +172,8 @@ def test_compiled_kernels_writing_in_place_equal_eager(emitter, fn, expected):
         assert f"{receiver} = {donor}; del {donor}" in compiled.wrapper_source
         kernel = next(s for s in compiled.program.steps if receiver in memory.names_written(s))
         if emitter == "triton":
+            from tensorjit.codegen.triton.kernels import is_persistent
+            assert fn is not normalised_long_rows or not is_persistent(kernel)
             arguments = compiled.hook.kernels[kernel.name].arguments
         else:
             arguments = compiled.hook.orders[kernel.name]
