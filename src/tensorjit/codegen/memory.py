@@ -298,19 +298,16 @@ def _layout(buffer: ir.Buffer) -> tuple:
 def _take(free: dict[tuple, list[tuple[str, int]]], receiver: ir.Buffer, live: list[int], position: int,
           peak: int) -> tuple[str, int] | None:
     """A dead tensor for `receiver` (its layout, or both contiguous and of its size), the most
-    recently dead first, whose holding until `position` keeps `live` at or under `peak`."""
+    recently dead first, whose holding until `position` keeps `live` at or under `peak`. Each
+    list is in order of death: where its last tensor does not fit, no earlier one does (its
+    holding spans the same steps and more)."""
     size = _bytes(receiver)
-
-    def fits(died: int) -> bool:
-        return max(live[died + 1:position], default=0) + size <= peak
-
     choices = [free.get(_layout(receiver), [])]
     if _dense(receiver):
         choices += [names for (shape, strides, dtype), names in free.items()
                     if names is not choices[0] and dtype == receiver.dtype
                     and math.prod(shape) == math.prod(receiver.shape) and tuple(strides) == contiguous_strides(shape)]
     for names in choices:
-        for index in range(len(names) - 1, -1, -1):
-            if fits(names[index][1]):
-                return names.pop(index)
+        if names and max(live[names[-1][1] + 1:position], default=0) + size <= peak:
+            return names.pop()
     return None
