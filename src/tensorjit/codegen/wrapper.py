@@ -30,7 +30,7 @@ import torch
 from . import ir
 from .externs import strided_view
 from .graph import EXACT_LAYOUT_EXTERNS
-from .memory import last_uses, reuses, names_written
+from .memory import fresh_memory, last_uses, names_written, returned_names, reuses
 from .values import IR_TO_TORCH, contiguous_strides, torch_dtype
 from ..runtime.persist import CompiledText, rebuild_runner, remember_kernel, set_reduce
 
@@ -71,7 +71,7 @@ class CppLaunch:
     device_test = "is_cpu"
     device = None
     reports_index_errors = True
-    writes_in_place = True  # its kernels run once per call: one may write over what it reads (memory.reuses)
+    writes_in_place = True  # a kernel may write over what it reads (memory.reuses; emit_program reads it so)
 
     def __init__(self, library, orders: dict):
         self.library = library
@@ -133,9 +133,16 @@ def _checks_layout(extern: ir.Extern, output: ir.Buffer) -> bool:
     return not (fresh and tuple(output.strides) == contiguous_strides(tuple(output.shape)))
 
 
-def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, parameters: str) -> None:
+def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, parameters: str,
+                  buffers: dict[str, ir.Buffer], returnable: set[str]) -> None:
     if extern.target is strided_view:  # inline: one C call instead of a Python function and two
         base, shape, strides, offset = extern.args
+        layout = (tuple(buffers[base.name].shape), tuple(buffers[base.name].strides))
+        if not offset and layout == (tuple(shape), tuple(strides)) and output.name in returnable:
+            # The view would be the base itself (the wrapper holds every buffer in its traced
+            # layout): the name is bound to it, no call (109 of a GPT-2 backward's 255 views).
+            source.lines.append(f"{output.name} = {base.name}")
+            return
         start = f"{base.name}.storage_offset() + {offset}" if offset else f"{base.name}.storage_offset()"
         source.lines.append(f"{output.name} = {base.name}.as_strided({tuple(shape)!r}, {tuple(strides)!r}, {start})")
         return
@@ -155,6 +162,25 @@ def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, paramet
         source.lines.append(f"if {output.name} is not None and {output.name}.stride() != {strides!r}:")
         source.lines.append(f"    {output.name} = empty_strided({shape!r}, {strides!r}, "
                             f"dtype={output.name}.dtype, device={output.name}.device).copy_({output.name})")
+
+
+def _base_returnable(program: ir.Program) -> set[str]:
+    """The views that may be their base itself, where their layout is the base's: those not
+    returned, and returned ones whose base is this call's own memory (no input or constant
+    shares it), not returned itself or as another such view: the caller gets a tensor of
+    eager's values and layout, only not marked a view of something it never sees."""
+    returned = returned_names(program)
+    fresh = fresh_memory(program)
+    views = [step for step in program.steps if isinstance(step, ir.Extern) and step.target is strided_view]
+    returnable, given = set(), set(returned)
+    for view in views:
+        base = view.args[0].name
+        if view.output not in returned:
+            returnable.add(view.output)
+        elif base in fresh and base not in given:
+            returnable.add(view.output)
+            given.add(base)
+    return returnable
 
 
 def _input_check(source: _Source, program: ir.Program, buffers: dict[str, ir.Buffer], hook,
@@ -208,10 +234,11 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
     parameters = ", ".join(program.inputs)
     reused = reuses(program, in_place=getattr(hook, "writes_in_place", False))
     donors = set(reused.values())  # dropped where their receiver takes them over
+    returnable = _base_returnable(program)
     for step, dead in zip(program.steps, last_uses(program)):
         start = len(source.lines)
         if isinstance(step, ir.Extern):
-            _extern_lines(source, step, buffers[step.output], parameters)
+            _extern_lines(source, step, buffers[step.output], parameters, buffers, returnable)
             label = f"tensorjit extern {getattr(step.target, '__name__', step.target)} -> {step.output}"
         else:
             _kernel_lines(source, step, hook, buffers, parameters, reused)

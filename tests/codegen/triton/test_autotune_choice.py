@@ -63,3 +63,22 @@ def test_without_a_path_or_gpu_nothing_is_recorded(monkeypatch, tmp_path):
     assert AutotunedLauncher(candidates)._choose(()) is candidates[0]  # no GPU: the first
     assert not list(tmp_path.iterdir())
     assert launcher_module.AutotunedLauncher(candidates, choice_path=None)._record_file() is None
+
+
+def test_a_kernel_writing_over_what_it_reads_is_timed_on_copies(monkeypatch):
+    """A kernel reading and writing one tensor (memory.in_place_pairs) doubles it: timing it
+    six times on the real tensor would leave it multiplied by 64 after the first call."""
+    clock = [0.0]
+    fake_gpu(monkeypatch, clock)
+
+    class Doubling(FakeCandidate):
+        def __call__(self, tensor, other):
+            super().__call__()
+            tensor.mul_(2)
+
+    tensor, other = torch.ones(4), torch.ones(4)
+    launcher = AutotunedLauncher([Doubling(f"shape{i}", clock, c) for i, c in enumerate((2.0, 1.0))],
+                                 overwritten=(0,))
+    launcher(tensor, other)
+    assert launcher.chosen is launcher.candidates[1]
+    torch.testing.assert_close(tensor, torch.full((4,), 2.0))

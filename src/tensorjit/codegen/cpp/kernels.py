@@ -13,7 +13,7 @@ import torch
 
 from .. import ir
 from ..ops import bind_indirect, evaluate
-from ..memory import expression_loads, in_place_pairs
+from ..memory import expression_loads, in_place_pairs, read_in_place
 from ..schedule import linear_form, row_index
 from ..values import contiguous_strides
 from .hoist import hoist_inner, hoisted_lines
@@ -78,17 +78,13 @@ def signature(name: str, kernel_buffers: list[str], buffers: dict[str, ir.Buffer
     return lines
 
 
-def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer], donor: str | None = None) -> tuple[str, list[str]]:
-    """donor: the buffer the kernel writes over (memory.in_place_pairs), read through the
-    output's pointer: two __restrict__ pointers to one memory would let g++ reorder them."""
+def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> tuple[str, list[str]]:
     # A scatter runs on one thread, in order: its indices may repeat (eager's CPU kernels
     # add repeated entries in this order too, so float sums round the same way).
     work = math.prod(kernel.ranges) if kernel.scatter is None else 0
     checks = ir.checks_indices(kernel)
     variables, ranges, body, (store_index,) = kernel.variables, kernel.ranges, kernel.body, \
         (ir.store_index(kernel, buffers[kernel.output]),)
-    if donor is not None:
-        body = rename_loads(body, donor, kernel.output, {})
     if kernel.scatter is None:
         variables, ranges = memory_order(variables, ranges, store_index)
         variables, ranges, body, (store_index,) = merge_loops(variables, ranges, body, (store_index,))
@@ -107,18 +103,6 @@ def emit_pointwise(kernel: ir.Pointwise, buffers: dict[str, ir.Buffer], donor: s
     text = "\n".join(signature(kernel.name, names, buffers, {kernel.output}, checks) + prelude + loops + body
                      + closing("  ", len(ranges)) + tail(checks))
     return text, names
-
-
-def rename_loads(expr: ir.Expr, old: str, new: str, memo: dict) -> ir.Expr:
-    if expr not in memo:
-        if isinstance(expr, ir.Load) and expr.buffer == old:
-            memo[expr] = ir.Load(new, expr.index, expr.dtype)
-        elif isinstance(expr, ir.Op):
-            memo[expr] = ir.Op(expr.name, tuple(rename_loads(a, old, new, memo) for a in expr.args), expr.dtype,
-                               expr.extra)
-        else:
-            memo[expr] = expr
-    return memo[expr]
 
 
 def merged_reduction(kernel: ir.Reduction, outer: bool = True) -> ir.Reduction:
@@ -326,8 +310,9 @@ def emit_program(program: ir.Program) -> tuple[str, dict[str, list[str]]]:
     parts, orders = [PRELUDE], {}
     in_place = in_place_pairs(program)
     for step in program.steps:
+        step = read_in_place(step, in_place)  # a kernel writing over what it reads: one pointer
         if isinstance(step, ir.Pointwise):
-            text, names = emit_pointwise(step, buffers, in_place.get(step.output))
+            text, names = emit_pointwise(step, buffers)
         elif isinstance(step, ir.Reduction):
             text, names = emit_reduction(step, buffers)
         elif isinstance(step, ir.LoopGroup):

@@ -34,6 +34,8 @@ import torch
 from ... import logs
 from .. import ir, pipeline
 from ..graph import GraphLowering
+from ..pooling import values_only_max_pools
+from ..memory import in_place_pairs, read_in_place
 from ..report import timed
 from ..schedule import fuse_loops
 from ..values import IR_TO_TORCH
@@ -54,6 +56,8 @@ from .parallel import CompileJob, compile_in_parallel
 
 class TritonLaunch:
     """The wrapper's device hook for Triton kernels (see wrapper.CppLaunch)."""
+
+    writes_in_place = True  # a kernel may write over what it reads (memory.reuses; build reads it so)
 
     def __init__(self, launchers: dict[str, Any], kernels: dict[str, KernelText], device: torch.device):
         self.launchers = launchers
@@ -96,6 +100,7 @@ class TritonEmitter:
     def prepare_graph(self, gm, example_inputs) -> None:
         move_scalar_constants(gm, self.device)  # 0-dim CPU constants read by kernels (scalar_constants.py)
         pad_matmuls(gm)  # CUDA products whose sizes cuBLAS handles slowly (pad_matmul.py); in place
+        values_only_max_pools(gm, example_inputs)  # no int64 indices nothing reads (pooling.py)
         prefer_channels_last(gm, example_inputs)  # cuDNN's tensor-core convolutions run NHWC (layout.py)
 
     def prepare(self, program: ir.Program) -> ir.Program:
@@ -107,10 +112,11 @@ class TritonEmitter:
 
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}
+        in_place = in_place_pairs(program)  # read through the output's pointer (wrapper: one tensor)
         with timed(name, "emit"):
             autotune = getattr(config, "max_autotune", False)
-            kernels = {step.name: emit_kernel(step, buffers, autotune) for step in program.steps
-                       if isinstance(step, (ir.Pointwise, ir.Reduction, ir.LoopGroup))}
+            kernels = {step.name: emit_kernel(read_in_place(step, in_place), buffers, autotune)
+                       for step in program.steps if isinstance(step, (ir.Pointwise, ir.Reduction, ir.LoopGroup))}
         logs.output_code(name, "Triton (loop IR)", "\n\n".join(kernel.source for kernel in kernels.values()))
         cache_dir = getattr(config, "cache_dir", None)
         launchers, by_name, jobs = {}, {}, []
@@ -122,8 +128,10 @@ class TritonEmitter:
                 path = source_path(kernel.source, cache_dir)
                 function = load_kernel_file(path, kernel.name)
                 candidates = [KernelLauncher(function, shape) for shape in kernel.shapes]
+                # A kernel writing over what it reads is timed on copies of those tensors.
+                overwritten = tuple(i for i, b in enumerate(kernel.arguments) if b in in_place)
                 by_name[kernel.name, dtypes] = candidates[0] if len(candidates) == 1 else \
-                    AutotunedLauncher(candidates, choice_path=path)
+                    AutotunedLauncher(candidates, choice_path=path, overwritten=overwritten)
                 jobs += [CompileJob(path, kernel.name, dtypes, tuple(shape.constants().items()), shape.num_warps,
                                     shape.num_stages) for shape in kernel.shapes]
             launchers[step_name] = by_name[kernel.name, dtypes]

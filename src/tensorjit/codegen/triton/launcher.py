@@ -219,10 +219,11 @@ class AutotunedLauncher:
     """Times each candidate launcher on the first call's real arguments and keeps the fastest.
 
     For kernels whose best block shape is not predictable from sizes alone
-    (reductions over rows too long for registers). Safe only for kernels that
-    write nothing they read: every candidate runs several times on the same
-    arguments. The code generator's kernels are functional, so that holds.
-    Under the interpreter (no GPU timing) the first candidate is kept.
+    (reductions over rows too long for registers). Every candidate runs several
+    times on the first call's arguments: those a kernel reads and writes over
+    (`overwritten`, positions: memory.in_place_pairs) are copies while it times,
+    so the chosen kernel then runs once on the real ones. Under the interpreter
+    (no GPU timing) the first candidate is kept.
 
     The choice is remembered on disk beside the kernel's source (`choice_path`,
     one file per device name: a kernel's source fixes its sizes, so the same
@@ -231,9 +232,11 @@ class AutotunedLauncher:
 
     REPEATS = 5
 
-    def __init__(self, candidates: list[KernelLauncher], choice_path: str | None = None):
+    def __init__(self, candidates: list[KernelLauncher], choice_path: str | None = None,
+                 overwritten: tuple[int, ...] = ()):
         self.candidates = candidates
         self.choice_path = choice_path
+        self.overwritten = overwritten
         self.chosen: KernelLauncher | None = None
         self.timings_ms: list[float] = []
 
@@ -248,6 +251,7 @@ class AutotunedLauncher:
         remembered = self._remembered()
         if remembered is not None:
             return self.candidates[remembered]
+        arguments = tuple(a.clone() if i in self.overwritten else a for i, a in enumerate(arguments))
         for candidate in self.candidates:
             candidate(*arguments)  # compile and warm up outside the timing
         for candidate in self.candidates:

@@ -1,0 +1,68 @@
+"""Max pooling whose indices nothing reads runs as one Triton kernel over strided window slices
+(codegen/pooling.py), equal to ATen's, NaN and -inf included; with its indices read it stays ATen's."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tensorjit.codegen import ir
+from two_emitters import compile_with, on_device
+
+POOL = torch.ops.aten.max_pool2d_with_indices.default
+
+
+def pool_steps(compiled) -> int:
+    return sum(isinstance(s, ir.Extern) and s.target is POOL for s in compiled.program.steps)
+
+
+@pytest.mark.parametrize("shape, arguments", [
+    ((2, 3, 9, 11), dict(kernel_size=3, stride=2, padding=1)),                     # resnet's
+    ((2, 3, 9, 11), dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0))),
+    ((2, 3, 10, 10), dict(kernel_size=3, stride=1, padding=1, dilation=2)),
+    ((3, 8, 8), dict(kernel_size=2)),                                              # no batch dimension
+    ((2, 3, 10, 10), dict(kernel_size=3, stride=2, ceil_mode=True)),               # a last window past the end
+])
+def test_values_only_max_pooling_equals_eager(shape, arguments):
+    x = torch.randn(*shape)
+    x.view(-1)[::7] = float("nan")
+    x.view(-1)[3::11] = -float("inf")
+    [x] = on_device("triton", (x,))
+
+    def fn(x):
+        return F.max_pool2d(x * 2, **arguments).relu()
+
+    compiled = compile_with("triton", fn, x)
+    torch.testing.assert_close(compiled(x), fn(x), equal_nan=True, rtol=0, atol=0)
+    assert pool_steps(compiled) == (1 if arguments.get("ceil_mode") else 0), compiled.program
+
+
+def test_pooling_with_its_indices_read_stays_aten():
+    [x] = on_device("triton", (torch.randn(2, 3, 8, 8),))
+
+    def fn(x):
+        values, indices = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+        return values + 1, indices
+
+    compiled = compile_with("triton", fn, x)
+    for got, want in zip(compiled(x), fn(x)):
+        torch.testing.assert_close(got, want)
+    assert pool_steps(compiled) == 1
+
+
+def test_a_convolution_stem_pools_in_the_batch_norm_kernel():
+    """resnet's stem: the batch norm and ReLU of the convolution's output are computed in the
+    pooling kernel, at each window element, and the convolution's output is read once."""
+    stem = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 7, 2, 3, bias=False), torch.nn.BatchNorm2d(8),
+                               torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1)).eval()
+    with torch.no_grad():
+        stem[1].running_mean.uniform_(-1, 1)
+        stem[1].running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 3, 32, 32)
+    if torch.cuda.is_available():
+        stem, x = stem.cuda(), x.cuda()
+    with torch.no_grad():
+        compiled = compile_with("triton", stem, x)
+        torch.testing.assert_close(compiled(x), stem(x), rtol=1e-4, atol=1e-4)
+    assert pool_steps(compiled) == 0
+    kernels = [s for s in compiled.program.steps if not isinstance(s, ir.Extern)]
+    assert len(kernels) == 1, compiled.program
