@@ -85,6 +85,8 @@ def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
         if namespace is not None and isinstance(namespace[1], DictValue):  # obj.__dict__ read before: it sees the write
             namespace[1].mutate(tx)
             namespace[1].items[name] = value
+    elif isinstance(obj, TensorValue) and name == "data":
+        _swap_data(tx, obj, value)
     elif isinstance(obj, TensorValue) and (lookup_static(obj.python_type(), name)[1] is None or
                                            name == "grad" and _fits_as_grad(obj, value)):
         # an attribute of the tensor's own __dict__ (x.tag = ...), or its .grad: written on the
@@ -92,6 +94,21 @@ def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
         tx.output.record_attribute_write(obj, name, value)
     else:
         raise GraphBreak("store-attr", f"setting attribute {name!r} on {obj!r}")
+
+
+def _swap_data(tx, tensor: TensorValue, value: Value) -> None:
+    """`x.data = y`: from here on `x` holds `y`'s storage, without `y`'s autograd history. In the
+    graph `x` becomes `y.detach()`; on a tensor from outside the swap is replayed after the graph.
+    A tensor that requires grad would stay a leaf over the new data: not modelled, a break."""
+    if not isinstance(value, TensorValue) or tensor.example.requires_grad:
+        raise GraphBreak("store-attr", "Tensor.data = ... of a tensor that requires grad, or not with a tensor")
+    mine, theirs = tensor.example, value.example
+    if (mine.dtype, mine.device) != (theirs.dtype, theirs.device) or type(mine) is not type(theirs):
+        raise GraphBreak("store-attr", "Tensor.data = ... with a tensor of another dtype or device")
+    detached = tx.call(value.getattr(tx, "detach"), [], {})
+    if tensor.source is not None:
+        tx.output.record_attribute_write(tensor, "data", value)
+    tensor.node, tensor.example = detached.node, detached.example
 
 
 def _fits_as_grad(tensor: TensorValue, value: Value) -> bool:
