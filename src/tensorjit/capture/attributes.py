@@ -16,8 +16,8 @@ import torch
 
 from .breaks import GraphBreak
 from .sources import AttrSource
-from .values.container_subclasses import container_base
-from .values.containers import DictValue, SetValue, TupleValue
+from .values.container_subclasses import container_base, routed_attribute
+from .values.containers import ContainerMethodValue, DictValue, SetValue, TupleValue
 from .values.base import ConstantValue, Value
 from .values.functions import FunctionValue, NestedFunctionValue
 from .values.objects import NNModuleValue, ObjectValue, UserObjectValue, lookup_static, made_exception
@@ -31,6 +31,9 @@ _PLAIN_DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType)
 def store_attribute(tx, obj: Value, name: str, value: Value, custom: bool = True) -> None:
     """`setattr(obj, name, value)`; with custom=False, `object.__setattr__(obj, name, value)`."""
     cls = _type_of(obj)
+    if custom and isinstance(obj, DictValue) and routed_attribute(cls, "__setattr__"):
+        tx.call(ContainerMethodValue(obj, "__setitem__"), [ConstantValue(name), value], {})
+        return
     if custom and cls is not None:
         setter = lookup_static(cls, "__setattr__")[0]
         if isinstance(setter, types.FunctionType) and setter is not torch.nn.Module.__setattr__:
@@ -128,6 +131,9 @@ def delete_attribute(tx, obj: Value, name: str, custom: bool = True) -> None:
     deletion removes an attribute of an object made in the function, or is replayed after
     the graph on an object from outside (whose later reads in capture raise AttributeError)."""
     cls = _type_of(obj)
+    if custom and isinstance(obj, DictValue) and routed_attribute(cls, "__delattr__"):
+        tx.call(ContainerMethodValue(obj, "__delitem__"), [ConstantValue(name)], {})
+        return
     if custom and cls is not None:
         deleter = lookup_static(cls, "__delattr__")[0]
         if isinstance(deleter, types.FunctionType):

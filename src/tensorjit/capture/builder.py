@@ -32,6 +32,7 @@ from .sources import (AttrSource, ItemAheadSource, ItemSource, ItemsLeftSource, 
                       item_ahead, items_left)
 from .values.base import ConstantValue, Value
 from .values.builtins import BuiltinValue, has_handler
+from .values.container_subclasses import neutral_dunder
 from .values.containers import DictValue, InputIteratorValue, ListValue, MappingProxyValue, SetValue, TupleValue
 from .values.numpy import constant_array, is_ndarray, is_numpy_constant, viewable, wrap_ndarray
 from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
@@ -174,7 +175,8 @@ def _plain_dict_subclass(obj: Any) -> bool:
     for klass in cls.__mro__[:cls.__mro__.index(base)]:
         if klass.__module__ in ("builtins", "collections"):  # defaultdict, Counter: behaviour of their own
             return False
-        if any(n.startswith("__") and n.endswith("__") and n not in _NEUTRAL_CLASS_NAMES for n in vars(klass)):
+        if any(n.startswith("__") and n.endswith("__") and n not in _NEUTRAL_CLASS_NAMES
+               and not neutral_dunder(klass, n, base) for n in vars(klass)):
             return False
     return True
 

@@ -163,6 +163,11 @@ def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
     return subclass_attribute(tx, value, name)
 
 
+def _routed_attribute(cls: type, dunder: str) -> str | None:
+    from .container_subclasses import routed_attribute
+    return routed_attribute(cls, dunder) if cls is not dict else None
+
+
 def _new_container(cls: type, items) -> Any:
     from .container_subclasses import new_container
     return new_container(cls, items)
@@ -273,6 +278,9 @@ class DictValue(Value):
             return ContainerMethodValue(self, name)
         if _has_operator_dunder(self, name):
             return ContainerMethodValue(self, name)
+        routed = _routed_attribute(self.cls, "__getattr__") if not hasattr(self.cls, name) else None
+        if routed is not None:  # `__getattr__ = dict.get`: the item of that name
+            return tx.call(ContainerMethodValue(self, routed), [ConstantValue(name)], {})
         raise _attribute_break(self, name)
 
     def mutate(self, tx) -> None:
