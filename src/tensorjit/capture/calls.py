@@ -114,9 +114,10 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
 
 def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
     obj = value.obj
-    if obj in _GRAD_MODES:
+    handler = _call_handler(obj)
+    if handler is not None:
         tx.current_builtin = obj
-        return _GRAD_MODES[obj](tx, args, kwargs)
+        return handler(tx, args, kwargs)
     if isinstance(obj, NullExit):  # the exit of a profiler range or nullcontext entered before a break
         return ConstantValue(False)
     if isinstance(obj, GradExit):  # the exit of a grad-mode block entered at a graph break
@@ -133,10 +134,36 @@ def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Val
         return _instantiate(tx, value, obj, args, kwargs)
     if type(obj) is weakref.ReferenceType and not args and not kwargs:
         return _referent(tx, value)
+    inline = _python_original(obj)
+    if inline is not None:
+        source = AttrSource(value.source, INLINE_ATTRIBUTE) if value.source is not None else None
+        return tx.call(tx.wrap(inline, source) if source is not None else FunctionValue(inline), args, kwargs)
     call = lookup_static(type(obj), "__call__")[0]
     if isinstance(call, types.FunctionType):
         return tx.call(FunctionValue(call), [value, *args], kwargs)
     raise GraphBreak("unsupported-call", f"calling {type(obj).__name__} object, which tensorjit cannot trace")
+
+
+INLINE_ATTRIBUTE = "_torchdynamo_inline"
+"""Where torch.jit.script and torch.jit.trace keep the Python function they compiled, for a
+compiler to trace in their place (their call runs TorchScript, opaque to capture, whatever
+Python `__call__` wraps it: torch's test utilities put one on ScriptFunction)."""
+
+
+def _python_original(obj) -> types.FunctionType | None:
+    try:
+        inline = inspect.getattr_static(obj, INLINE_ATTRIBUTE, None)
+    except Exception:  # noqa: BLE001 - an object whose attribute lookup fails has none
+        return None
+    return inline if isinstance(inline, types.FunctionType) else None
+
+
+def _call_handler(obj) -> Callable | None:
+    """The handler registered for calls of `obj`; None for an unhashable object (it has none)."""
+    try:
+        return _GRAD_MODES.get(obj)
+    except TypeError:
+        return None
 
 
 def _referent(tx, value: ObjectValue) -> Value:
