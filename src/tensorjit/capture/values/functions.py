@@ -21,7 +21,7 @@ from .base import CallableConstant, ConstantValue, Value
 _TORCH_PYTHON_NAMESPACES = (
     "torch.nn.functional", "torch.functional", "torch._tensor", "torch.random",
     "torch.special", "torch.linalg", "torch.fft", "torch._refs", "torch._decomp",
-    "torch.nn.modules.utils",
+    # not torch.nn.modules.utils: _pair, _ntuple (which returns a function) are plain Python, inlined
 )
 # Torch functions with Python-visible effects or global reads: never recorded or folded.
 _TORCH_EFFECTFUL = {
