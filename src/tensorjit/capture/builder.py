@@ -287,7 +287,17 @@ _BUILTIN_TYPES = {int, float, bool, str, list, tuple, dict, set, frozenset, rang
 
 
 def _is_namedtuple(obj: Any) -> bool:
-    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+    """A namedtuple read as the tuple it is: one whose class overrides none of the sequence
+    protocol (a Python `__getitem__` would answer `t[0]`, and the item sources that read its
+    fields, differently: such an instance is an object, its fields read as attributes)."""
+    cls = type(obj)
+    if not isinstance(obj, tuple) or not hasattr(cls, "_fields"):
+        return False
+    own = cls.__mro__[:cls.__mro__.index(tuple)]
+    return not any(name in vars(klass) for klass in own for name in _SEQUENCE_PROTOCOL)
+
+
+_SEQUENCE_PROTOCOL = ("__getitem__", "__iter__", "__len__", "__contains__", "__reversed__")
 
 
 def wrap_constant_object(tx, obj: Any) -> Value:
