@@ -25,8 +25,8 @@ from ..guards import Guard
 from ..sources import AttrSource
 from .base import CallableConstant, ConstantValue, NULL, Value
 from .container_subclasses import empty
-from .containers import (ContainerMethodValue, DictValue, DictViewValue, IteratorValue, ListValue, SetValue, SliceValue,
-                         TupleValue)
+from .containers import (ContainerMethodValue, DictValue, DictViewValue, IteratorValue, ListValue, SequenceValue, SetValue,
+                         SliceValue, TupleValue)
 from .functions import FunctionValue, MethodValue
 from .objects import BuiltinMethodOfObject, DictReadValue, ObjectValue, SuperValue, UserObjectValue, lookup_static
 from .tensors import SymbolicIntValue, TensorValue, lazy_text, record_call
@@ -154,7 +154,9 @@ def _is_unbound_container_method(fn, args: list[Value]) -> bool:
     if not isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) or not args:
         return False
     owner = getattr(fn, "__objclass__", None)
-    return owner in _CONTAINER_TYPES and fn.__name__ != "__new__" and issubclass(args[0].python_type(), owner)
+    # a symbolic container only: an object of a subclass (from outside) has no items capture holds
+    return owner in _CONTAINER_TYPES and fn.__name__ != "__new__" and issubclass(args[0].python_type(), owner) \
+        and isinstance(args[0], (SequenceValue, DictValue, SetValue))
 
 
 def argument_error(fn, args: list[Value], kwargs: dict[str, Value]) -> GraphBreak:
