@@ -56,3 +56,22 @@ def test_a_missing_item_through_getitem_raises_key_error():
             return x - d.a
 
     torch.testing.assert_close(tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.ones(2)), torch.zeros(2))
+
+
+class ItemConfig(dict):
+    def __getattr__(self, name):  # written in Python: inlined where normal lookup fails
+        return self[name]
+
+
+def test_a_python_getattr_answers_where_lookup_fails():
+    def fn(cfg, x):
+        try:
+            missing = cfg.missing
+        except KeyError:
+            missing = 0
+        return x + cfg.offset + missing, cfg.get("offset")
+
+    cfg = ItemConfig(offset=5)
+    out, offset = tensorjit.compile(fn, backend="eager", fullgraph=True)(cfg, torch.zeros(2))
+    torch.testing.assert_close(out, torch.full((2,), 5.0))
+    assert offset == 5

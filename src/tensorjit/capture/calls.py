@@ -228,6 +228,11 @@ _GRAD_MODES = {torch.no_grad: _no_grad, torch.enable_grad: _enable_grad,
                torch.autograd.profiler.record_function: _null_context, contextlib.nullcontext: _null_context}
 
 
+def _struct_sequence(cls: type) -> bool:
+    """torch's struct sequences (torch.return_types.*): tuples of named fields, made from one sequence."""
+    return cls.__module__ == "torch.return_types" and issubclass(cls, tuple) and hasattr(cls, "n_sequence_fields")
+
+
 def register_call_handler(obj, handler: Callable) -> None:
     """Give calls of `obj` (a class or function met as an object) a meaning: handler(tx, args, kwargs) -> Value."""
     if obj in _GRAD_MODES:
@@ -255,6 +260,11 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         return MappingProxyValue(args[0])
     if cls in (torch.Size,):
         return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
+    if _struct_sequence(cls) and len(args) == 1 and not kwargs:  # torch.return_types.max((values, indices))
+        items = tx.iterate(args[0]).unpack(tx)
+        if len(items) != cls.n_sequence_fields:
+            raise GraphBreak("bad-call", f"{cls.__name__}() of {len(items)} items")
+        return TupleValue(items, cls)
     if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
         if not isinstance(lookup_static(cls, "__init__")[0], types.FunctionType):
             return ObjectValue(cls(*[a.constant() for a in args]), None)

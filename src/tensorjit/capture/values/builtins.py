@@ -108,6 +108,9 @@ _CONTAINER_TYPES = (list, tuple, dict, set, frozenset)
 
 def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """Evaluate a pure builtin on constant arguments at capture time."""
+    if isinstance(fn, types.MethodWrapperType) and fn.__name__ == "__iter__" and not args and not kwargs \
+            and type(fn.__self__) in (range, str, bytes, tuple, frozenset):
+        return tx.iterate(tx.wrap_constant_object(fn.__self__))  # `range(3).__iter__()` is iter(range(3))
     if _is_unbound_container_method(fn, args):
         # list.append(xs, v), set.__contains__(s, v), frozenset.__and__(p, q): the base's own method
         # (a subclass's override of the name is not what was called)

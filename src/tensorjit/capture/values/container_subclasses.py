@@ -44,6 +44,12 @@ ROUTED_ATTRIBUTES = {
 an attribute that normal lookup does not find is the item of that name."""
 
 
+def python_getattr(cls: type) -> types.FunctionType | None:
+    """The subclass's `__getattr__` written in Python, or None."""
+    method, owner = lookup_static(cls, "__getattr__")
+    return method if isinstance(method, types.FunctionType) and owner not in _BASES else None
+
+
 def routed_attribute(cls: type, dunder: str) -> str | None:
     """The dict method `cls`'s `dunder` is (see ROUTED_ATTRIBUTES), or None."""
     method = lookup_static(cls, dunder)[0]
@@ -51,9 +57,13 @@ def routed_attribute(cls: type, dunder: str) -> str | None:
 
 
 def neutral_dunder(klass: type, name: str, base: type) -> bool:
-    """Whether the class attribute `name` of `klass` keeps `base`'s behaviour (a routed one, see above)."""
-    return base is dict and name in ROUTED_ATTRIBUTES and \
-        any(vars(klass)[name] is getattr(dict, method) for method in ROUTED_ATTRIBUTES[name])
+    """Whether the class attribute `name` of `klass` keeps `base`'s behaviour: a routed one (see
+    above), or a `__getattr__` written in Python (inlined where normal lookup fails)."""
+    if base is not dict or name not in ROUTED_ATTRIBUTES:
+        return False
+    value = vars(klass)[name]
+    return any(value is getattr(dict, method) for method in ROUTED_ATTRIBUTES[name]) or \
+        name == "__getattr__" and isinstance(value, types.FunctionType)
 
 
 def container_base(cls: type) -> type | None:

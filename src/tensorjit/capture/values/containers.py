@@ -163,6 +163,11 @@ def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
     return subclass_attribute(tx, value, name)
 
 
+def _python_getattr(cls: type):
+    from .container_subclasses import python_getattr
+    return python_getattr(cls) if cls is not dict else None
+
+
 def _routed_attribute(cls: type, dunder: str) -> str | None:
     from .container_subclasses import routed_attribute
     return routed_attribute(cls, dunder) if cls is not dict else None
@@ -281,6 +286,9 @@ class DictValue(Value):
         routed = _routed_attribute(self.cls, "__getattr__") if not hasattr(self.cls, name) else None
         if routed is not None:  # `__getattr__ = dict.get`: the item of that name
             return tx.call(ContainerMethodValue(self, routed), [ConstantValue(name)], {})
+        fallback = _python_getattr(self.cls) if not hasattr(self.cls, name) else None
+        if fallback is not None:  # normal lookup failed: the class's own __getattr__ answers
+            return tx.call(FunctionValue(fallback), [self, ConstantValue(name)], {})
         raise _attribute_break(self, name)
 
     def mutate(self, tx) -> None:
