@@ -51,6 +51,12 @@ def store_attribute(tx, obj: Value, name: str, value: Value, custom: bool = True
         tx.call(FunctionValue(descriptor.fset, None), [obj, value], {})
         return
     if hasattr(type(descriptor), "__set__") and not isinstance(descriptor, _PLAIN_DESCRIPTORS):
+        setter = lookup_static(type(descriptor), "__set__")[0]
+        if isinstance(setter, types.FunctionType) and isinstance(obj, ObjectValue) and not isinstance(obj, NNModuleValue):
+            # a descriptor written in Python: its __set__ inlined (the descriptor is a class attribute
+            # of the type the object is guarded by)
+            tx.call(FunctionValue(setter, None), [tx.wrap_constant_object(descriptor), obj, value], {})
+            return
         raise GraphBreak("store-attr", f"assignment to {name!r} goes through a {type(descriptor).__name__}")
     _store_plain(tx, obj, name, value)
     if isinstance(obj, NNModuleValue):

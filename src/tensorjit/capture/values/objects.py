@@ -155,7 +155,10 @@ def written_namespace(tx, value: "ObjectValue") -> DictValue | None:
 
 
 def _data_descriptor(attribute) -> bool:
-    return hasattr(type(attribute), "__set__") or hasattr(type(attribute), "__delete__")
+    """Whether the class attribute answers reads before the instance __dict__: a data descriptor
+    (`__set__` or `__delete__`) with a `__get__`; one without `__get__` leaves reads to the dict."""
+    kind = type(attribute)
+    return hasattr(kind, "__get__") and (hasattr(kind, "__set__") or hasattr(kind, "__delete__"))
 
 
 def made_exception(value: Value) -> bool:
