@@ -42,3 +42,35 @@ def test_a_getitem_returning_the_class():
     torch.testing.assert_close(got, want)
     assert type(got_item) is Sliced
     torch.testing.assert_close(tuple(got_item), tuple(want_item))
+
+
+class Point(typing.NamedTuple):
+    a: torch.Tensor
+
+
+class TaggedPoint(Point):  # a subclass without __slots__: its instances have a __dict__
+    pass
+
+
+def test_instance_attributes_of_a_namedtuple_subclass_are_read():
+    def fn(t):
+        return t.a + getattr(t, "c", 0)
+
+    t = TaggedPoint(torch.ones(2))
+    t.c = 5
+    compiled = tensorjit.compile(fn, backend="eager")
+    torch.testing.assert_close(compiled(t), fn(t))  # getattr's default answered: a silent wrong answer
+    t.c = 7
+    torch.testing.assert_close(compiled(t), fn(t))
+
+
+def test_an_attribute_written_on_one_from_outside_lands_and_is_read_back():
+    def fn(t):
+        t.d = torch.tensor(3.0)
+        return t, t.d + 1
+
+    t = TaggedPoint(torch.ones(2))
+    out, read = tensorjit.compile(fn, backend="eager", fullgraph=True)(t)
+    assert out is t
+    torch.testing.assert_close(t.d, torch.tensor(3.0))
+    torch.testing.assert_close(read, torch.tensor(4.0))

@@ -88,6 +88,8 @@ def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
         if not hasattr(obj, "attributes"):  # a subclass instance made in the function: rebuilt with them
             obj.attributes = {}
         obj.attributes[name] = value
+    elif isinstance(obj, TupleValue) and obj.source is not None and getattr(obj, "instance_attributes", None) is not None:
+        tx.output.record_attribute_write(obj, name, value)  # a namedtuple subclass instance from outside
     elif isinstance(obj, ObjectValue) and (obj.source is not None or made_exception(obj)):
         tx.output.record_attribute_write(obj, name, value)
         namespace = tx.output.wrapped.get(AttrSource(obj.source, "__dict__")) if obj.source is not None else None

@@ -95,7 +95,11 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
             items = [wrap(tx, v, ItemSource(source, i)) for i, v in enumerate(obj)]
         if isinstance(obj, list):
             return ListValue(items, source)
-        return TupleValue(items, type(obj), source)
+        value = TupleValue(items, type(obj), source)
+        if getattr(obj, "__dict__", None) is not None:  # a namedtuple subclass's instance attributes
+            guard(Guard(AttrSource(source, "__dict__"), "keys", tuple(obj.__dict__)))
+            value.instance_attributes = obj.__dict__
+        return value
     if (type(obj) in (dict, collections.OrderedDict) or _plain_dict_subclass(obj)) \
             and not any(isinstance(k, torch.Tensor) for k in obj):
         guard(Guard(source, "type", type(obj)))

@@ -83,6 +83,12 @@ class TupleValue(SequenceValue):
         return TupleValue(items, tuple if _is_namedtuple(self.cls) else self.cls)
 
     def getattr(self, tx, name: str) -> Value:
+        written = tx.output.attribute_overlay.get((id(self), name))  # assigned in the function
+        if written is not None:
+            return written
+        attributes = getattr(self, "instance_attributes", None)  # a namedtuple subclass instance from outside
+        if attributes is not None and name in attributes and not _class_data_descriptor(self.cls, name):
+            return tx.wrap(attributes[name], AttrSource(self.source, name))
         found = subclass_instance_attribute(self, name) or _subclass_attribute(tx, self, name)
         if found is not None:
             return found
