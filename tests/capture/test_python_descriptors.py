@@ -40,3 +40,38 @@ def test_a_set_only_descriptor_reads_the_written_dict():
     out = tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.zeros(2), holder)
     torch.testing.assert_close(out, torch.full((2,), 5.0))
     assert holder.field == 5
+
+
+class Stored:
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return obj.__dict__.get("_internal", "default")
+
+    def __set__(self, obj, value):
+        obj.__dict__["_internal"] = f"desc_{value}"
+
+
+class WithStored:
+    desc = Stored()
+
+
+def test_a_python_get_reads_what_the_function_wrote():
+    def fn(obj):
+        obj.desc = "hello"
+        obj.__dict__["_internal"] = "direct"
+        return obj.desc
+
+    obj = WithStored()
+    # __get__ was run for real at capture, before the writes landed: 'default', a silent wrong answer
+    assert tensorjit.compile(fn, backend="eager", fullgraph=True)(obj) == "direct"
+    assert obj.__dict__["_internal"] == "direct"
+
+
+def test_a_python_get_after_a_namespace_write():
+    def fn(obj):
+        obj.__dict__["_internal"] = "direct"
+        return obj.desc
+
+    # main ran __get__ for real at capture: 'default', a silent wrong answer
+    assert tensorjit.compile(fn, backend="eager", fullgraph=True)(WithStored()) == "direct"

@@ -162,7 +162,7 @@ def subclass_attribute(tx, value: Value, name: str) -> Value | None:
     """The attribute `name` as the subclass defines it in Python, or None where the base answers."""
     cls = value.python_type()
     attr, owner = lookup_static(cls, name)
-    if owner is None or owner in _BASES or owner is object:
+    if owner is None or owner in _BASES or owner is object or owner.__module__ in ("builtins", "collections"):
         return None
     if isinstance(attr, types.FunctionType):
         return MethodValue(value, FunctionValue(attr))

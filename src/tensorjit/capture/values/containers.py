@@ -162,11 +162,17 @@ def _class_data_descriptor(cls: type, name: str) -> bool:
 
 
 def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
-    """An attribute a user subclass defines in Python, found before the base's own."""
-    if not _subclass(value.python_type()):
+    """An attribute a user subclass defines in Python, found before the base's own (a subclass
+    instance from outside, of dict or OrderedDict, was vetted by the builder: `instance_attributes`)."""
+    if not _subclass(value.python_type()) and getattr(value, "instance_attributes", None) is None:
         return None
     from .container_subclasses import subclass_attribute
     return subclass_attribute(tx, value, name)
+
+
+def _written_namespace(tx, value: Value):
+    from .objects import written_namespace
+    return written_namespace(tx, value)
 
 
 def _python_getattr(cls: type):
@@ -280,8 +286,15 @@ class DictValue(Value):
 
     def getattr(self, tx, name: str) -> Value:
         attributes = getattr(self, "instance_attributes", None)  # a dict subclass instance from outside
-        if attributes is not None and name in attributes and not _class_data_descriptor(self.cls, name):
-            return tx.wrap(attributes[name], AttrSource(self.source, name))
+        if attributes is not None:
+            if name == "__dict__":  # its namespace: writes to it are replayed, and read back below
+                return tx.wrap(attributes, AttrSource(self.source, "__dict__"))
+            namespace = _written_namespace(tx, self)
+            if not _class_data_descriptor(self.cls, name):
+                if namespace is not None and name in namespace.items:
+                    return namespace.items[name]
+                if namespace is None and name in attributes:
+                    return tx.wrap(attributes[name], AttrSource(self.source, name))
         found = subclass_instance_attribute(self, name) or _subclass_attribute(tx, self, name)
         if found is not None:
             return found

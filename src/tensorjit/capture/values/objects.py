@@ -88,6 +88,11 @@ class ObjectValue(Value):
             return namespace.items[name]  # written through obj.__dict__ in the function
         if isinstance(static, property) and static.fget is not None:
             return tx.call(FunctionValue(static.fget, _class_member_source(self, owner, name, ".fget")), [self], {})
+        getter = _python_data_getter(static)
+        if getter is not None:  # a data descriptor written in Python: its __get__ inlined, reading what
+            # capture holds of the object (writes made in the function included), not the stale real one
+            return tx.call(FunctionValue(getter, None), [tx.wrap_constant_object(static), self,
+                                                          tx.wrap_constant_object(type(obj))], {})
         if isinstance(static, types.FunctionType):
             if name not in getattr(obj, "__dict__", {}):
                 return MethodValue(self, FunctionValue(static, _class_member_source(self, owner, name)))
@@ -152,6 +157,15 @@ def written_namespace(tx, value: "ObjectValue") -> DictValue | None:
     if known is None or not isinstance(known[1], DictValue) or not known[1].mutated:
         return None
     return known[1]
+
+
+def _python_data_getter(attribute) -> types.FunctionType | None:
+    """The Python `__get__` of a data descriptor (a class with `__set__` or `__delete__` too), or None."""
+    kind = type(attribute)
+    getter = lookup_static(kind, "__get__")[0] if kind is not type else None
+    if isinstance(getter, types.FunctionType) and _data_descriptor(attribute):
+        return getter
+    return None
 
 
 def _data_descriptor(attribute) -> bool:
