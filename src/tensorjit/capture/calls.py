@@ -282,6 +282,10 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
     base = container_base(cls)
     if base is not None:
         return instantiate_container(tx, cls, base, args, kwargs)
+    new = lookup_static(cls, "__new__")[0]
+    if type(cls) in (type, abc.ABCMeta) and isinstance(new, staticmethod) and \
+            isinstance(new.__func__, types.FunctionType):
+        return _python_new(tx, cls, new.__func__, args, kwargs)
     if cls.__new__ is not object.__new__ or type(cls) not in (type, abc.ABCMeta):
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} (custom __new__ or metaclass)")
     instance = UserObjectValue(cls)
@@ -290,6 +294,22 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         tx.call(FunctionValue(init), [instance, *args], kwargs)
     elif args or kwargs:
         raise GraphBreak("unsupported-call", f"{cls.__name__}.__init__ is not a Python function")
+    return instance
+
+
+def _python_new(tx, cls: type, new: types.FunctionType, args, kwargs) -> Value:
+    """`cls(*args, **kwargs)` where the class defines `__new__` in Python: it is inlined (its
+    `object.__new__(cls)` or `super().__new__(cls)` makes the instance); `__init__` then runs on
+    what it returned only where that is an instance of `cls`, the `__init__` of its own class."""
+    instance = tx.call(FunctionValue(new), [tx.wrap_constant_object(cls), *args], kwargs)
+    made = instance.python_type()
+    if not (isinstance(made, type) and issubclass(made, cls)):
+        return instance
+    init = lookup_static(made, "__init__")[0]
+    if isinstance(init, types.FunctionType):
+        tx.call(FunctionValue(init), [instance, *args], kwargs)
+    elif init is not object.__init__:
+        raise GraphBreak("unsupported-call", f"{made.__name__}.__init__ is not a Python function")
     return instance
 
 
