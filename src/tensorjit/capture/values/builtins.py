@@ -471,6 +471,11 @@ def _id(tx, obj: Value) -> Value:
         # its id answers for this function object only
         tx.output.guard(Guard(obj.source, "id", obj.fn))
         return ConstantValue(id(obj.fn))
+    known = tx.output.wrapped.get(obj.source) if obj.source is not None else None
+    if known is not None and known[1] is obj and not isinstance(obj, TensorValue):
+        # a container read from outside (a global dict, a list in a closure): guarded as that object
+        tx.output.guard(Guard(obj.source, "id", known[0]))
+        return ConstantValue(id(known[0]))
     raise GraphBreak("unsupported-call", "id() of a value made during capture")
 
 
