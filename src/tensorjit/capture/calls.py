@@ -34,9 +34,9 @@ from .values.container_subclasses import container_base, instantiate as instanti
 from .values.containers import (DictValue, IteratorValue, ListValue, MappingProxyValue, SequenceValue, TupleValue, SetValue,
                                hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (GlobalContextValue, GradModeValue, MadeModuleValue, NNModuleValue, NullContextValue,
-                             ObjectValue, PartialValue,
-                             UserObjectValue, is_not_implemented, lookup_static)
+from .values.objects import (NOT_PLAIN, GlobalContextValue, GradModeValue, MadeModuleValue, NNModuleValue,
+                             NullContextValue, ObjectValue, PartialValue, UserObjectValue, is_not_implemented,
+                             lookup_static, plain_object, type_form)
 from .values.records import RecordValue, is_record_class
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
@@ -385,6 +385,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         in_place = _in_place(tx, op, a, b)
         if in_place is not None:
             return in_place
+    if op is operator.or_ and type_form(left := plain_object(a)) and type_form(right := plain_object(b)) \
+            and left is not NOT_PLAIN and right is not NOT_PLAIN:
+        return tx.wrap_constant_object(left | right)  # `torch.Tensor | None` in an annotation: pure
     if a.is_constant() and b.is_constant() and not isinstance(a, ListValue) and not isinstance(b, ListValue):
         try:
             return tx.wrap_constant_object(op(a.constant(), b.constant()))

@@ -95,7 +95,7 @@ class TupleValue(SequenceValue):
         fields = _field_names(self.cls)
         if name in fields:
             return self.items[fields.index(name)]
-        if name in ("count", "index"):
+        if name in ("count", "index") or name == "numel" and self.cls is _torch_size():
             return ContainerMethodValue(self, name)
         if name == "_asdict" or name == "_replace":
             return ContainerMethodValue(self, name)
@@ -168,6 +168,11 @@ def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
         return None
     from .container_subclasses import subclass_attribute
     return subclass_attribute(tx, value, name)
+
+
+def _torch_size() -> type:
+    import torch
+    return torch.Size
 
 
 def _written_namespace(tx, value: Value):

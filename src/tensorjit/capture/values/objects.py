@@ -697,3 +697,30 @@ class PartialValue(Value):
         parts = [cg.value(self.func)] + [cg.value(a) for a in self.args] + \
             [f"{k}={cg.value(v)}" for k, v in self.kwargs.items()]
         return f"{cg.constant(functools.partial)}({', '.join(parts)})"
+
+
+NOT_PLAIN = object()
+"""`plain_object`'s answer for a value that stands for no Python object known at capture."""
+
+
+def plain_object(value: Value) -> Any:
+    """The Python object a value known at capture stands for: a constant, an object wrapped as it
+    is, a list or tuple of those (typing forms subscripted, type unions); else NOT_PLAIN."""
+    from .containers import ListValue
+    if type(value) is ObjectValue:
+        return value.obj
+    if type(value) is ListValue or type(value) is TupleValue and value.cls is tuple:
+        items = [plain_object(item) for item in value.items]
+        if any(item is NOT_PLAIN for item in items):
+            return NOT_PLAIN
+        return items if type(value) is ListValue else tuple(items)
+    if value.is_constant():
+        return value.constant()
+    return NOT_PLAIN
+
+
+def type_form(obj: Any) -> bool:
+    """A type, a generic alias, a union, None or a typing form: what `X | Y` of annotations joins."""
+    return obj is None or isinstance(obj, (type, types.GenericAlias, types.UnionType)) or \
+        type(obj).__module__ == "typing"
+
