@@ -100,3 +100,14 @@ def test_a_grad_the_setter_refuses_breaks():
 
     with pytest.raises(tensorjit.GraphBreakError):
         tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.ones(5))
+
+
+def test_grad_of_a_leaf_made_in_the_function_is_none():
+    def fn(a):
+        made = torch.ones(2, 2)
+        leaf = torch.zeros(2, requires_grad=True)
+        return a + made, made.grad, leaf.grad
+
+    out, made_grad, leaf_grad = tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.ones(2, 2))
+    assert made_grad is None and leaf_grad is None
+    torch.testing.assert_close(out, torch.full((2, 2), 2.0))
