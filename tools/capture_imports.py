@@ -18,7 +18,7 @@ CAPTURE = pathlib.Path(__file__).resolve().parent.parent / "src" / "tensorjit" /
 
 LAYERS = (
     ("records", ("breaks", "sources", "guard_kinds", "native_guards", "guards", "cpython")),
-    ("values", ("values.*", "output", "dynamic", "aliasing", "codegen")),
+    ("values", ("values.*", "output", "dynamic", "aliasing", "subgraphs", "codegen")),
     ("calls", ("skipfiles", "builder", "markers", "higher_order", "loops", "flex_attention", "regions", "autograd_function",
                "calls", "attributes", "module_call", "contextmanagers", "generators", "polyfills.*")),
     ("interpreter", ("interpreter", "opcodes")),

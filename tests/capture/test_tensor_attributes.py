@@ -70,7 +70,7 @@ def test_writes_on_tensors_in_a_list_across_a_graph_break():
 
 def test_a_class_attribute_name_still_breaks():
     def fn(x, y):
-        x.data = y
+        x.real = y  # `.data` is modelled (test_tensor_data_swap.py); this one is not
         return x + 1
 
     with pytest.raises(tensorjit.GraphBreakError):
@@ -100,3 +100,14 @@ def test_a_grad_the_setter_refuses_breaks():
 
     with pytest.raises(tensorjit.GraphBreakError):
         tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.ones(5))
+
+
+def test_grad_of_a_leaf_made_in_the_function_is_none():
+    def fn(a):
+        made = torch.ones(2, 2)
+        leaf = torch.zeros(2, requires_grad=True)
+        return a + made, made.grad, leaf.grad
+
+    out, made_grad, leaf_grad = tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.ones(2, 2))
+    assert made_grad is None and leaf_grad is None
+    torch.testing.assert_close(out, torch.full((2, 2), 2.0))

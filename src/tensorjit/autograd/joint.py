@@ -137,6 +137,7 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: 
     """`outputs`: the graph's fake outputs (`fake_outputs`), when the caller has them already."""
     grad_inputs = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
     outputs = fake_outputs(gm, example_inputs) if outputs is None else outputs
+    example_inputs = [_own_leaf(x) for x in example_inputs]
     differentiable = differentiable_outputs(outputs)
     forward = _functional(gm)
     num_primals = len(example_inputs)
@@ -160,6 +161,16 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: 
     mutated = _lift_input_mutations(traced, num_primals, len(outputs))
     return TracedGraph(traced, num_primals, len(outputs), mutated, differentiable, grad_inputs,
                        num_tangents=len(tangents))
+
+
+def _own_leaf(example):
+    """A view that requires grad, cut from its base. The runtime's autograd.Function gets each input
+    as one of its own, and autograd adds the gradient it returns for a view to its base's through
+    the view's own history: traced as a view of another input, the base's gradient would count the
+    view's uses a second time."""
+    if isinstance(example, torch.Tensor) and example.requires_grad and example._is_view():
+        return example.detach().requires_grad_(True)
+    return example
 
 
 def trace_forward(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None) -> TracedGraph:

@@ -16,8 +16,8 @@ import torch
 
 from .breaks import GraphBreak
 from .sources import AttrSource
-from .values.container_subclasses import container_base
-from .values.containers import DictValue, SetValue, TupleValue
+from .values.container_subclasses import container_base, routed_attribute
+from .values.containers import ContainerMethodValue, DictValue, SetValue, TupleValue
 from .values.base import ConstantValue, Value
 from .values.functions import FunctionValue, NestedFunctionValue
 from .values.objects import NNModuleValue, ObjectValue, UserObjectValue, lookup_static, made_exception
@@ -31,6 +31,9 @@ _PLAIN_DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType)
 def store_attribute(tx, obj: Value, name: str, value: Value, custom: bool = True) -> None:
     """`setattr(obj, name, value)`; with custom=False, `object.__setattr__(obj, name, value)`."""
     cls = _type_of(obj)
+    if custom and isinstance(obj, DictValue) and routed_attribute(cls, "__setattr__"):
+        tx.call(ContainerMethodValue(obj, "__setitem__"), [ConstantValue(name), value], {})
+        return
     if custom and cls is not None:
         setter = lookup_static(cls, "__setattr__")[0]
         if isinstance(setter, types.FunctionType) and setter is not torch.nn.Module.__setattr__:
@@ -48,6 +51,12 @@ def store_attribute(tx, obj: Value, name: str, value: Value, custom: bool = True
         tx.call(FunctionValue(descriptor.fset, None), [obj, value], {})
         return
     if hasattr(type(descriptor), "__set__") and not isinstance(descriptor, _PLAIN_DESCRIPTORS):
+        setter = lookup_static(type(descriptor), "__set__")[0]
+        if isinstance(setter, types.FunctionType) and isinstance(obj, ObjectValue) and not isinstance(obj, NNModuleValue):
+            # a descriptor written in Python: its __set__ inlined (the descriptor is a class attribute
+            # of the type the object is guarded by)
+            tx.call(FunctionValue(setter, None), [tx.wrap_constant_object(descriptor), obj, value], {})
+            return
         raise GraphBreak("store-attr", f"assignment to {name!r} goes through a {type(descriptor).__name__}")
     _store_plain(tx, obj, name, value)
     if isinstance(obj, NNModuleValue):
@@ -79,12 +88,16 @@ def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
         if not hasattr(obj, "attributes"):  # a subclass instance made in the function: rebuilt with them
             obj.attributes = {}
         obj.attributes[name] = value
+    elif isinstance(obj, TupleValue) and obj.source is not None and getattr(obj, "instance_attributes", None) is not None:
+        tx.output.record_attribute_write(obj, name, value)  # a namedtuple subclass instance from outside
     elif isinstance(obj, ObjectValue) and (obj.source is not None or made_exception(obj)):
         tx.output.record_attribute_write(obj, name, value)
         namespace = tx.output.wrapped.get(AttrSource(obj.source, "__dict__")) if obj.source is not None else None
         if namespace is not None and isinstance(namespace[1], DictValue):  # obj.__dict__ read before: it sees the write
             namespace[1].mutate(tx)
             namespace[1].items[name] = value
+    elif isinstance(obj, TensorValue) and name == "data":
+        _swap_data(tx, obj, value)
     elif isinstance(obj, TensorValue) and (lookup_static(obj.python_type(), name)[1] is None or
                                            name == "grad" and _fits_as_grad(obj, value)):
         # an attribute of the tensor's own __dict__ (x.tag = ...), or its .grad: written on the
@@ -92,6 +105,21 @@ def _store_plain(tx, obj: Value, name: str, value: Value) -> None:
         tx.output.record_attribute_write(obj, name, value)
     else:
         raise GraphBreak("store-attr", f"setting attribute {name!r} on {obj!r}")
+
+
+def _swap_data(tx, tensor: TensorValue, value: Value) -> None:
+    """`x.data = y`: from here on `x` holds `y`'s storage, without `y`'s autograd history. In the
+    graph `x` becomes `y.detach()`; on a tensor from outside the swap is replayed after the graph.
+    A tensor that requires grad would stay a leaf over the new data: not modelled, a break."""
+    if not isinstance(value, TensorValue) or tensor.example.requires_grad:
+        raise GraphBreak("store-attr", "Tensor.data = ... of a tensor that requires grad, or not with a tensor")
+    mine, theirs = tensor.example, value.example
+    if (mine.dtype, mine.device) != (theirs.dtype, theirs.device) or type(mine) is not type(theirs):
+        raise GraphBreak("store-attr", "Tensor.data = ... with a tensor of another dtype or device")
+    detached = tx.call(value.getattr(tx, "detach"), [], {})
+    if tensor.source is not None:
+        tx.output.record_attribute_write(tensor, "data", value)
+    tensor.node, tensor.example = detached.node, detached.example
 
 
 def _fits_as_grad(tensor: TensorValue, value: Value) -> bool:
@@ -111,6 +139,9 @@ def delete_attribute(tx, obj: Value, name: str, custom: bool = True) -> None:
     deletion removes an attribute of an object made in the function, or is replayed after
     the graph on an object from outside (whose later reads in capture raise AttributeError)."""
     cls = _type_of(obj)
+    if custom and isinstance(obj, DictValue) and routed_attribute(cls, "__delattr__"):
+        tx.call(ContainerMethodValue(obj, "__delitem__"), [ConstantValue(name)], {})
+        return
     if custom and cls is not None:
         deleter = lookup_static(cls, "__delattr__")[0]
         if isinstance(deleter, types.FunctionType):

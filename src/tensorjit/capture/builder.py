@@ -32,6 +32,7 @@ from .sources import (AttrSource, ItemAheadSource, ItemSource, ItemsLeftSource, 
                       item_ahead, items_left)
 from .values.base import ConstantValue, Value
 from .values.builtins import BuiltinValue, has_handler
+from .values.container_subclasses import neutral_dunder
 from .values.containers import DictValue, InputIteratorValue, ListValue, MappingProxyValue, SetValue, TupleValue
 from .values.numpy import constant_array, is_ndarray, is_numpy_constant, viewable, wrap_ndarray
 from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
@@ -94,7 +95,11 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
             items = [wrap(tx, v, ItemSource(source, i)) for i, v in enumerate(obj)]
         if isinstance(obj, list):
             return ListValue(items, source)
-        return TupleValue(items, type(obj), source)
+        value = TupleValue(items, type(obj), source)
+        if getattr(obj, "__dict__", None) is not None:  # a namedtuple subclass's instance attributes
+            guard(Guard(AttrSource(source, "__dict__"), "keys", tuple(obj.__dict__)))
+            value.instance_attributes = obj.__dict__
+        return value
     if (type(obj) in (dict, collections.OrderedDict) or _plain_dict_subclass(obj)) \
             and not any(isinstance(k, torch.Tensor) for k in obj):
         guard(Guard(source, "type", type(obj)))
@@ -174,7 +179,8 @@ def _plain_dict_subclass(obj: Any) -> bool:
     for klass in cls.__mro__[:cls.__mro__.index(base)]:
         if klass.__module__ in ("builtins", "collections"):  # defaultdict, Counter: behaviour of their own
             return False
-        if any(n.startswith("__") and n.endswith("__") and n not in _NEUTRAL_CLASS_NAMES for n in vars(klass)):
+        if any(n.startswith("__") and n.endswith("__") and n not in _NEUTRAL_CLASS_NAMES
+               and not neutral_dunder(klass, n, base) for n in vars(klass)):
             return False
     return True
 
@@ -285,7 +291,17 @@ _BUILTIN_TYPES = {int, float, bool, str, list, tuple, dict, set, frozenset, rang
 
 
 def _is_namedtuple(obj: Any) -> bool:
-    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+    """A namedtuple read as the tuple it is: one whose class overrides none of the sequence
+    protocol (a Python `__getitem__` would answer `t[0]`, and the item sources that read its
+    fields, differently: such an instance is an object, its fields read as attributes)."""
+    cls = type(obj)
+    if not isinstance(obj, tuple) or not hasattr(cls, "_fields"):
+        return False
+    own = cls.__mro__[:cls.__mro__.index(tuple)]
+    return not any(name in vars(klass) for klass in own for name in _SEQUENCE_PROTOCOL)
+
+
+_SEQUENCE_PROTOCOL = ("__getitem__", "__iter__", "__len__", "__contains__", "__reversed__")
 
 
 def wrap_constant_object(tx, obj: Any) -> Value:

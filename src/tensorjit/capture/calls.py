@@ -34,9 +34,9 @@ from .values.container_subclasses import container_base, instantiate as instanti
 from .values.containers import (DictValue, IteratorValue, ListValue, MappingProxyValue, SequenceValue, TupleValue, SetValue,
                                hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (GlobalContextValue, GradModeValue, MadeModuleValue, NNModuleValue, NullContextValue,
-                             ObjectValue, PartialValue,
-                             UserObjectValue, is_not_implemented, lookup_static)
+from .values.objects import (NOT_PLAIN, GlobalContextValue, GradModeValue, MadeModuleValue, NNModuleValue,
+                             NullContextValue, ObjectValue, PartialValue, UserObjectValue, is_not_implemented,
+                             lookup_static, plain_object, type_form)
 from .values.records import RecordValue, is_record_class
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
@@ -114,9 +114,10 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
 
 def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
     obj = value.obj
-    if obj in _GRAD_MODES:
+    handler = _call_handler(obj)
+    if handler is not None:
         tx.current_builtin = obj
-        return _GRAD_MODES[obj](tx, args, kwargs)
+        return handler(tx, args, kwargs)
     if isinstance(obj, NullExit):  # the exit of a profiler range or nullcontext entered before a break
         return ConstantValue(False)
     if isinstance(obj, GradExit):  # the exit of a grad-mode block entered at a graph break
@@ -133,10 +134,36 @@ def call_object(tx, value: ObjectValue, args: list[Value], kwargs: dict[str, Val
         return _instantiate(tx, value, obj, args, kwargs)
     if type(obj) is weakref.ReferenceType and not args and not kwargs:
         return _referent(tx, value)
+    inline = _python_original(obj)
+    if inline is not None:
+        source = AttrSource(value.source, INLINE_ATTRIBUTE) if value.source is not None else None
+        return tx.call(tx.wrap(inline, source) if source is not None else FunctionValue(inline), args, kwargs)
     call = lookup_static(type(obj), "__call__")[0]
     if isinstance(call, types.FunctionType):
         return tx.call(FunctionValue(call), [value, *args], kwargs)
     raise GraphBreak("unsupported-call", f"calling {type(obj).__name__} object, which tensorjit cannot trace")
+
+
+INLINE_ATTRIBUTE = "_torchdynamo_inline"
+"""Where torch.jit.script and torch.jit.trace keep the Python function they compiled, for a
+compiler to trace in their place (their call runs TorchScript, opaque to capture, whatever
+Python `__call__` wraps it: torch's test utilities put one on ScriptFunction)."""
+
+
+def _python_original(obj) -> types.FunctionType | None:
+    try:
+        inline = inspect.getattr_static(obj, INLINE_ATTRIBUTE, None)
+    except Exception:  # noqa: BLE001 - an object whose attribute lookup fails has none
+        return None
+    return inline if isinstance(inline, types.FunctionType) else None
+
+
+def _call_handler(obj) -> Callable | None:
+    """The handler registered for calls of `obj`; None for an unhashable object (it has none)."""
+    try:
+        return _GRAD_MODES.get(obj)
+    except TypeError:
+        return None
 
 
 def _referent(tx, value: ObjectValue) -> Value:
@@ -201,6 +228,11 @@ _GRAD_MODES = {torch.no_grad: _no_grad, torch.enable_grad: _enable_grad,
                torch.autograd.profiler.record_function: _null_context, contextlib.nullcontext: _null_context}
 
 
+def _struct_sequence(cls: type) -> bool:
+    """torch's struct sequences (torch.return_types.*): tuples of named fields, made from one sequence."""
+    return cls.__module__ == "torch.return_types" and issubclass(cls, tuple) and hasattr(cls, "n_sequence_fields")
+
+
 def register_call_handler(obj, handler: Callable) -> None:
     """Give calls of `obj` (a class or function met as an object) a meaning: handler(tx, args, kwargs) -> Value."""
     if obj in _GRAD_MODES:
@@ -228,6 +260,11 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         return MappingProxyValue(args[0])
     if cls in (torch.Size,):
         return TupleValue(args[0].unpack(tx) if args else [], torch.Size)
+    if _struct_sequence(cls) and len(args) == 1 and not kwargs:  # torch.return_types.max((values, indices))
+        items = tx.iterate(args[0]).unpack(tx)
+        if len(items) != cls.n_sequence_fields:
+            raise GraphBreak("bad-call", f"{cls.__name__}() of {len(items)} items")
+        return TupleValue(items, cls)
     if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
         if not isinstance(lookup_static(cls, "__init__")[0], types.FunctionType):
             return ObjectValue(cls(*[a.constant() for a in args]), None)
@@ -245,6 +282,10 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
     base = container_base(cls)
     if base is not None:
         return instantiate_container(tx, cls, base, args, kwargs)
+    new = lookup_static(cls, "__new__")[0]
+    if type(cls) in (type, abc.ABCMeta) and isinstance(new, staticmethod) and \
+            isinstance(new.__func__, types.FunctionType):
+        return _python_new(tx, cls, new.__func__, args, kwargs)
     if cls.__new__ is not object.__new__ or type(cls) not in (type, abc.ABCMeta):
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} (custom __new__ or metaclass)")
     instance = UserObjectValue(cls)
@@ -253,6 +294,22 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
         tx.call(FunctionValue(init), [instance, *args], kwargs)
     elif args or kwargs:
         raise GraphBreak("unsupported-call", f"{cls.__name__}.__init__ is not a Python function")
+    return instance
+
+
+def _python_new(tx, cls: type, new: types.FunctionType, args, kwargs) -> Value:
+    """`cls(*args, **kwargs)` where the class defines `__new__` in Python: it is inlined (its
+    `object.__new__(cls)` or `super().__new__(cls)` makes the instance); `__init__` then runs on
+    what it returned only where that is an instance of `cls`, the `__init__` of its own class."""
+    instance = tx.call(FunctionValue(new), [tx.wrap_constant_object(cls), *args], kwargs)
+    made = instance.python_type()
+    if not (isinstance(made, type) and issubclass(made, cls)):
+        return instance
+    init = lookup_static(made, "__init__")[0]
+    if isinstance(init, types.FunctionType):
+        tx.call(FunctionValue(init), [instance, *args], kwargs)
+    elif init is not object.__init__:
+        raise GraphBreak("unsupported-call", f"{made.__name__}.__init__ is not a Python function")
     return instance
 
 
@@ -328,6 +385,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         in_place = _in_place(tx, op, a, b)
         if in_place is not None:
             return in_place
+    if op is operator.or_ and type_form(left := plain_object(a)) and type_form(right := plain_object(b)) \
+            and left is not NOT_PLAIN and right is not NOT_PLAIN:
+        return tx.wrap_constant_object(left | right)  # `torch.Tensor | None` in an annotation: pure
     if a.is_constant() and b.is_constant() and not isinstance(a, ListValue) and not isinstance(b, ListValue):
         try:
             return tx.wrap_constant_object(op(a.constant(), b.constant()))

@@ -3,7 +3,8 @@
 Takes a real callable met during capture; `higher_order_value` returns the value that gives
 it meaning, or None.
 
-- `torch.cond(pred, true_fn, false_fn, operands)`: with a Python (or size) predicate the
+- `torch.cond(pred, true_fn, false_fn, operands)`, or the operator it calls
+  (`torch.ops.higher_order.cond`, called so by torch.cond's eager path, which compiles it): with a Python (or size) predicate the
   branch taken is inlined, as torch does. With a tensor predicate the call is one graph node,
   torch's `cond` operator with both branches, which the eager backend runs as it is and the
   autograd stage traces into subgraphs (with their backward). The branches must be functions
@@ -168,7 +169,7 @@ def _default_context():
 def higher_order_value(obj: Any, source) -> Value | None:
     """torch.cond or checkpoint (loops.py and flex_attention.py answer for the others: they
     build on this module)."""
-    if obj is torch.cond:
+    if obj is torch.cond or obj is torch.ops.higher_order.cond:  # the function, or the operator it calls
         return CondValue(obj, source)
     checkpoint = getattr(torch.utils, "checkpoint", None)
     if checkpoint is not None and obj is checkpoint.checkpoint:

@@ -26,8 +26,8 @@ from .values.builtins import BuiltinValue, object_text
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
                                 SetValue, SliceValue, TupleValue, hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, SuperValue,
-                             UserObjectValue, lookup_static)
+from .values.objects import (NOT_PLAIN, CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, SuperValue,
+                             UserObjectValue, lookup_static, plain_object)
 from .values.container_subclasses import subscript_method
 from .values.records import RecordValue
 from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
@@ -405,10 +405,12 @@ def getitem(f: Frame, obj: Value, index: Value) -> Value:
     if obj.is_constant() and isinstance(obj.constant(), type) and isinstance(index, ObjectValue) and \
             hasattr(obj.constant(), "__class_getitem__"):
         return f.wrap_constant_object(obj.constant()[index.obj])  # a generic alias (OrderedSet[T]): pure
-    if isinstance(obj, ObjectValue) and type(obj.obj).__module__ == "typing" and \
-            (index.is_constant() or type(index) is ObjectValue):
-        # a typing form subscripted (typing.List[T] in an annotation): pure, and typing is not traced
-        return f.wrap_constant_object(obj.obj[index.constant() if index.is_constant() else index.obj])
+    annotation = plain_object(index) if isinstance(obj, ObjectValue) and type(obj.obj).__module__ == "typing" \
+        else NOT_PLAIN
+    if annotation is not NOT_PLAIN:
+        # a typing form subscripted (typing.List[T], Callable[[T], T] in an annotation): pure, and
+        # typing is not traced
+        return f.wrap_constant_object(obj.obj[annotation])
     if obj.is_constant() and index.is_constant():
         try:
             return f.wrap_constant_object(obj.constant()[index.constant()])

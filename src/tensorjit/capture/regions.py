@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 import torch.fx
-from .aliasing import storage_key
+from .subgraphs import external_inputs, pure, subgraph_module, visible_effects
 from .values.containers import ListValue, TupleValue
 from .values.functions import FunctionValue
 from .values.tensors import TensorValue
@@ -53,25 +53,16 @@ def capture_region(tx, inline: Callable[[], Any]):
     """`inline()` (the call, inlined), with the nodes it made outlined into a shared subgraph."""
     output = tx.output
     before = set(output.graph.nodes)
-    effects, writes = _visible_effects(output), output.container_writes
+    effects = visible_effects(output)
     result = inline()
     made = [n for n in output.graph.nodes if n not in before and n.op != "placeholder"]
-    if not made or _visible_effects(output) != effects or output.container_writes != writes:
+    if not made or visible_effects(output) != effects:
         return result
     leaves = _tensor_leaves(result)
-    if leaves is None or any(not _pure(n) for n in made):
+    if leaves is None or any(not pure(n) for n in made):
         return result
     _outline(output, made, leaves)
     return result
-
-
-def _visible_effects(output) -> tuple[int, frozenset]:
-    """What a caller could observe of code run so far: Python-visible writes replayed after the
-    graph (attributes, globals, cells, containers from outside), and writes to the storage of
-    the graph's inputs."""
-    inputs = {storage_key(gi.node.meta["example_value"]) for gi in output.inputs
-              if isinstance(gi.node.meta.get("example_value"), torch.Tensor)}
-    return len(output.side_effects), frozenset(output.writes.written & inputs)
 
 
 def _tensor_leaves(value) -> list | None:
@@ -83,37 +74,18 @@ def _tensor_leaves(value) -> list | None:
     return None
 
 
-def _pure(node: torch.fx.Node) -> bool:
-    """No in-place write (an unused call of a region that writes would be dropped as dead code), no
-    submodule of its own, no grad-mode switch: safe to move into a subgraph."""
-    if node.op in ("get_attr", "call_module"):
-        return False
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
-        return False
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    if name.endswith("_") and not name.startswith("__") or "out" in node.kwargs or target is operator.setitem:
-        return False
-    return node.op in ("call_function", "call_method") and not (
-        node.op == "call_function" and getattr(target, "__module__", "") == "torch._C" and "grad" in name)
-
-
 def _outline(output, made: list[torch.fx.Node], leaves: list) -> None:
     graph = output.graph
     inside = set(made)
     returned = [leaf.node for leaf in leaves if leaf.node in inside]
     if any(user not in inside for node in made for user in node.users):
         return  # a value of the call is read elsewhere already (cannot happen without a side effect)
-    external: list[torch.fx.Node] = []
-    for node in made:
-        for argument in node.all_input_nodes:
-            if argument not in inside and argument not in external:
-                external.append(argument)
+    external = external_inputs(made)
     key = _key(made, external, returned)
     name = output.regions.get(key)
     if name is None:
         name = output.regions[key] = output.unique_name("region")
-        output.submodules[name] = _subgraph(made, external, returned)
+        output.submodules[name] = subgraph_module(made, external, returned, "NestedCompileRegion")
     with graph.inserting_after(made[-1]):
         call = graph.call_module(name, tuple(external))
     call.meta["example_value"] = tuple(n.meta["example_value"] for n in returned)
@@ -129,18 +101,6 @@ def _outline(output, made: list[torch.fx.Node], leaves: list) -> None:
             leaf.node = items[leaf.node]
     for node in reversed(made):
         graph.erase_node(node)
-
-
-def _subgraph(made: list[torch.fx.Node], external: list[torch.fx.Node], returned: list[torch.fx.Node]):
-    sub = torch.fx.Graph()
-    env = {}
-    for index, node in enumerate(external):
-        env[node] = sub.placeholder(f"input_{index}")
-        env[node].meta = dict(node.meta)
-    for node in made:
-        env[node] = sub.node_copy(node, lambda n: env[n])
-    sub.output(tuple(env[n] for n in returned))
-    return torch.fx.GraphModule(torch.nn.Module(), sub, class_name="NestedCompileRegion")
 
 
 def _key(made: list[torch.fx.Node], external: list[torch.fx.Node], returned: list[torch.fx.Node]) -> tuple:

@@ -25,8 +25,8 @@ from ..guards import Guard
 from ..sources import AttrSource
 from .base import CallableConstant, ConstantValue, NULL, Value
 from .container_subclasses import empty
-from .containers import (ContainerMethodValue, DictValue, DictViewValue, IteratorValue, ListValue, SetValue, SliceValue,
-                         TupleValue)
+from .containers import (ContainerMethodValue, DictValue, DictViewValue, IteratorValue, ListValue, SequenceValue, SetValue,
+                         SliceValue, TupleValue)
 from .functions import FunctionValue, MethodValue
 from .objects import BuiltinMethodOfObject, DictReadValue, ObjectValue, SuperValue, UserObjectValue, lookup_static
 from .tensors import SymbolicIntValue, TensorValue, lazy_text, record_call
@@ -108,6 +108,9 @@ _CONTAINER_TYPES = (list, tuple, dict, set, frozenset)
 
 def fold(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """Evaluate a pure builtin on constant arguments at capture time."""
+    if isinstance(fn, types.MethodWrapperType) and fn.__name__ == "__iter__" and not args and not kwargs \
+            and type(fn.__self__) in (range, str, bytes, tuple, frozenset):
+        return tx.iterate(tx.wrap_constant_object(fn.__self__))  # `range(3).__iter__()` is iter(range(3))
     if _is_unbound_container_method(fn, args):
         # list.append(xs, v), set.__contains__(s, v), frozenset.__and__(p, q): the base's own method
         # (a subclass's override of the name is not what was called)
@@ -154,7 +157,9 @@ def _is_unbound_container_method(fn, args: list[Value]) -> bool:
     if not isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) or not args:
         return False
     owner = getattr(fn, "__objclass__", None)
-    return owner in _CONTAINER_TYPES and fn.__name__ != "__new__" and issubclass(args[0].python_type(), owner)
+    # a symbolic container only: an object of a subclass (from outside) has no items capture holds
+    return owner in _CONTAINER_TYPES and fn.__name__ != "__new__" and issubclass(args[0].python_type(), owner) \
+        and isinstance(args[0], (SequenceValue, DictValue, SetValue))
 
 
 def argument_error(fn, args: list[Value], kwargs: dict[str, Value]) -> GraphBreak:
@@ -466,6 +471,11 @@ def _id(tx, obj: Value) -> Value:
         # its id answers for this function object only
         tx.output.guard(Guard(obj.source, "id", obj.fn))
         return ConstantValue(id(obj.fn))
+    known = tx.output.wrapped.get(obj.source) if obj.source is not None else None
+    if known is not None and known[1] is obj and not isinstance(obj, TensorValue):
+        # a container read from outside (a global dict, a list in a closure): guarded as that object
+        tx.output.guard(Guard(obj.source, "id", known[0]))
+        return ConstantValue(id(known[0]))
     raise GraphBreak("unsupported-call", "id() of a value made during capture")
 
 

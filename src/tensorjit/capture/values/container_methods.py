@@ -208,6 +208,15 @@ def _index(tx, seq, value: Value, start: Value = ConstantValue(0), stop: Value =
     raise AssertionError("index() of an empty sequence returned")
 
 
+@method(TupleValue, "numel")
+def _numel(tx, size: TupleValue) -> Value:
+    """torch.Size.numel(): the product of the sizes (symbolic ones multiply in the graph)."""
+    product: Value = ConstantValue(1)
+    for item in size.items:
+        product = tx.binary_op(operator.mul, product, item)
+    return product
+
+
 @method(TupleValue, "_asdict")
 def _asdict(tx, tup: TupleValue) -> Value:
     return DictValue(dict(zip(tup.cls._fields, tup.items)))

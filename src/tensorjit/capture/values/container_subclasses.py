@@ -9,7 +9,8 @@ property, a class constant) is found first, as Python's lookup finds it. `super(
 A dict subclass's `__getitem__`, `__setitem__` and `__delitem__` written in Python are inlined
 where Python calls them (subscripts; dict's C methods bypass them). Subclasses that change the
 base's behaviour through other dunder methods (`__iter__`, `__eq__`, a `__getattr__` ...) or a
-metaclass are not modelled: creating one is still a graph break. `__init__` in Python is inlined; the base's own `__init__` fills the items.
+metaclass are not modelled: creating one is still a graph break. Attribute dunders that are
+dict's own methods (`__getattr__ = dict.get`: `ROUTED_ATTRIBUTES`) are: attribute access is item access. `__init__` in Python is inlined; the base's own `__init__` fills the items.
 """
 
 from __future__ import annotations
@@ -35,6 +36,36 @@ _NEUTRAL_DUNDERS = {
 }
 
 
+ROUTED_ATTRIBUTES = {
+    "__getattr__": ("get", "__getitem__"), "__setattr__": ("__setitem__",), "__delattr__": ("__delitem__",),
+}
+"""A dict subclass whose attribute dunders are dict's own methods (`__getattr__ = dict.get`,
+`__setattr__ = dict.__setitem__`: attribute access as item access) is still a dict to capture:
+an attribute that normal lookup does not find is the item of that name."""
+
+
+def python_getattr(cls: type) -> types.FunctionType | None:
+    """The subclass's `__getattr__` written in Python, or None."""
+    method, owner = lookup_static(cls, "__getattr__")
+    return method if isinstance(method, types.FunctionType) and owner not in _BASES else None
+
+
+def routed_attribute(cls: type, dunder: str) -> str | None:
+    """The dict method `cls`'s `dunder` is (see ROUTED_ATTRIBUTES), or None."""
+    method = lookup_static(cls, dunder)[0]
+    return next((name for name in ROUTED_ATTRIBUTES.get(dunder, ()) if method is getattr(dict, name)), None)
+
+
+def neutral_dunder(klass: type, name: str, base: type) -> bool:
+    """Whether the class attribute `name` of `klass` keeps `base`'s behaviour: a routed one (see
+    above), or a `__getattr__` written in Python (inlined where normal lookup fails)."""
+    if base is not dict or name not in ROUTED_ATTRIBUTES:
+        return False
+    value = vars(klass)[name]
+    return any(value is getattr(dict, method) for method in ROUTED_ATTRIBUTES[name]) or \
+        name == "__getattr__" and isinstance(value, types.FunctionType)
+
+
 def container_base(cls: type) -> type | None:
     """The builtin container `cls` derives from, when it is a plain subclass of one defined in Python."""
     if not isinstance(cls, type) or cls in _BASES or type(cls) not in (type, abc.ABCMeta):
@@ -46,7 +77,8 @@ def container_base(cls: type) -> type | None:
     for klass in cls.__mro__[:cls.__mro__.index(base)]:
         if klass.__module__ in ("builtins", "collections"):  # OrderedDict, defaultdict, Counter: C behaviour
             return None
-        if any(n.startswith("__") and n.endswith("__") and n not in neutral for n in vars(klass)):
+        if any(n.startswith("__") and n.endswith("__") and n not in neutral and not neutral_dunder(klass, n, base)
+               for n in vars(klass)):
             return None
         if any(n in _SUBSCRIPT_DUNDERS and not isinstance(v, types.FunctionType) for n, v in vars(klass).items()):
             return None
@@ -130,7 +162,7 @@ def subclass_attribute(tx, value: Value, name: str) -> Value | None:
     """The attribute `name` as the subclass defines it in Python, or None where the base answers."""
     cls = value.python_type()
     attr, owner = lookup_static(cls, name)
-    if owner is None or owner in _BASES or owner is object:
+    if owner is None or owner in _BASES or owner is object or owner.__module__ in ("builtins", "collections"):
         return None
     if isinstance(attr, types.FunctionType):
         return MethodValue(value, FunctionValue(attr))

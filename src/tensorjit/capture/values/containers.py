@@ -83,13 +83,19 @@ class TupleValue(SequenceValue):
         return TupleValue(items, tuple if _is_namedtuple(self.cls) else self.cls)
 
     def getattr(self, tx, name: str) -> Value:
+        written = tx.output.attribute_overlay.get((id(self), name))  # assigned in the function
+        if written is not None:
+            return written
+        attributes = getattr(self, "instance_attributes", None)  # a namedtuple subclass instance from outside
+        if attributes is not None and name in attributes and not _class_data_descriptor(self.cls, name):
+            return tx.wrap(attributes[name], AttrSource(self.source, name))
         found = subclass_instance_attribute(self, name) or _subclass_attribute(tx, self, name)
         if found is not None:
             return found
         fields = _field_names(self.cls)
         if name in fields:
             return self.items[fields.index(name)]
-        if name in ("count", "index"):
+        if name in ("count", "index") or name == "numel" and self.cls is _torch_size():
             return ContainerMethodValue(self, name)
         if name == "_asdict" or name == "_replace":
             return ContainerMethodValue(self, name)
@@ -156,11 +162,32 @@ def _class_data_descriptor(cls: type, name: str) -> bool:
 
 
 def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
-    """An attribute a user subclass defines in Python, found before the base's own."""
-    if not _subclass(value.python_type()):
+    """An attribute a user subclass defines in Python, found before the base's own (a subclass
+    instance from outside, of dict or OrderedDict, was vetted by the builder: `instance_attributes`)."""
+    if not _subclass(value.python_type()) and getattr(value, "instance_attributes", None) is None:
         return None
     from .container_subclasses import subclass_attribute
     return subclass_attribute(tx, value, name)
+
+
+def _torch_size() -> type:
+    import torch
+    return torch.Size
+
+
+def _written_namespace(tx, value: Value):
+    from .objects import written_namespace
+    return written_namespace(tx, value)
+
+
+def _python_getattr(cls: type):
+    from .container_subclasses import python_getattr
+    return python_getattr(cls) if cls is not dict else None
+
+
+def _routed_attribute(cls: type, dunder: str) -> str | None:
+    from .container_subclasses import routed_attribute
+    return routed_attribute(cls, dunder) if cls is not dict else None
 
 
 def _new_container(cls: type, items) -> Any:
@@ -264,8 +291,15 @@ class DictValue(Value):
 
     def getattr(self, tx, name: str) -> Value:
         attributes = getattr(self, "instance_attributes", None)  # a dict subclass instance from outside
-        if attributes is not None and name in attributes and not _class_data_descriptor(self.cls, name):
-            return tx.wrap(attributes[name], AttrSource(self.source, name))
+        if attributes is not None:
+            if name == "__dict__":  # its namespace: writes to it are replayed, and read back below
+                return tx.wrap(attributes, AttrSource(self.source, "__dict__"))
+            namespace = _written_namespace(tx, self)
+            if not _class_data_descriptor(self.cls, name):
+                if namespace is not None and name in namespace.items:
+                    return namespace.items[name]
+                if namespace is None and name in attributes:
+                    return tx.wrap(attributes[name], AttrSource(self.source, name))
         found = subclass_instance_attribute(self, name) or _subclass_attribute(tx, self, name)
         if found is not None:
             return found
@@ -273,6 +307,12 @@ class DictValue(Value):
             return ContainerMethodValue(self, name)
         if _has_operator_dunder(self, name):
             return ContainerMethodValue(self, name)
+        routed = _routed_attribute(self.cls, "__getattr__") if not hasattr(self.cls, name) else None
+        if routed is not None:  # `__getattr__ = dict.get`: the item of that name
+            return tx.call(ContainerMethodValue(self, routed), [ConstantValue(name)], {})
+        fallback = _python_getattr(self.cls) if not hasattr(self.cls, name) else None
+        if fallback is not None:  # normal lookup failed: the class's own __getattr__ answers
+            return tx.call(FunctionValue(fallback), [self, ConstantValue(name)], {})
         raise _attribute_break(self, name)
 
     def mutate(self, tx) -> None:

@@ -21,7 +21,7 @@ from .base import CallableConstant, ConstantValue, Value
 _TORCH_PYTHON_NAMESPACES = (
     "torch.nn.functional", "torch.functional", "torch._tensor", "torch.random",
     "torch.special", "torch.linalg", "torch.fft", "torch._refs", "torch._decomp",
-    "torch.nn.modules.utils",
+    # not torch.nn.modules.utils: _pair, _ntuple (which returns a function) are plain Python, inlined
 )
 # Torch functions with Python-visible effects or global reads: never recorded or folded.
 _TORCH_EFFECTFUL = {
@@ -215,6 +215,15 @@ class NestedFunctionValue(Value):
             return self.written[name]
         if name == "__module__":
             return ConstantValue(self.globals.get("__name__"))
+        if name == "__doc__":  # what MAKE_FUNCTION gives a function of this code: a function made so tells
+            cells = tuple(types.CellType() for _ in self.code.co_freevars) or None
+            return ConstantValue(types.FunctionType(self.code, {}, closure=cells).__doc__)
+        if name == "__annotations__":  # none given to MAKE_FUNCTION: an empty dict, made once
+            from .containers import DictValue
+            self.written[name] = DictValue({})
+            return self.written[name]
+        if name == "__type_params__" and hasattr(types.FunctionType, name):  # 3.12+: none without PEP 695
+            return ConstantValue(())
         if name == "__dict__":
             return self._namespace()
         if self.namespace is not None and name in self.namespace.items:

@@ -88,6 +88,11 @@ class ObjectValue(Value):
             return namespace.items[name]  # written through obj.__dict__ in the function
         if isinstance(static, property) and static.fget is not None:
             return tx.call(FunctionValue(static.fget, _class_member_source(self, owner, name, ".fget")), [self], {})
+        getter = _python_data_getter(static)
+        if getter is not None:  # a data descriptor written in Python: its __get__ inlined, reading what
+            # capture holds of the object (writes made in the function included), not the stale real one
+            return tx.call(FunctionValue(getter, None), [tx.wrap_constant_object(static), self,
+                                                          tx.wrap_constant_object(type(obj))], {})
         if isinstance(static, types.FunctionType):
             if name not in getattr(obj, "__dict__", {}):
                 return MethodValue(self, FunctionValue(static, _class_member_source(self, owner, name)))
@@ -154,8 +159,20 @@ def written_namespace(tx, value: "ObjectValue") -> DictValue | None:
     return known[1]
 
 
+def _python_data_getter(attribute) -> types.FunctionType | None:
+    """The Python `__get__` of a data descriptor (a class with `__set__` or `__delete__` too), or None."""
+    kind = type(attribute)
+    getter = lookup_static(kind, "__get__")[0] if kind is not type else None
+    if isinstance(getter, types.FunctionType) and _data_descriptor(attribute):
+        return getter
+    return None
+
+
 def _data_descriptor(attribute) -> bool:
-    return hasattr(type(attribute), "__set__") or hasattr(type(attribute), "__delete__")
+    """Whether the class attribute answers reads before the instance __dict__: a data descriptor
+    (`__set__` or `__delete__`) with a `__get__`; one without `__get__` leaves reads to the dict."""
+    kind = type(attribute)
+    return hasattr(kind, "__get__") and (hasattr(kind, "__set__") or hasattr(kind, "__delete__"))
 
 
 def made_exception(value: Value) -> bool:
@@ -680,3 +697,30 @@ class PartialValue(Value):
         parts = [cg.value(self.func)] + [cg.value(a) for a in self.args] + \
             [f"{k}={cg.value(v)}" for k, v in self.kwargs.items()]
         return f"{cg.constant(functools.partial)}({', '.join(parts)})"
+
+
+NOT_PLAIN = object()
+"""`plain_object`'s answer for a value that stands for no Python object known at capture."""
+
+
+def plain_object(value: Value) -> Any:
+    """The Python object a value known at capture stands for: a constant, an object wrapped as it
+    is, a list or tuple of those (typing forms subscripted, type unions); else NOT_PLAIN."""
+    from .containers import ListValue
+    if type(value) is ObjectValue:
+        return value.obj
+    if type(value) is ListValue or type(value) is TupleValue and value.cls is tuple:
+        items = [plain_object(item) for item in value.items]
+        if any(item is NOT_PLAIN for item in items):
+            return NOT_PLAIN
+        return items if type(value) is ListValue else tuple(items)
+    if value.is_constant():
+        return value.constant()
+    return NOT_PLAIN
+
+
+def type_form(obj: Any) -> bool:
+    """A type, a generic alias, a union, None or a typing form: what `X | Y` of annotations joins."""
+    return obj is None or isinstance(obj, (type, types.GenericAlias, types.UnionType)) or \
+        type(obj).__module__ == "typing"
+

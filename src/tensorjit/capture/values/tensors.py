@@ -103,6 +103,10 @@ class TensorValue(Value):
                 return written
             if self.source is not None:
                 return tx.wrap(tx.read_attribute_of_source(self.source, "grad"), _attr(self.source, "grad"))
+            if not example.requires_grad or example.grad_fn is None:
+                # made in the function and no backward can run inside the graph: a leaf's .grad is
+                # None until one runs (a graph break, after which the tensor comes from outside)
+                return ConstantValue(None)
             raise GraphBreak("tensor-grad", ".grad of an intermediate tensor")
         if name in ("data",):
             return record_call(tx, "detach", [self], {}, method=True)

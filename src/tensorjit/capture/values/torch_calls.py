@@ -42,7 +42,29 @@ def _constant_check(tx, fn, args, kwargs) -> Value:
     its message callable is never called; a false one raises, which eager does with the message."""
     if args[0].constant():
         return ConstantValue(None)
-    raise GraphBreak("failed-check", f"{fn.__name__} of a condition that is False raises")
+    error = _check_error(tx, fn, args, kwargs)
+    said = f" {type(error).__name__}: {error}" if error is not None else ""
+    raise GraphBreak("failed-check", f"{fn.__name__} of a condition that is False raises{said}", exception=error)
+
+
+def _check_error(tx, fn, args, kwargs) -> BaseException | None:
+    """The exception eager raises for the failed check: the check itself run with the message its
+    callable gives at capture (None where that message is not a constant: the break runs it)."""
+    message = kwargs.get("message", args[1] if len(args) > 1 else None)
+    text = None
+    if message is not None and not (message.is_constant() and message.constant() is None):
+        try:
+            result = tx.call(message, [], {})
+        except GraphBreak:
+            return None
+        if not result.is_constant():
+            return None
+        text = result.constant()
+    try:
+        fn(False, (lambda: text) if text is not None else None)
+    except Exception as error:  # noqa: BLE001 - the exception the check raises is the answer
+        return error
+    return None
 
 
 def _fold_query(tx, fn, args, kwargs) -> Value:
