@@ -1,5 +1,6 @@
 """Max pooling whose indices nothing reads runs as one Triton kernel over strided window slices
-(codegen/pooling.py), equal to ATen's, NaN and -inf included; with its indices read it stays ATen's."""
+(codegen/pooling.py), equal to ATen's, NaN and -inf included, and computes no indices; with its
+indices read, the window-tap lowering (lowering_pooling.py) computes them in a kernel too."""
 
 import pytest
 import torch
@@ -13,6 +14,10 @@ POOL = torch.ops.aten.max_pool2d_with_indices.default
 
 def pool_steps(compiled) -> int:
     return sum(isinstance(s, ir.Extern) and s.target is POOL for s in compiled.program.steps)
+
+
+def index_buffers(compiled) -> list[str]:
+    return [b.name for b in compiled.program.buffers if b.dtype == "int64"]
 
 
 @pytest.mark.parametrize("shape, arguments", [
@@ -33,10 +38,12 @@ def test_values_only_max_pooling_equals_eager(shape, arguments):
 
     compiled = compile_with("triton", fn, x)
     torch.testing.assert_close(compiled(x), fn(x), equal_nan=True, rtol=0, atol=0)
-    assert pool_steps(compiled) == (1 if arguments.get("ceil_mode") else 0), compiled.program
+    assert pool_steps(compiled) == 0, compiled.program
+    if not arguments.get("ceil_mode"):  # the strided-slices rewrite; ceil_mode's goes to the tap lowering
+        assert index_buffers(compiled) == [], compiled.program
 
 
-def test_pooling_with_its_indices_read_stays_aten():
+def test_pooling_with_its_indices_read_computes_them_in_a_kernel():
     [x] = on_device("triton", (torch.randn(2, 3, 8, 8),))
 
     def fn(x):
@@ -46,7 +53,8 @@ def test_pooling_with_its_indices_read_stays_aten():
     compiled = compile_with("triton", fn, x)
     for got, want in zip(compiled(x), fn(x)):
         torch.testing.assert_close(got, want)
-    assert pool_steps(compiled) == 1
+    assert pool_steps(compiled) == 0
+    assert index_buffers(compiled), compiled.program
 
 
 def test_a_convolution_stem_pools_in_the_batch_norm_kernel():
