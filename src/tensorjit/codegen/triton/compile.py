@@ -14,7 +14,9 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
                prepare_groups        row-local scratch Triton can keep in registers
                choose_gemms          max-autotune: each mm/addmm/bmm times cuBLAS against Triton
                                      GEMM templates on its first call (gemm_choice.py, gemm_template.py)
+               join_row_groups       a recomputation joins the row group reading its input (row_joins.py)
                fuse_horizontally     pointwise kernels reading one input in one kernel (horizontal.py)
+               fuse_column_sums      a column reduction in the kernel producing what it sums (fused_column_sums.py)
     -> build: kernels.emit_kernel     TritonOps per kernel, launch shapes from heuristics;
               launcher / parallel     load, precompile in worker processes, fast launches
     -> wrapper.build_runner           the shared per-call wrapper, with `TritonLaunch`
@@ -43,6 +45,8 @@ from ..scalar_constants import move_scalar_constants
 from .pad_matmul import pad_matmuls
 from .split_reductions import split_column_reductions
 from .horizontal import fuse_horizontally
+from .row_joins import join_row_groups
+from .fused_column_sums import fuse_column_sums
 from .parallel import CompileJob, compile_in_parallel
 
 
@@ -96,7 +100,7 @@ class TritonEmitter:
         if getattr(self.config, "max_autotune", False) and (self.device.type == "cuda" or interpreted()):
             # Before horizontal fusion: a product's epilogue is its one pointwise reader, alone.
             program = choose_gemms(program, getattr(self.config, "cache_dir", None))  # cuBLAS or a template
-        return fuse_horizontally(program)
+        return fuse_column_sums(fuse_horizontally(join_row_groups(program)))
 
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}
@@ -143,7 +147,8 @@ def lower(gm, example_inputs) -> tuple[ir.Program, GraphLowering]:
     """The program the pipeline would emit for `gm` (for tests and debugging)."""
     lowered = GraphLowering(gm, example_inputs, half_floats=True, device=graph_device(example_inputs),
                             shared_ops=SHARED_OPS)
-    return fuse_horizontally(prepare_groups(fuse_loops(lowered.run()))), lowered
+    program = prepare_groups(fuse_loops(lowered.run()))
+    return fuse_column_sums(fuse_horizontally(join_row_groups(program))), lowered
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], config=None):

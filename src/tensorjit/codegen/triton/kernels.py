@@ -71,6 +71,8 @@ def _multiply(left, right):
 
 HEAVY_POINTWISE = 24
 """Statements from which a pointwise kernel counts as arithmetic-heavy (heuristics.pointwise_shape)."""
+SHARED_REDUCTIONS = frozenset({"sum", "prod", "max", "min"})
+"""Reductions `RowWriter.shared_loop` accumulates (one accumulator each; no positions)."""
 NO_INDEX = 2**31 - 1
 """argmax/argmin: the position a lane holds before it has seen an element."""
 
@@ -156,7 +158,8 @@ def is_column_reduction(group: ir.LoopGroup) -> bool:
     each read one element of a different memory line, so they are tiled across outputs
     instead. Only loads that vary across the tiled outputs count: a layer-norm weight gradient
     also reads each input row's mean and inverse deviation, the same for every output."""
-    if not group.ranges or not all(isinstance(m, ir.Reduction) or is_row_epilogue(m, group) for m in group.members):
+    if not group.ranges or not all(isinstance(m, ir.Reduction) or is_row_epilogue(m, group)
+                                   for m in group.members[len(lane_members(group)):]):
         return False
     reductions = [m for m in group.members if isinstance(m, ir.Reduction)]
     innermost = next((v.name for v, size in zip(reversed(group.variables), reversed(group.ranges)) if size > 1), None)
@@ -183,6 +186,22 @@ def lane_strides(producer, reader, group: ir.LoopGroup) -> tuple[tuple[int, ...]
     if form is None or produced_sizes != sizes:
         return None
     return tuple(form[0].get(v.name, 0) for v in produced), form[1]
+
+
+def lane_members(group: ir.LoopGroup) -> tuple:
+    """The pointwise members leading a group of reductions over the reductions' lanes (what a
+    column reduction reduces, produced in its own loop: fused_column_sums.py). They run in one
+    loop with the reductions after them (`RowWriter.shared_loop`)."""
+    outer = len(group.ranges)
+    reductions = [m for m in group.members if isinstance(m, ir.Reduction)]
+    count = 0
+    for member in group.members:
+        if not isinstance(member, ir.Pointwise) or member.scatter is not None or \
+                member.ranges[:outer] != group.ranges or len(member.ranges) == outer or \
+                any(member.ranges[outer:] != r.reduction_ranges for r in reductions):
+            break
+        count += 1
+    return group.members[:count] if reductions and count < len(group.members) else ()
 
 
 def is_row_epilogue(member, group: ir.LoopGroup) -> bool:
@@ -232,6 +251,12 @@ def prepare_groups(program: ir.Program) -> ir.Program:
 
 
 # -- writers ------------------------------------------------------------------------------
+def named(line: str, accumulator: str) -> str:
+    """A line of `RowWriter.accumulators`/`combine`/`reduce_row` with its accumulator `acc`
+    renamed (a shared loop keeps one per reduction)."""
+    return re.sub(r"\bacc\b", accumulator, line)
+
+
 def split_flat(flat: str, variables, sizes) -> list[str]:
     """`variable = (flat // stride) % size` for a row-major flat index over `sizes`."""
     lines = []
@@ -390,6 +415,7 @@ class RowWriter(Writer):
         self.producers: dict[str, object] = {}
         self.loaded: dict[tuple, str] = {}  # (buffer, index text, mask, lane sizes) -> variable
         self.member = None
+        self.sharing = False  # in `shared_loop`: a lane's values of earlier members are in registers
 
     # -- loads ----------------------------------------------------------------------
     def mask_for(self, names: set[str]) -> str | None:
@@ -398,16 +424,17 @@ class RowWriter(Writer):
 
     def load(self, buffer: str, index: ir.Index) -> str:
         if buffer in self.registers and in_registers(ir.Load(buffer, index, ""), self.producers[buffer],
-                                                      self.member, self.group, self.persistent):
+                                                      self.member, self.group, self.persistent or self.sharing):
             return self.registers[buffer]
         text = self.index_text(index, self.member)
         if not index_names(index):
             text += " + tl.zeros([1, 1], tl.int32)"  # a [1, 1] block like constants (see expressions.constant)
         mask = self.guarded(self.mask_for(index_names(index)), buffer, index)
-        if not self.persistent or buffer in self.producers:
+        if not (self.persistent or self.sharing) or buffer in self.producers:
             return self.ops.assign(self.load_text(buffer, text, mask))
         # The same element another member loaded (same text over the same lane sizes, so the
-        # same variables): its variable is still in scope, a persistent kernel has no loops.
+        # same variables): its variable is still in scope, a persistent kernel has no loops
+        # (and a shared loop is one).
         key = (buffer, text, mask, lanes(self.member, self.outer)[1])
         if key not in self.loaded:
             self.loaded[key] = self.ops.assign(self.load_text(buffer, text, mask))
@@ -435,7 +462,10 @@ class RowWriter(Writer):
                 f"xmask = xindex < {rows}"]
         body += split_flat("xindex", group.variables, group.ranges)
         body.append("rbase = tl.arange(0, RBLOCK)[None, :]")
-        for member in group.members:
+        shared = self.shared_members()
+        if shared:
+            body += self.shared_loop(shared)
+        for member in group.members[len(shared):]:
             self.member = member
             if self.needs_barrier(member):
                 body.append("tl.debug_barrier()  # earlier members' stores are visible to the whole program")
@@ -460,6 +490,61 @@ class RowWriter(Writer):
         else:
             shapes = heuristics.looped_reduction_configs(rows, length)
         return KernelText(group.name, source, arguments, shapes)
+
+    def shared_members(self) -> tuple:
+        """The lane members of a column reduction and the reductions after them that read no
+        reduction's result: one loop computes them all (`shared_loop`)."""
+        leading = lane_members(self.group)
+        if not leading or self.persistent or not is_column_reduction(self.group):
+            return ()
+        produced = {m.output: m for m in leading}
+        if any(load.buffer in produced for m in leading for load in expression_loads(m.body)):
+            return ()  # (another lane's value, stored in the same loop: the usual loops and a barrier)
+        reductions = []
+        for member in self.group.members[len(leading):]:
+            reduced = {m.output for m in reductions}
+            if not isinstance(member, ir.Reduction) or member.reduction_type not in SHARED_REDUCTIONS or any(
+                    load.buffer in reduced or load.buffer in produced and
+                    not same_lane(load.index, member, produced[load.buffer], self.group)
+                    for load in expression_loads(member.body)):
+                break
+            reductions.append(member)
+        return leading + tuple(reductions) if reductions else ()
+
+    def shared_loop(self, members) -> list[str]:
+        """Lane members and reductions in one loop over the lanes: each member's value of a
+        tile is computed (and stored) once, and a reduction adds it from registers, instead of
+        reading back from memory what an earlier loop of the kernel stored."""
+        loop, indent = self.row_loop(members[0])
+        before, after = [], []
+        self.sharing = True
+        for position, member in enumerate(members):
+            self.member = member
+            if position:  # (this member's own names for the lanes)
+                loop += [indent + line for line in split_flat("rindex", *lanes(member, self.outer))]
+            loop.append(f"{indent}# {member.name}: {member.output}")
+            statements, value = self.body_value(member)
+            loop += [indent + line for line in statements]
+            if isinstance(member, ir.Pointwise):
+                self.registers[member.output] = value
+                loop += [indent + line for line in self.stored(member, value)]
+            else:
+                accumulator = f"acc{position}"
+                kind, dtype = member.reduction_type, self.accumulator_type(member)
+                identity = expressions.reduction_identity(kind, IR_TO_TORCH[register_dtype(member.body.dtype)])
+                masked = f"tmp{next(self.counter)}"
+                loop.append(f"{indent}{masked} = tl.where(xmask & rmask, {value}, {identity})")
+                before += [named(line, accumulator) for line in self.accumulators(kind, identity, dtype)]
+                loop += [indent + named(line, accumulator) for line in self.combine(kind, masked, dtype)]
+                result = f"tmp{next(self.counter)}"
+                after += [named(line, accumulator) for line in self.reduce_row(kind, "acc", "", "", result)]
+                after += self.reduced(member, result)
+            self.producers[member.output] = member
+        self.sharing = False
+        for member in members:  # (a lane's value is gone after the loop: later members read memory)
+            if isinstance(member, ir.Pointwise):
+                del self.registers[member.output]
+        return before + loop + after
 
     def row_loop(self, member) -> tuple[list[str], str]:
         """Lines opening the member's stretch over the row, and the indent of its body."""
@@ -487,15 +572,19 @@ class RowWriter(Writer):
         lines += [indent + line for line in statements]
         if self.persistent:
             self.registers[member.output] = value
-        if member.output not in self.group.local:
-            self.written.append(member.output)
-            index = ir.store_index(member, self.buffers[member.output])
-            names = index_names(index)
-            pad = ("" if names & self.outer_names else " + 0 * xindex") + \
-                ("" if names - self.outer_names else " + 0 * rindex")
-            lines.append(indent + self.store_text(member.output, self.index_text(index, member) + pad, value,
-                                                  member.body.dtype, "xmask & rmask"))
-        return lines
+        return lines + [indent + line for line in self.stored(member, value)]
+
+    def stored(self, member: ir.Pointwise, value: str) -> list[str]:
+        """The store of a pointwise member's `value` (none for row-local scratch)."""
+        if member.output in self.group.local:
+            return []
+        self.written.append(member.output)
+        index = ir.store_index(member, self.buffers[member.output])
+        names = index_names(index)
+        pad = ("" if names & self.outer_names else " + 0 * xindex") + \
+            ("" if names - self.outer_names else " + 0 * rindex")
+        return [self.store_text(member.output, self.index_text(index, member) + pad, value, member.body.dtype,
+                                "xmask & rmask")]
 
     def reduction(self, member: ir.Reduction) -> list[str]:
         kind = member.reduction_type
@@ -514,6 +603,13 @@ class RowWriter(Writer):
             lines[:0] = self.accumulators(kind, identity, accumulator)
             lines += [indent + line for line in self.combine(kind, masked, accumulator)]
             lines += self.reduce_row(kind, "acc", "acc_index", "acc_index != NO_INDEX", result)
+        lines += self.reduced(member, result)
+        return [line.replace("NO_INDEX", str(NO_INDEX)) for line in lines]
+
+    def reduced(self, member: ir.Reduction, result: str) -> list[str]:
+        """A row's reduced `result` divided (mean), rounded to the member's dtype, kept in
+        registers for later members and stored (unless row-local)."""
+        lines = []
         if member.divisor != 1:
             lines.append(f"{result} = {result} / {float(member.divisor)!r}")
         stored = result
@@ -525,10 +621,10 @@ class RowWriter(Writer):
             self.written.append(member.output)
             index = ir.strided_index(member.variables, contiguous_strides(member.ranges))
             pad = "" if index_names(index) else " + 0 * xindex"
-            result_dtype = "int64" if kind in ("argmax", "argmin") else register_dtype(member.dtype)
+            result_dtype = "int64" if member.reduction_type in ("argmax", "argmin") else register_dtype(member.dtype)
             text = index_text(index, self.group.variables, self.group.ranges, "xindex")
             lines.append(self.store_text(member.output, text + pad, stored, result_dtype, "xmask"))
-        return [line.replace("NO_INDEX", str(NO_INDEX)) for line in lines]
+        return lines
 
     @staticmethod
     def accumulator_type(member: ir.Reduction) -> str:
