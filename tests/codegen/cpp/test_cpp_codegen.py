@@ -76,7 +76,11 @@ def test_layer_norm_gelu_fused_epilogue():
 
 def test_reads_across_rows_are_not_grouped():
     # the divide reads row sums along its columns: rows are not independent, so no group
-    compiled = check(lambda x: x / x.sum(1, keepdim=True).t(), torch.randn(5, 5))
+    # (inputs from a seeded generator: a row sum near zero amplifies float rounding past the
+    # tolerance for about 1 draw in 20, and which draw the global generator gives depends on the
+    # tests that ran before)
+    x = torch.randn(5, 5, generator=torch.Generator().manual_seed(0))
+    compiled = check(lambda x: x / x.sum(1, keepdim=True).t(), x)
     assert "LoopGroup" not in kinds(compiled)
     # softmax over dim 0: the reductions run down columns, the pointwise work along rows
     compiled = check(lambda x: torch.softmax(x, 0) + 1, torch.randn(6, 6))

@@ -164,7 +164,8 @@ def _class_data_descriptor(cls: type, name: str) -> bool:
 def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
     """An attribute a user subclass defines in Python, found before the base's own (a subclass
     instance from outside, of dict or OrderedDict, was vetted by the builder: `instance_attributes`)."""
-    if not _subclass(value.python_type()) and getattr(value, "instance_attributes", None) is None:
+    from_outside = isinstance(value, DictValue) and getattr(value, "instance_attributes", None) is not None
+    if not _subclass(value.python_type()) and not from_outside:
         return None
     from .container_subclasses import subclass_attribute
     return subclass_attribute(tx, value, name)
