@@ -176,10 +176,12 @@ def full_float32_convolutions():
     """cuDNN convolutions default to TF32 (10-bit mantissa): eager's NCHW and the compiled
     channels-last convolutions then round differently by ~1e-3, which training amplifies; the
     comparison is meant at float32 precision."""
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = saved
+    cudnn = torch.backends.cudnn
+    # The flags() context, not an assignment: torch's OpInfo tests (tests/ops) import its test
+    # utilities, which freeze the global flags for the rest of the process.
+    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                     allow_tf32=False):
+        yield
 
 
 @pytest.mark.parametrize("set_to_none", [True, False])
