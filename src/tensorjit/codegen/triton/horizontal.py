@@ -31,10 +31,18 @@ PURE_CALLS = frozenset({strided_view, operator.getitem})
 
 
 def fuse_horizontally(program: ir.Program) -> ir.Program:
+    return join_partners(program, lambda steps, step, buffers:
+                         partner_position(steps, step, buffers) if movable(step) else None)
+
+
+def join_partners(program: ir.Program, find_partner) -> ir.Program:
+    """Each step that `find_partner(steps so far, step, buffers)` places at an earlier kernel's
+    position (or a group made here) joins it as one more member of an `ir.LoopGroup`; None
+    leaves the step where it is. Shared with small_kernels.py, which finds partners its own way."""
     buffers = {b.name: b for b in program.buffers}
     steps: list = []
     for step in program.steps:
-        position = partner_position(steps, step, buffers) if movable(step) else None
+        position = find_partner(steps, step, buffers)
         if position is None:
             steps.append(step)
             continue

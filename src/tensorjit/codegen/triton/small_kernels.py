@@ -11,12 +11,11 @@ kernel call costs no launch.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from .. import ir
 from ..memory import names_read, names_written
-from .horizontal import passable
+from .horizontal import join_partners, passable
 from .kernels import is_horizontal, memory_order
 
 SMALL = 1024
@@ -31,18 +30,8 @@ small kernels that join nothing (each would scan the whole program)."""
 
 
 def gather_small_kernels(program: ir.Program) -> ir.Program:
-    buffers = {b.name: b for b in program.buffers}
-    steps: list = []
-    for step in program.steps:
-        position = partner_position(steps, step, buffers) if small(step) else None
-        if position is None:
-            steps.append(step)
-            continue
-        partner = steps[position]
-        members = partner.members if isinstance(partner, ir.LoopGroup) else (partner,)
-        steps[position] = ir.LoopGroup(f"group{position}_{members[0].name}", step.ranges, step.variables,
-                                       members + (step,))
-    return dataclasses.replace(program, steps=tuple(steps))
+    return join_partners(program, lambda steps, step, buffers:
+                         partner_position(steps, step, buffers) if small(step) else None)
 
 
 def small(step) -> bool:
