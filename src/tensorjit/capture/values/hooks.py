@@ -55,7 +55,7 @@ class HookHandleValue(Value):
 
     def getattr(self, tx, name: str) -> Value:
         if name == "remove":
-            return HookRemoveValue(self)
+            return _Remove(lambda: setattr(self, "removed", True))
         raise GraphBreak("unsupported-call", f"RemovableHandle.{name} of a hook registered in the function")
 
     def reconstruct(self, cg) -> str:
@@ -63,26 +63,6 @@ class HookHandleValue(Value):
 
     def __repr__(self) -> str:
         return f"HookHandleValue({self.tensor!r})"
-
-
-class HookRemoveValue(Value):
-    """`handle.remove` of a HookHandleValue: calling it cancels the registration."""
-
-    def __init__(self, handle: HookHandleValue) -> None:
-        self.handle = handle
-        self.source = None
-
-    def python_type(self) -> type:
-        return type(RemovableHandle.remove)
-
-    def call(self, tx, args, kwargs) -> Value:
-        if args or kwargs:
-            raise GraphBreak("unsupported-call", "RemovableHandle.remove takes no arguments")
-        self.handle.removed = True
-        return ConstantValue(None)
-
-    def reconstruct(self, cg) -> str:
-        return f"{cg.value(self.handle)}.remove"
 
 
 # -- hooks on tensors made in the function ---------------------------------------------------
@@ -230,7 +210,8 @@ class BackwardHookHandleValue(NoHookHandleValue):
 
 
 class _Remove(Value):
-    """`handle.remove` of a hook in the graph's backward."""
+    """`handle.remove` of a hook registered in the function: calling it runs `action`, which
+    cancels the registration (replayed after the graph, or traced into its backward)."""
 
     def __init__(self, action) -> None:
         self.action = action
