@@ -60,6 +60,7 @@ class CompiledFunction:
         self.eager_fallback = False
         self.binder = _make_binder(fn)
         self.fast = _always_miss
+        self.unsettled = False  # an entry's guards have a native check to take (settle_guards)
         self.origin: tuple | None = None  # for a resume function: (original's CompiledFunction, prologue length)
         self._resume: dict[tuple, CompiledFunction] = {}
         self._forced: dict = {}  # backend -> sibling, for set_stance(force_backend=...)
@@ -85,6 +86,8 @@ class CompiledFunction:
 
     def dispatch(self, args: tuple, kwargs: dict):
         L = self.binder(*args, **kwargs)
+        if self.unsettled:  # a resume function runs no fast path
+            self.settle_guards()
         if stance is not None and stance.skip_guard_eval_unsafe and len(self.entries) == 1:
             # Unsafe by request (set_stance(skip_guard_eval_unsafe=True)): one entry has no
             # guard that tells it from another, so none is evaluated, as torch does.
@@ -196,6 +199,8 @@ class CompiledFunction:
         self.entries.append(entry)
         if len(self.entries) == 1:
             self.fast = _fast_path(self.fn, entry) or _always_miss
+            if entry.guards.native_built is not None:  # built while the fast path was: settle now
+                self.settle_guards_at_next_call()
         warm_start.save(self)
         return entry.run(args, kwargs, L)
 
@@ -293,6 +298,17 @@ class CompiledFunction:
         for resume in self._resume.values():
             yield from resume.all_entries()
 
+    def settle_guards_at_next_call(self) -> None:
+        """An entry's native tensor check was built after its capture (capture/native_guards.py):
+        its guards take it, and the fast path is rebuilt, at the next call (on the calling thread)."""
+        self.unsettled = True
+        self.fast = _fast_path_at_next_call(self)
+
+    def settle_guards(self) -> None:
+        self.unsettled = False  # first: a check built from here on asks again
+        for entry in self.entries:
+            entry.guards.settle()
+
     def reset(self) -> None:
         self.fast = _always_miss
         self.entries.clear()
@@ -354,8 +370,11 @@ def _read_inputs(entry: CacheEntry) -> str:
 
 
 def _fast_path_at_next_call(compiled: CompiledFunction) -> Callable:
-    """A `fast` that builds the fast path of the first entry when it is first called."""
+    """A `fast` that builds the fast path of the first entry when it is first called, after the
+    entries' guards take a native check built since (`CompiledGuards.settle`)."""
     def build_then_call(*args, **kwargs):
+        if compiled.unsettled:
+            compiled.settle_guards()
         compiled.fast = (_fast_path(compiled.fn, compiled.entries[0]) if compiled.entries else None) or _always_miss
         return compiled.fast(*args, **kwargs)
     return build_then_call

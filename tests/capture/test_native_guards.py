@@ -67,3 +67,77 @@ def test_hook_tables_are_tested_empty(checks):
     del modules[2].__dict__["_backward_hooks"]  # gone from the instance dict: a miss, not an error
     assert not checks.empty_entries(dicts, tables)
     assert not checks.empty_entries((modules[0],), tables)  # not a dict
+
+
+@pytest.fixture
+def slow_build(checks, monkeypatch):
+    """A build of the native check that has not finished: `finish()` completes it."""
+    monkeypatch.setattr(native_guards, "_jobs", {})
+    monkeypatch.setattr(native_guards._Job, "start", lambda self, compiler, cache_dir: None)
+    monkeypatch.setattr(native_guards, "MIN_TENSORS", 1)
+
+    def finish():
+        (job,) = native_guards._jobs.values()
+        job.result = checks
+        job.finish()
+    return finish
+
+
+class Counter:
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return gm.forward
+
+
+def test_capture_does_not_wait_for_the_build_and_takes_the_check_when_done(slow_build):
+    import tensorjit
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    counter = Counter()
+    compiled = tensorjit.compile(net, backend=counter)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(compiled(x), net(x))  # captured while the build runs: Python checks
+    entry = compiled._compiled_forward.entries[0]
+    assert "_tensors_match(" not in entry.guards.source_text
+    assert ".requires_grad" in entry.guards.source_text
+    slow_build()
+    torch.testing.assert_close(compiled(x), net(x))  # the next call takes the native check
+    assert "_tensors_match(" in entry.guards.source_text
+    assert ".requires_grad" not in entry.guards.source_text
+    assert entry.guards.upgrade is None and counter.graphs == 1
+    net[2].weight.requires_grad_(False)  # checked by the native check now, on the rebuilt fast path
+    torch.testing.assert_close(compiled(x), net(x))
+    assert counter.graphs == 2
+
+
+def test_every_entry_and_resume_function_takes_the_check(slow_build):
+    import tensorjit
+    weights = [torch.randn(4, 4) for _ in range(3)]
+
+    def f(x, flag):
+        y = x
+        for w in weights:
+            y = y @ w
+        print("a graph break")  # the rest runs in a resume function, whose calls go through dispatch
+        for w in weights:
+            y = y @ w
+        return y * flag
+    counter = Counter()
+    compiled = tensorjit.compile(f, backend=counter)
+    x = torch.randn(2, 4)
+    for flag in (2, 3):  # an int argument: one entry for each value, or a dynamic one
+        torch.testing.assert_close(compiled(x, flag), f(x, flag))
+    entries = [entry for _, entry in compiled.all_entries()]
+    assert len(entries) >= 2 and all(e.guards.upgrade is not None for e in entries)
+    slow_build()
+    for flag in (2, 3):
+        torch.testing.assert_close(compiled(x, flag), f(x, flag))
+    assert all(e.guards.upgrade is None and "_tensors_match(" in e.guards.source_text for e in entries)
+    graphs = counter.graphs
+    weights[2].t_()  # square: same shape, other strides, seen by the native checks
+    for flag in (2, 3):
+        torch.testing.assert_close(compiled(x, flag), f(x, flag))
+    assert counter.graphs > graphs

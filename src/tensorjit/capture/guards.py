@@ -194,16 +194,18 @@ class GuardSet:
         no Guard (which may hold the guarded object) outlives capture, or at the first failure with
         lazy_parts (guards loaded by the warm-start cache, which name no object they could keep alive)."""
         ordered = self.ordered() if captured is None else _collapse_tuples(self.ordered(), captured)
-        check, text, weak, read = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict, native)
+        check, text, weak, read, pending = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict,
+                                                           native)
 
         def parts():
             return [(g.describe(), _compile_checks([g], fn_globals, closure)[0], _explainer(g, fn_globals, closure))
                     for g in ordered]
+        guards = CompiledGuards(check, text, None if lazy_parts else parts() if with_parts else [], weak, read=read)
         if lazy_parts:
-            guards = CompiledGuards(check, text, None, weak, read=read)
             guards.build_parts = parts
-            return guards
-        return CompiledGuards(check, text, parts() if with_parts else [], weak, read=read)
+        if pending:
+            guards.upgrade = _native_upgrade(ordered, fn_globals, closure, in_instance_dict)
+        return guards
 
 
 _FLAT_CONSTANTS = (int, float, str, bytes, bool, type(None))
@@ -298,15 +300,32 @@ def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None, 
                     native: Callable | None = None):
     """saved: the check's CompiledText from the warm-start cache, used when the text is the same.
     in_instance_dict: which attributes to read from their object's __dict__ (`_Emitter.reads_dict`).
-    native: () -> the native tensor check or None, asked where enough tensors are guarded."""
+    native: () -> the native tensor check or None, asked where enough tensors are guarded.
+    Returns the check, its text, its weak references, what it reads, and whether the native check
+    was wanted but is not built yet (the check is then Python: `_native_upgrade`)."""
     tensors = sum(g.kind == "tensor" and native_guards.eligible(g.payload) for g in guards)
-    em = _Emitter(in_instance_dict, native() if native is not None and tensors >= native_guards.MIN_TENSORS
-                  else None)
+    wanted = native is not None and tensors >= native_guards.MIN_TENSORS
+    em = _Emitter(in_instance_dict, native() if wanted else None)
     for guard in guards:
         _emit_guard(em, guard)
     _emit_native(em)
     check, text = _compile_function(em, fn_globals, closure, "check", _CHECK_ENDING, saved)
-    return check, text, em.weak, dict(em.cached)
+    return check, text, em.weak, dict(em.cached), wanted and em.native is None
+
+
+def _native_upgrade(guards: list[Guard], fn_globals: dict, closure, in_instance_dict) -> Callable:
+    """checks -> the check rebuilt with the native tensor check, for an entry captured while the
+    extension was still being built (`CompiledGuards.settle`). in_instance_dict reads capture's
+    objects, which must not outlive capture: its answers are taken now, by emitting the native
+    form once with a stand-in check. The guards themselves are kept until the upgrade."""
+    answers: dict = {}
+
+    def record(source) -> bool:
+        answers[source] = in_instance_dict is not None and in_instance_dict(source)
+        return answers[source]
+    _compile_checks(guards, fn_globals, closure, None, record, lambda: native_guards.STAND_IN)
+    return lambda checks: _compile_checks(guards, fn_globals, closure, None,
+                                          lambda source: answers.get(source, False), lambda: checks)[:4]
 
 
 _CHECK_ENDING = "    return True\n"
@@ -451,6 +470,20 @@ class CompiledGuards:
     read: dict = field(default_factory=dict)
     """Source -> the local of `check` that holds its value once read (the fast path hands
     the graph inputs it read to the restore function instead of reading them again)."""
+    upgrade: Callable | None = None
+    """native check -> (check, text, weak refs, read) using it: set while the native tensor check
+    is being built (capture/native_guards.py), so that capture does not wait for it."""
+    native_built: Any = None
+    """The native check, once built, for `settle` to take (set by the build's thread)."""
+
+    def settle(self) -> bool:
+        """Take the native tensor check where it was built after capture: whether `check` changed.
+        Called on the thread that runs the function, which then rebuilds its fast path."""
+        if self.upgrade is None or self.native_built is None:
+            return False
+        self.check, self.source_text, self.weak_refs, self.read = self.upgrade(self.native_built)
+        self.upgrade = self.native_built = None
+        return True
 
     def all_parts(self) -> list[tuple[str, Callable, Callable | None]]:
         if self.parts is None:

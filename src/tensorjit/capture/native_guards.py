@@ -15,8 +15,10 @@ for entries with `MIN_TENSORS` or more tensor guards (below, Python checks cost
 little; a process that compiles only small functions never builds it). A build
 costs seconds (g++ over torch's headers): `tensorjit.compile` of a module with that
 much state starts it in a background thread (`prepare`), so that it overlaps the
-capture, and the first entry that needs it waits for the rest. Without a compiler,
-or where the build or import fails, the guards stay Python; one log line says why.
+capture. An entry captured before it is built checks its tensors in Python until the
+build is done, then takes the native check at its next call (`when_built`,
+`CompiledGuards.settle`): nothing waits for the compiler. Without a compiler, or where
+the build or import fails, the guards stay Python; one log line says why.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import weakref
+from typing import Callable
 
 import torch
 
@@ -211,6 +215,18 @@ class TensorChecks:
                                 for s in signatures))
 
 
+class _StandIn:
+    """A check with the native one's interface, for emitting its form before it is built."""
+    match = empty_entries = None
+
+    @staticmethod
+    def spec(signatures) -> None:
+        return None
+
+
+STAND_IN = _StandIn()
+
+
 def prepare(target, config) -> None:
     """Start building the check, without waiting, when `target` is a module with enough state."""
     if isinstance(target, torch.nn.Module) and getattr(config, "native_guards", True):
@@ -235,12 +251,41 @@ def checker(config, wait: bool = False) -> TensorChecks | None:
     return job.result
 
 
+def when_built(config, callback: Callable[[TensorChecks], None]) -> None:
+    """Call `callback(checks)` once the check for `config` is built (on the building thread, or at
+    once where it is built already); never where it cannot be built."""
+    place = (getattr(config, "cpp_compiler", None), getattr(config, "cache_dir", None))
+    with _lock:
+        job = _jobs.get(place)
+        if job is not None and not job.done.is_set():
+            job.callbacks.append(callback)
+            return
+    if job is not None and job.result is not None:
+        callback(job.result)
+
+
+def settle_when_built(config, owner, guards) -> None:
+    """Once the check is built: hand it to `guards` (capture.guards.CompiledGuards, captured
+    without it) and have `owner` (the CompiledFunction it guards) settle them at its next call.
+    The build's thread only assigns; holds neither alive."""
+    owner_ref, guards_ref = weakref.ref(owner), weakref.ref(guards)
+
+    def built(checks: TensorChecks) -> None:
+        owner, guards = owner_ref(), guards_ref()
+        if owner is not None and guards is not None:
+            guards.native_built = checks
+            owner.settle_guards_at_next_call()
+    when_built(config, built)
+
+
 class _Job:
     """Loading the extension: at once where the cache holds it, else built by a background thread."""
 
     def __init__(self) -> None:
         self.result: TensorChecks | None = None
         self.done = threading.Event()
+        self.callbacks: list[Callable[[TensorChecks], None]] = []
+        """Who waits for the build without blocking (`when_built`)."""
 
     def start(self, compiler_name: str | None, cache_dir: str | None) -> None:
         from ..runtime.disk_cache import cache_key, cache_root, is_valid
@@ -266,13 +311,20 @@ class _Job:
         except _FAILURES as error:
             self.fail(error)
         finally:
-            self.done.set()
+            self.finish()
 
     def fail(self, error: BaseException) -> None:
         first_line = (str(error).strip().splitlines() or [""])[0]
         logs.emit("guards", f"tensor guards stay Python: the native check is unavailable "
                             f"({type(error).__name__}: {first_line[:200]})")
-        self.done.set()
+        self.finish()
+
+    def finish(self) -> None:
+        with _lock:
+            self.done.set()
+            callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks if self.result is not None else ():
+            callback(self.result)
 
 
 def _find_compiler(name: str | None) -> str:
@@ -288,7 +340,7 @@ def _compiler_version(compiler: str) -> str:
 _FAILURES = (RuntimeError, OSError, ImportError, subprocess.SubprocessError)
 """What a missing compiler (CompilerMissing is a RuntimeError), a failed build or import raise."""
 _jobs: dict[tuple, _Job] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered: a job that fails at its start finishes under checker's hold
 
 
 def _build(compiler: str, output: str) -> None:
