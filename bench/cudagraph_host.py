@@ -16,6 +16,7 @@ measured here; the GPU adds only the launch itself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -33,6 +34,9 @@ class HostOnlyRunner(CudaGraphRunner):
 
     def _new_pool(self):
         return "pool"
+
+    def _warm_up_place(self, pool):
+        return contextlib.nullcontext()
 
     def _run_warm_up_calls(self, copies):
         return self.function(*copies)

@@ -8,6 +8,7 @@ clones, leases, aliases, version counters, pools) is the real code; the CPU
 build of torch cannot revoke a storage, so `_revoke` notes what a GPU revokes.
 """
 
+import contextlib
 import copy
 import gc
 import weakref
@@ -41,6 +42,9 @@ class FakeDeviceRunner(CudaGraphRunner):
     def _new_pool(self):
         FakeDeviceRunner.pools_made += 1
         return ("pool", FakeDeviceRunner.pools_made)
+
+    def _warm_up_place(self, pool):
+        return contextlib.nullcontext()
 
     def _run_warm_up_calls(self, copies):
         for _ in range(self.settings.warmup_calls):

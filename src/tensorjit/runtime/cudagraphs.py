@@ -58,10 +58,15 @@ earlier one's intermediates. Each training forward recording gets a pool of its
 own (its saved activations stay live between forward and backward, and another
 forward replayed in between must not write over them), and the backward joins
 the pool of the forward whose activations it reads: one pool per step.
+Warm-up runs in the recording's pool and on its capture stream
+(`_warm_up_place`), so that what warm-up allocated and freed is the memory the
+recording then takes; warm-up outside it would leave its activations cached
+beside the pool (resnet50 inference: 700 MB reserved against torch.compile's 304).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import operator
 import weakref
@@ -369,7 +374,7 @@ def still_held(recording: Recording) -> bool:
 class CudaGraphRunner:
     """Calls `function` through CUDA graph replays; see the module docstring.
 
-    The device work is in four methods (`_new_pool`, `_run_warm_up_calls`,
+    The device work is in five methods (`_new_pool`, `_warm_up_place`, `_run_warm_up_calls`,
     `_capture`, `_launch`); tests replace them to run the bookkeeping on the CPU."""
 
     device_type = "cuda"
@@ -486,7 +491,9 @@ class CudaGraphRunner:
         return self._record(inputs, in_place)
 
     def _record(self, inputs: Sequence[Any], in_place: Sequence[bool]) -> Recording | None:
-        mutated, reason = self._warm_up(inputs, in_place)
+        pool = choose_pool(self.kind, [v for v, fixed in zip(inputs, in_place) if fixed],
+                           self._runner_pool, self._new_pool)
+        mutated, reason = self._warm_up(inputs, in_place, pool)
         if reason is not None:
             self.refuse(reason)
             return None
@@ -495,8 +502,6 @@ class CudaGraphRunner:
         with torch.inference_mode(False):  # usable under any mode: the key tells modes apart, not the buffers
             for index in copied:
                 static_inputs[index] = static_copy(inputs[index])
-        pool = choose_pool(self.kind, [v for v, fixed in zip(inputs, in_place) if fixed],
-                           self._runner_pool, self._new_pool)
         try:
             graph, outputs = self._capture(static_inputs, pool)
         except Exception as error:  # noqa: BLE001 - an op that cannot be captured runs eagerly
@@ -536,14 +541,26 @@ class CudaGraphRunner:
         return self._pool
 
     def _new_pool(self) -> Any:
-        return torch.cuda.graph_pool_handle()
+        # A MemPool, not a bare graph_pool_handle: warm-up allocates from it before any graph
+        # holds it, and only an owner's reference keeps an unused pool from being freed.
+        return torch.cuda.MemPool()
 
     def _capture(self, static_inputs: Sequence[Any], pool: Any) -> tuple[Any, Any]:
         """Record one call on the static inputs: the graph and its (static) outputs."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        with torch.cuda.graph(graph, pool=pool.id, stream=_capture_stream()):
             outputs = self.function(*static_inputs)
         return graph, outputs
+
+    @contextlib.contextmanager
+    def _warm_up_place(self, pool: Any):
+        """Allocate from `pool` on the capture stream: the blocks warm-up frees are the ones its
+        recording's capture takes (the allocator reuses a block on the stream that freed it)."""
+        stream = _capture_stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.cuda.use_mem_pool(pool):
+            yield
+        torch.cuda.current_stream().wait_stream(stream)
 
     def _launch(self, recording: Recording, inputs: Sequence[Any]) -> None:
         recording.graph.replay()
@@ -554,12 +571,8 @@ class CudaGraphRunner:
 
     def _run_warm_up_calls(self, copies: Sequence[Any]) -> Any:
         rng_state = torch.cuda.get_rng_state()
-        side_stream = torch.cuda.Stream()
-        side_stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side_stream):
-            for _ in range(max(1, self.settings.warmup_calls)):
-                outputs = self.function(*copies)
-        torch.cuda.current_stream().wait_stream(side_stream)
+        for _ in range(max(1, self.settings.warmup_calls)):
+            outputs = self.function(*copies)
         torch.cuda.set_rng_state(rng_state)  # warm-up must not shift the random stream eager would see
         return outputs
 
@@ -585,18 +598,23 @@ class CudaGraphRunner:
         _register_saved(recording, outputs, [i for i in range(recording.first_saved, len(outputs))
                                              if isinstance(outputs[i], torch.Tensor)])
 
-    def _warm_up(self, inputs: Sequence[Any], in_place: Sequence[bool]) -> tuple[list[int], str | None]:
-        """Run on copies of the inputs on a side stream; return the inputs it wrote and a refusal, if any.
+    def _warm_up(self, inputs: Sequence[Any], in_place: Sequence[bool], pool: Any) -> tuple[list[int], str | None]:
+        """Run on copies of the inputs, in the recording's pool on its capture stream; return the
+        inputs it wrote and a refusal, if any.
 
         Copies, parameters included, so that warm-up never changes what the
         caller sees; made outside inference mode so that their version
-        counters show which ones the function writes."""
-        with torch.inference_mode(False):
-            copies = [static_copy(v) if isinstance(v, torch.Tensor) else v for v in inputs]
-        versions = [v._version if isinstance(v, torch.Tensor) else 0 for v in copies]
-        outputs = self._run_warm_up_calls(copies)
-        mutated = [i for i, v in enumerate(copies) if isinstance(v, torch.Tensor) and v._version != versions[i]]
-        return mutated, warm_up_refusal(in_place, mutated, flatten(outputs)[0], self.device_type)
+        counters show which ones the function writes. All of it is freed
+        before leaving the pool, for the capture to take."""
+        with self._warm_up_place(pool):
+            with torch.inference_mode(False):
+                copies = [static_copy(v) if isinstance(v, torch.Tensor) else v for v in inputs]
+            versions = [v._version if isinstance(v, torch.Tensor) else 0 for v in copies]
+            outputs = self._run_warm_up_calls(copies)
+            mutated = [i for i, v in enumerate(copies) if isinstance(v, torch.Tensor) and v._version != versions[i]]
+            refusal = warm_up_refusal(in_place, mutated, flatten(outputs)[0], self.device_type)
+            del copies, outputs
+        return mutated, refusal
 
     # -- replay --
 
@@ -630,6 +648,15 @@ class CudaGraphRunner:
 
 
 _MISSING = object()
+_capture_streams: dict[int, Any] = {}
+
+
+def _capture_stream() -> Any:
+    """The current device's stream for warm-ups and captures (one, so that they share blocks)."""
+    device = torch.cuda.current_device()
+    if device not in _capture_streams:
+        _capture_streams[device] = torch.cuda.Stream()
+    return _capture_streams[device]
 
 
 @dataclasses.dataclass
