@@ -648,6 +648,9 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
         if disable:
             return target
         native_guards.prepare(target, config)  # a large module: start building the native tensor check
+        if backend_name == "inductor" and isinstance(target, torch.nn.Module):
+            from .backends.inductor import prepare
+            prepare(target, config)  # a large CUDA module: start the kernel compile workers
         return _compile_target(target, backend_fn, backend_name, config, fullgraph, dynamic)
 
     if model is None:

@@ -42,6 +42,17 @@ def _code_generator(device_type: str, config: Config) -> tuple[Callable, dict | 
     return module.compile_aten_graph, module.decompositions()
 
 
+def prepare(target: Any, config: Config) -> None:
+    """`tensorjit.compile(target)` with this backend, before any call: a large module on the GPU
+    starts the kernel compile workers (`codegen.triton.expect_module`)."""
+    if not isinstance(target, torch.nn.Module) or not torch.cuda.is_available():
+        return  # (before importing the code generator: a CPU process never needs it)
+    if _code_generator("cuda", config)[0] is not _run_as_is:
+        from ..codegen.triton import expect_module
+
+        expect_module(target, config=config)
+
+
 def cudagraph_wrapper(config: Config, device: str, gm: torch.fx.GraphModule | None = None) -> Callable | None:
     """What aot_compile wraps each compiled graph in: CUDA graph runners under `triton_cudagraphs`,
     reading the module's parameters and buffers in place."""

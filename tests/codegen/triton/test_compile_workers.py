@@ -83,3 +83,33 @@ def test_started_workers_take_even_a_few_kernels(monkeypatch):
     monkeypatch.setattr(parallel, "_pool_size", 4)
     assert parallel.compile_in_parallel(jobs + jobs[:1], workers=4) == 3
     assert pool.submitted == jobs
+
+
+def _stack(layers, device):
+    import torch
+
+    return torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(layers)]).to(device)
+
+
+def _compile_and_see_workers(monkeypatch, module):
+    import tensorjit
+    from tensorjit.codegen.triton import parallel
+
+    started = []
+    monkeypatch.setattr(parallel, "start_workers", lambda workers=0: started.append(workers))
+    tensorjit.compile(module)  # no call: the workers start at compile, before capture
+    return started
+
+
+def test_compiling_a_large_module_on_the_cpu_starts_no_workers(monkeypatch):
+    assert _compile_and_see_workers(monkeypatch, _stack(40, "cpu")) == []
+
+
+def test_compiling_a_large_cuda_module_starts_the_workers_at_once(monkeypatch):
+    import pytest
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    assert _compile_and_see_workers(monkeypatch, _stack(31, "cuda")) == []  # 62 tensors: a small model
+    assert _compile_and_see_workers(monkeypatch, _stack(32, "cuda")) == [0]
