@@ -381,11 +381,15 @@ def _list(tx, iterable: Value | None = None) -> Value:
 
 @builtin(py.tuple)
 def _tuple(tx, iterable: Value | None = None) -> Value:
+    if type(iterable) is TupleValue and iterable.python_type() is tuple:
+        return iterable  # CPython's tuple() hands back an exact tuple itself: it is immutable
     return TupleValue([] if iterable is None else tx.iterate(iterable).unpack(tx))
 
 
 @builtin(py.set, py.frozenset)
 def _set(tx, iterable: Value | None = None) -> Value:
+    if tx.current_builtin is py.frozenset and isinstance(iterable, SetValue) and iterable.cls is frozenset:
+        return iterable  # as tuple(): an exact frozenset is its own frozenset
     return SetValue([] if iterable is None else tx.iterate(iterable).unpack(tx), tx.current_builtin)
 
 
@@ -476,7 +480,22 @@ def _id(tx, obj: Value) -> Value:
         # a container read from outside (a global dict, a list in a closure): guarded as that object
         tx.output.guard(Guard(obj.source, "id", known[0]))
         return ConstantValue(id(known[0]))
-    raise GraphBreak("unsupported-call", "id() of a value made during capture")
+    return IdentityValue(obj)
+
+
+class IdentityValue(Value):
+    """`id(v)` of a value made during capture: its number is only known at run time, but two of
+    them are equal exactly when they name one object (`id(p) == id(p.copy())`), which `is`
+    already decides. Anything else asked of the number (arithmetic, returning it) breaks."""
+
+    def __init__(self, of: Value) -> None:
+        self.of = of
+
+    def python_type(self) -> type:
+        return int
+
+    def __repr__(self) -> str:
+        return f"IdentityValue({self.of!r})"
 
 
 @builtin(inspect.signature)

@@ -15,6 +15,7 @@ import functools
 import inspect
 import os
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -299,6 +300,33 @@ class UserObjectValue(Value):
 
     def __repr__(self) -> str:
         return f"UserObjectValue({self.cls.__name__})"
+
+
+class WeakRefValue(Value):
+    """`weakref.ref(obj)` of an object from outside, made at capture: CPython hands out one plain
+    reference per object, so the real one stands for the run-time one while the object is the
+    same (its identity is guarded where this is made). Calling it answers the object itself."""
+
+    def __init__(self, ref: weakref.ReferenceType, referent: Value) -> None:
+        self.ref = ref
+        self.referent = referent
+
+    def python_type(self) -> type:
+        return weakref.ReferenceType
+
+    def is_constant(self) -> bool:
+        return True
+
+    def constant(self) -> Any:
+        return self.ref
+
+    def call(self, tx, args, kwargs) -> Value:
+        if args or kwargs:
+            raise GraphBreak("bad-call", "a weak reference is called with no arguments")
+        return self.referent
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.constant(weakref.ref)}({self.referent.reconstruct(cg)})"
 
 
 class CellValue(Value):
