@@ -104,7 +104,9 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
     frame = tx.child_frame(fn, args, kwargs)
     if code.co_flags & CO_GENERATOR:  # runs lazily, as far as the program reads it
         frame.is_generator = True
-        return GeneratorValue(frame, fn, list(args), dict(kwargs))
+        generator = GeneratorValue(frame, fn, list(args), dict(kwargs))
+        generator.made_by_root = tx.is_root
+        return generator
     try:
         return frame.run()
     except GraphBreak as e:
