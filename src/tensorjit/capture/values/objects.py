@@ -10,6 +10,7 @@ managers that switch torch's global state live here too.
 from __future__ import annotations
 
 import abc
+import collections
 import contextlib
 import functools
 import inspect
@@ -421,7 +422,8 @@ class SuperValue(Value):
                 if klass is dict and name in _DICT_READS and isinstance(self.obj, ObjectValue) \
                         and self.obj.source is not None:
                     return DictReadValue(self.obj, name)
-                if klass in (dict, set, frozenset, tuple) and isinstance(self.obj, (DictValue, SetValue, TupleValue)):
+                if klass in (dict, set, frozenset, tuple, collections.OrderedDict) and \
+                        isinstance(self.obj, (DictValue, SetValue, TupleValue)):
                     return ContainerMethodValue(self.obj, name)  # the base's own method, not the subclass's
                 if hasattr(attr, "__get__") and not isinstance(attr, type):
                     if isinstance(self.obj, ObjectValue):  # a C method of a builtin base, bound to the object
