@@ -164,6 +164,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             context.exit_real()
         torch._C._set_grad_enabled(grad_before)
         markers.error_on_graph_break = strict_before
+        capture.release()
 
 
 def _unclosed_generator(owner, capture: Capture, frame: Frame) -> bool:
