@@ -22,7 +22,7 @@ import torch
 
 from ..breaks import GraphBreak
 from ..guards import Guard
-from ..sources import AttrSource
+from ..sources import AttrSource, ItemSource, SubclassesSource
 from .base import CallableConstant, ConstantValue, NULL, Value
 from .container_subclasses import empty
 from .containers import (ContainerMethodValue, DictValue, DictViewValue, IteratorValue, ListValue, SequenceValue, SetValue,
@@ -92,6 +92,8 @@ class BuiltinValue(CallableConstant):
                 raise python_error(self.fn, args, kwargs, error) from error
             except Exception as error:
                 raise python_error(self.fn, args, kwargs, error) from error
+        if _subclasses_of_a_class(self.fn) and isinstance(self.source, AttrSource) and not args and not kwargs:
+            return _subclasses(tx, self.fn.__self__, self.source.of)
         return fold(tx, self.fn, args, kwargs)
 
     def getattr(self, tx, name):
@@ -100,6 +102,21 @@ class BuiltinValue(CallableConstant):
         except AttributeError as error:  # the program's own exception: getattr(cls, name, default) catches it
             raise GraphBreak("attribute-error", str(error), exception=error) from None
         return tx.wrap_constant_object(found)
+
+
+def _subclasses_of_a_class(fn) -> bool:
+    return isinstance(fn, types.BuiltinMethodType) and fn.__name__ == "__subclasses__" \
+        and isinstance(fn.__self__, type)
+
+
+def _subclasses(tx, cls: type, source) -> Value:
+    """`C.__subclasses__()` of a class read through `source`: the classes alive now, a new list,
+    each read (and guarded) through its place in the run-time list, so a class defined or freed
+    since recompiles, and nothing compiled holds a class alive that the program let go."""
+    listed = SubclassesSource(source)
+    found = type.__subclasses__(cls)
+    tx.output.guard(Guard(listed, "length", len(found)))
+    return ListValue([tx.wrap(c, ItemSource(listed, i)) for i, c in enumerate(found)])
 
 
 _IMMUTABLE = (str, int, float, bytes, tuple, frozenset, complex)
