@@ -70,3 +70,28 @@ def test_the_number_itself_is_read_at_run_time():
         return x + 1, id(a) > 0
 
     assert tensorjit.compile(fn, backend="eager")(torch.zeros(1))[1] is True
+
+
+def test_a_returned_id_is_the_id_of_the_returned_object():
+    def fn(x):
+        a = [x]
+        return x.cos(), id(a), a
+
+    got = tensorjit.compile(fn, backend="eager", fullgraph=True)(torch.ones(1))
+    assert got[1] == id(got[2])
+
+
+def test_an_id_used_as_a_key_breaks_there_and_resumes():
+    """The break comes where the number is needed (a dict key); the id left on the stack is
+    rebuilt as id() of the same object, so the rest of the function still compiles."""
+    from conformance.harness import CountingBackend
+
+    def fn(x):
+        a = [x]
+        memo = {id(a): a}
+        return x.sin(), memo[id(a)] is a
+
+    backend = CountingBackend()
+    got = tensorjit.compile(fn, backend=backend)(torch.ones(1))
+    torch.testing.assert_close(got[0], torch.ones(1).sin())
+    assert got[1] is True and backend.graph_count == 1

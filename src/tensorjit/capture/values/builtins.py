@@ -503,13 +503,18 @@ def _id(tx, obj: Value) -> Value:
 class IdentityValue(Value):
     """`id(v)` of a value made during capture: its number is only known at run time, but two of
     them are equal exactly when they name one object (`id(p) == id(p.copy())`), which `is`
-    already decides. Anything else asked of the number (arithmetic, returning it) breaks."""
+    already decides. Anything else asked of the number (arithmetic, a dict key) breaks; left
+    over at a break or returned, it is `id()` of the object rebuilt there (built once, so the
+    very object the other references hold)."""
 
     def __init__(self, of: Value) -> None:
         self.of = of
 
     def python_type(self) -> type:
         return int
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.constant(py.id)}({cg.value(self.of)})"
 
     def __repr__(self) -> str:
         return f"IdentityValue({self.of!r})"
