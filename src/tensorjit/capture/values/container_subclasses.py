@@ -173,6 +173,8 @@ def empty(tx, base: type, cls: type, args: list[Value]) -> Value:
     if cls is not base and container_base(cls) is not base:
         raise GraphBreak("unsupported-call", f"{base.__name__}.__new__ of {cls.__name__}")
     if base in (tuple, frozenset):
+        if cls is base and args and type(args[0]) in (TupleValue, SetValue) and args[0].python_type() is base:
+            return args[0]  # immutable: CPython hands back an exact tuple or frozenset itself
         items = tx.iterate(args[0]).unpack(tx) if args else []
         return TupleValue(items, cls) if base is tuple else SetValue(items, cls)
     return _empty_dict(cls) if base is dict else SetValue([], cls)
