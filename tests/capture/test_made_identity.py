@@ -95,3 +95,17 @@ def test_an_id_used_as_a_key_breaks_there_and_resumes():
     got = tensorjit.compile(fn, backend=backend)(torch.ones(1))
     torch.testing.assert_close(got[0], torch.ones(1).sin())
     assert got[1] is True and backend.graph_count == 1
+
+
+def test_ids_of_numbers_and_text_made_in_the_function_break():
+    """Whether two equal ints or strings are one object is CPython's choice (small ints,
+    interning): `id(a) == id(b)` of sizes read twice is True for 4 and may be False for 400."""
+    def fn(x):
+        a, b = x.shape[0] + 0, x.shape[0] + 0
+        return x + 1, id(a) == id(b)
+
+    for size in (4, 400):
+        x = torch.zeros(size)
+        with pytest.raises(tensorjit.GraphBreakError):
+            tensorjit.compile(fn, backend="eager", fullgraph=True, dynamic=True)(x)
+        assert tensorjit.compile(fn, backend="eager", dynamic=True)(x)[1] == fn(x)[1]

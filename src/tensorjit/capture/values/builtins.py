@@ -497,7 +497,14 @@ def _id(tx, obj: Value) -> Value:
         # a container read from outside (a global dict, a list in a closure): guarded as that object
         tx.output.guard(Guard(obj.source, "id", known[0]))
         return ConstantValue(id(known[0]))
+    if isinstance(obj, SymbolicIntValue) or obj.is_constant() and type(obj.constant()) in _SHARED_WHEN_EQUAL:
+        # CPython may hand out one object for equal numbers and strings (small ints, interned
+        # text), or not: which ones is not decided here
+        raise GraphBreak("unsupported-call", f"id() of a {obj.python_type().__name__} made during capture")
     return IdentityValue(obj)
+
+
+_SHARED_WHEN_EQUAL = (int, float, complex, str, bytes)
 
 
 class IdentityValue(Value):
