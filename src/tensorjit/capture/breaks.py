@@ -56,6 +56,9 @@ class GraphBreak(Exception):
         self.exception = exception
         self.root_step: int | None = None
         self.is_error: bool | None = None  # error_on_graph_break of the innermost marked frame
+        self.breaking_generator = None
+        """Where the body of a generator the compiled function made broke (a frame that exists
+        only in capture, which no resume function can continue): that call runs eagerly."""
 
 
 class GraphBreakError(RuntimeError):

@@ -26,6 +26,7 @@ from .guards import Guard
 from .markers import break_is_error
 from .polyfills.plain_operators import plain_binary
 from .values.base import ConstantValue, NULL, Value
+from .values.builtins import IdentityValue
 from .contextmanagers import HELPER_CODE, ContextManagerFactoryValue, GeneratorContextValue
 from .generators import GeneratorValue
 from .skipfiles import check_inlinable
@@ -35,7 +36,7 @@ from .values.containers import (DictValue, IteratorValue, ListValue, MappingProx
                                hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (NOT_PLAIN, GlobalContextValue, GradModeValue, MadeModuleValue, NNModuleValue,
-                             NullContextValue, ObjectValue, PartialValue, UserObjectValue, is_not_implemented,
+                             NullContextValue, ObjectValue, PartialValue, UserObjectValue, WeakRefValue, is_not_implemented,
                              lookup_static, plain_object, type_form)
 from .values.records import RecordValue, is_record_class
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
@@ -103,7 +104,9 @@ def inline_function(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) 
     frame = tx.child_frame(fn, args, kwargs)
     if code.co_flags & CO_GENERATOR:  # runs lazily, as far as the program reads it
         frame.is_generator = True
-        return GeneratorValue(frame, fn, list(args), dict(kwargs))
+        generator = GeneratorValue(frame, fn, list(args), dict(kwargs))
+        generator.made_by_root = tx.is_root
+        return generator
     try:
         return frame.run()
     except GraphBreak as e:
@@ -282,6 +285,8 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
     base = container_base(cls)
     if base is not None:
         return instantiate_container(tx, cls, base, args, kwargs)
+    if cls is weakref.ReferenceType and len(args) == 1 and not kwargs:
+        return _weak_reference(tx, args[0])
     new = lookup_static(cls, "__new__")[0]
     if type(cls) in (type, abc.ABCMeta) and isinstance(new, staticmethod) and \
             isinstance(new.__func__, types.FunctionType):
@@ -345,6 +350,23 @@ def _made_exception(tx, cls: type, args, kwargs) -> Value:
     return instance
 
 
+def _weak_reference(tx, value: Value) -> Value:
+    """`weakref.ref(obj)` of an object from outside (guarded as that very object) or a constant;
+    one made in the function has no run-time object yet to refer to."""
+    known = tx.output.wrapped.get(value.source) if value.source is not None else None
+    if known is not None and known[1] is value and not isinstance(value, TensorValue):
+        obj = known[0]
+        tx.output.guard(Guard(value.source, "id", obj))
+    elif value.is_constant():
+        obj = value.constant()
+    else:
+        raise GraphBreak("unsupported-call", "a weak reference to a value made during capture")
+    try:
+        return WeakRefValue(weakref.ref(obj), value)
+    except TypeError as error:  # not weakly referenceable (an int, a tuple): the program's TypeError
+        raise GraphBreak("op-error", str(error), exception=error) from None
+
+
 def _plain_python_class(cls: type) -> bool:
     """A class torch writes in Python like user code (lr_scheduler's `_enable_get_lr_call`,
     utils._ordered_set.OrderedSet with its __slots__): made as user classes are. Classes from
@@ -378,6 +400,8 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         return record_call(tx, _INPLACE.get(op, op), [a, b], {})
     if op in (operator.is_, operator.is_not):
         return _identity(tx, op, a, b)
+    if isinstance(a, IdentityValue) or isinstance(b, IdentityValue):
+        return _compare_identities(tx, op, a, b)
     if op is operator.contains:
         return _contains(tx, a, b)
     if op in (operator.imul, operator.ior, operator.iand, operator.ixor, operator.isub) and \
@@ -437,11 +461,48 @@ def _tensor_binary(tx, op, a: Value, b: Value) -> Value:
 
 def _identity(tx, op, a: Value, b: Value) -> Value:
     same = _same_object(a, b)
-    if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
+    if isinstance(a, ObjectValue) and isinstance(b, (ObjectValue, WeakRefValue)) or \
+            isinstance(a, WeakRefValue) and isinstance(b, ObjectValue):
         for value in (a, b):  # objects are guarded by type: the answer holds for these objects only
-            if value.source is not None:
+            if isinstance(value, ObjectValue) and value.source is not None:
                 tx.output.guard(Guard(value.source, "id", value.obj))
     return ConstantValue(same if op is operator.is_ else not same)
+
+
+def _compare_identities(tx, op, a: Value, b: Value) -> Value:
+    """`id(a) == id(b)` (or !=) for values made in the function: equal for one object; unequal for
+    two only while both live, since a freed object's address is reused (`id([]) == id([])`)."""
+    if op in (operator.eq, operator.ne) and isinstance(a, IdentityValue) and isinstance(b, IdentityValue):
+        same = _same_object(a.of, b.of)
+        if same or _still_held(tx, [a.of, b.of]):
+            return ConstantValue(same if op is operator.eq else not same)
+    raise GraphBreak("unsupported-operation", f"{getattr(op, '__name__', op)} on the id() of a value made "
+                                              "during capture (its number is known only at run time)")
+
+
+def _still_held(tx, values: list[Value]) -> bool:
+    """Whether every one of `values` is held by a local, a stack slot or a cell of the frames being
+    captured, directly or inside containers there (then it lived through both id() calls)."""
+    wanted = {id(v): v for v in values}
+    seen: set[int] = set()
+    pending: list = []
+    frame = tx
+    while frame is not None:
+        pending += [*frame.locals.values(), *frame.stack, *frame.cells.values()]
+        frame = frame.parent
+    while pending and wanted:
+        value = pending.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        wanted.pop(id(value), None)
+        if isinstance(value, (SequenceValue, SetValue)):
+            pending += list(value.items.values()) if isinstance(value, SetValue) else list(value.items)
+        elif isinstance(value, DictValue):
+            pending += list(value.items.values())
+        elif isinstance(getattr(value, "contents", None), Value):  # a cell made in the function
+            pending.append(value.contents)
+    return not wanted
 
 
 def _same_object(a: Value, b: Value) -> bool:
@@ -453,6 +514,9 @@ def _same_object(a: Value, b: Value) -> bool:
         return a.constant() is b.constant()
     if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
         return a.obj is b.obj
+    if isinstance(a, WeakRefValue) or isinstance(b, WeakRefValue):  # the real reference, made at capture
+        return any(isinstance(v, WeakRefValue) and isinstance(w, (ObjectValue, WeakRefValue)) and
+                   v.ref is (w.obj if isinstance(w, ObjectValue) else w.ref) for v, w in ((a, b), (b, a)))
     if isinstance(a, (FunctionValue, ObjectValue)) and isinstance(b, (FunctionValue, ObjectValue)):
         # one function read two ways (`partial.func` and the global it names): compare what they wrap
         return getattr(a, "fn", getattr(a, "obj", a)) is getattr(b, "fn", getattr(b, "obj", b))

@@ -144,6 +144,13 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             reason.user_stack = frame.user_stack()
         if break_at is not None:
             raise CaptureError(frame.location() if frame else None, e) from e
+        if e.breaking_generator is not None and not owner.fullgraph and not _break_is_error(e, fn.__code__):
+            logs.graph_break(reason)
+            logs.emit("graph_breaks", f"{frame.location()}: the body of a generator it made breaks at "
+                                      f"{e.breaking_generator}; running eagerly")
+            entry = eager_entry(fn, _build_guards(owner, output), output)
+            entry.break_reason = reason  # explain() and report() show why it runs eagerly
+            return entry
         raise _BreakAt(e.root_step if e.root_step is not None else capture.steps - 1, reason,
                        _break_is_error(e, fn.__code__)) from None
     except (GraphBreakError, CaptureError, CompilerUsageError, BackendCompilerFailed, _BreakAt,
@@ -157,6 +164,7 @@ def _attempt(owner, L: tuple, break_at: int | None) -> CacheEntry:
             context.exit_real()
         torch._C._set_grad_enabled(grad_before)
         markers.error_on_graph_break = strict_before
+        capture.release()
 
 
 def _unclosed_generator(owner, capture: Capture, frame: Frame) -> bool:

@@ -17,6 +17,11 @@ next() resumed it, it is rebuilt by calling its function again and taking as man
 body then reaches the same state); otherwise the graph ends earlier, before the step that first
 resumed it, where it is unstarted and rebuilt by calling its function again
 (convert.capture_entry). A finished one is rebuilt as an exhausted generator.
+
+A graph break inside the body of a generator the compiled function made itself (not one an
+inlined call made, nor a polyfill's standing for a C iterator) cannot be resumed: the frame it
+breaks in exists only in capture. That call runs eagerly (`breaking_generator`, read by convert),
+as Dynamo skips such a frame; a generator made by an inlined call breaks at that call instead.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ class GeneratorValue(IteratorValue):
         self.presented_type: type = types.GeneratorType  # a polyfill's generator stands for a C iterator
         self.resumes = 0  # how many times it was resumed with None (next): what a rebuilt one is advanced by
         self.replayable = True  # only next() resumed it (no send of a value, no throw)
+        self.made_by_root = False  # called by the compiled function's own code, not by one it inlined
         frame.capture.generators.append(self)
 
     def python_type(self) -> type:
@@ -87,6 +93,9 @@ class GeneratorValue(IteratorValue):
             return suspended.value
         except GraphBreak as e:
             self.finished = True
+            if e.exception is None and e.breaking_generator is None and self.made_by_root \
+                    and self.presented_type is types.GeneratorType:
+                e.breaking_generator = self.frame.location()  # convert runs this call eagerly
             if isinstance(e.exception, StopIteration):  # PEP 479 (3.11: the C code converts it)
                 error = RuntimeError("generator raised StopIteration")
                 error.__cause__ = e.exception

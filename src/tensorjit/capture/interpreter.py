@@ -141,12 +141,25 @@ class Capture:
         self.generators: list = []  # every GeneratorValue made, checked for unclosed cleanup at the end
         self.open_contexts: list = []  # autocast/inference_mode blocks entered for real and not yet left
         self.handled = OUTER_EXCEPTION  # the exception being handled (sys.exc_info()), set by PUSH_EXC_INFO
+        self.frames: list["Frame"] = []  # every frame run, emptied by `release`
+
+    def release(self) -> None:
+        """Drop what the finished capture holds of the program's objects. Its frames, values and
+        graph form reference cycles, which only the cycle collector frees: till it runs they would
+        keep the call's tensors (optimizer state, activations) alive after the program let go."""
+        for frame in self.frames:
+            frame.locals, frame.stack, frame.cells, frame.delegate = {}, [], {}, None
+        self.frames.clear()
+        self.generators.clear()
+        self.handled = OUTER_EXCEPTION
+        self.output.release()
 
 
 class Frame:
     def __init__(self, capture: Capture, code: types.CodeType, globals_: dict, parent: "Frame | None",
                  locals_: dict[str, Value], cells: dict[str, Any]) -> None:
         self.capture = capture
+        capture.frames.append(self)
         self.output = capture.output
         self.config = capture.config
         self.code = code

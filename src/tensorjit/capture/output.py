@@ -67,6 +67,12 @@ class OutputGraph:
         self.wrapping: dict[Source, Any] = {}  # containers whose items are being wrapped (their owner)
         self.code_files: set[str] = set()  # files of the code run while capturing (the warm-start cache checks them)
 
+    def release(self) -> None:
+        """After capture (see Capture.release): forget the program's objects read and written."""
+        for table in (self.wrapped, self.wrapped_by_id, self.wrapping, self.attribute_overlay, self.inputs_by_id):
+            table.clear()
+        self.side_effects, self.keep_alive, self.inputs = [], [], []
+
     # -- nodes -----------------------------------------------------------------
     def unique_name(self, hint: str) -> str:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "t"

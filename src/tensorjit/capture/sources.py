@@ -282,6 +282,19 @@ class ReferentSource(Source):
 
 
 @dataclass(frozen=True, slots=True)
+class SubclassesSource(Source):
+    """`type.__subclasses__(of)` where `of` is a class: its subclasses alive now."""
+
+    of: Source
+
+    def expression(self) -> str:
+        return f"type.__subclasses__({self.of.expression()})"
+
+    def base(self) -> Source:
+        return self.of
+
+
+@dataclass(frozen=True, slots=True)
 class TensorKeySource(Source):
     """`of[key]` for a dict keyed by tensors (an optimizer's `state[param]`); `key` is the tensor's
     source. Read with .get so that checking a guard never runs a defaultdict's factory."""

@@ -16,6 +16,7 @@ from ..breaks import GraphBreak
 from ..values.base import ConstantValue, Value
 from ..values.builtins import BuiltinValue
 from ..values.container_methods import method
+from ..values.container_subclasses import MADE_BY_KIND, subclass_attribute
 from ..values.containers import ContainerMethodValue, DictValue, ListValue, TupleValue, each_item
 from .registry import capture_rule
 
@@ -36,11 +37,16 @@ class OrderedDictValue(DictValue):
 
     EXTRA = {"move_to_end", "popitem", "fromkeys"}
 
-    def __init__(self, items: dict, source=None) -> None:
-        super().__init__(items, collections.OrderedDict, source)
+    def __init__(self, items: dict, source=None, cls: type = collections.OrderedDict) -> None:
+        super().__init__(items, cls, source)  # cls: a subclass made in the function
 
     def getattr(self, tx, name: str) -> Value:
-        return ContainerMethodValue(self, name) if name in self.EXTRA else super().getattr(tx, name)
+        if name in self.EXTRA and not subclass_attribute(tx, self, name):
+            return ContainerMethodValue(self, name)
+        return super().getattr(tx, name)
+
+
+MADE_BY_KIND[collections.OrderedDict] = lambda cls: OrderedDictValue({}, cls=cls)
 
 
 @capture_rule(collections.OrderedDict)
@@ -70,6 +76,8 @@ def _popitem(tx, d: OrderedDictValue, last: Value = ConstantValue(True)) -> Valu
 
 @method(OrderedDictValue, "copy")
 def _ordered_copy(tx, d: OrderedDictValue) -> Value:
+    if d.cls is not collections.OrderedDict:  # a subclass's copy() calls the subclass itself
+        raise GraphBreak("container-method", f"{d.cls.__name__}.copy() of an OrderedDict subclass")
     return OrderedDictValue(dict(d.items))
 
 

@@ -22,7 +22,7 @@ import torch
 
 from ..breaks import GraphBreak
 from ..guards import Guard
-from ..sources import AttrSource
+from ..sources import AttrSource, ItemSource, SubclassesSource
 from .base import CallableConstant, ConstantValue, NULL, Value
 from .container_subclasses import empty
 from .containers import (ContainerMethodValue, DictValue, DictViewValue, IteratorValue, ListValue, SequenceValue, SetValue,
@@ -92,6 +92,8 @@ class BuiltinValue(CallableConstant):
                 raise python_error(self.fn, args, kwargs, error) from error
             except Exception as error:
                 raise python_error(self.fn, args, kwargs, error) from error
+        if _subclasses_of_a_class(self.fn) and isinstance(self.source, AttrSource) and not args and not kwargs:
+            return _subclasses(tx, self.fn.__self__, self.source.of)
         return fold(tx, self.fn, args, kwargs)
 
     def getattr(self, tx, name):
@@ -100,6 +102,21 @@ class BuiltinValue(CallableConstant):
         except AttributeError as error:  # the program's own exception: getattr(cls, name, default) catches it
             raise GraphBreak("attribute-error", str(error), exception=error) from None
         return tx.wrap_constant_object(found)
+
+
+def _subclasses_of_a_class(fn) -> bool:
+    return isinstance(fn, types.BuiltinMethodType) and fn.__name__ == "__subclasses__" \
+        and isinstance(fn.__self__, type)
+
+
+def _subclasses(tx, cls: type, source) -> Value:
+    """`C.__subclasses__()` of a class read through `source`: the classes alive now, a new list,
+    each read (and guarded) through its place in the run-time list, so a class defined or freed
+    since recompiles, and nothing compiled holds a class alive that the program let go."""
+    listed = SubclassesSource(source)
+    found = type.__subclasses__(cls)
+    tx.output.guard(Guard(listed, "length", len(found)))
+    return ListValue([tx.wrap(c, ItemSource(listed, i)) for i, c in enumerate(found)])
 
 
 _IMMUTABLE = (str, int, float, bytes, tuple, frozenset, complex)
@@ -381,11 +398,15 @@ def _list(tx, iterable: Value | None = None) -> Value:
 
 @builtin(py.tuple)
 def _tuple(tx, iterable: Value | None = None) -> Value:
+    if type(iterable) is TupleValue and iterable.python_type() is tuple:
+        return iterable  # CPython's tuple() hands back an exact tuple itself: it is immutable
     return TupleValue([] if iterable is None else tx.iterate(iterable).unpack(tx))
 
 
 @builtin(py.set, py.frozenset)
 def _set(tx, iterable: Value | None = None) -> Value:
+    if tx.current_builtin is py.frozenset and isinstance(iterable, SetValue) and iterable.cls is frozenset:
+        return iterable  # as tuple(): an exact frozenset is its own frozenset
     return SetValue([] if iterable is None else tx.iterate(iterable).unpack(tx), tx.current_builtin)
 
 
@@ -476,7 +497,34 @@ def _id(tx, obj: Value) -> Value:
         # a container read from outside (a global dict, a list in a closure): guarded as that object
         tx.output.guard(Guard(obj.source, "id", known[0]))
         return ConstantValue(id(known[0]))
-    raise GraphBreak("unsupported-call", "id() of a value made during capture")
+    if isinstance(obj, SymbolicIntValue) or obj.is_constant() and type(obj.constant()) in _SHARED_WHEN_EQUAL:
+        # CPython may hand out one object for equal numbers and strings (small ints, interned
+        # text), or not: which ones is not decided here
+        raise GraphBreak("unsupported-call", f"id() of a {obj.python_type().__name__} made during capture")
+    return IdentityValue(obj)
+
+
+_SHARED_WHEN_EQUAL = (int, float, complex, str, bytes)
+
+
+class IdentityValue(Value):
+    """`id(v)` of a value made during capture: its number is only known at run time, but two of
+    them are equal exactly when they name one object (`id(p) == id(p.copy())`), which `is`
+    already decides. Anything else asked of the number (arithmetic, a dict key) breaks; left
+    over at a break or returned, it is `id()` of the object rebuilt there (built once, so the
+    very object the other references hold)."""
+
+    def __init__(self, of: Value) -> None:
+        self.of = of
+
+    def python_type(self) -> type:
+        return int
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.constant(py.id)}({cg.value(self.of)})"
+
+    def __repr__(self) -> str:
+        return f"IdentityValue({self.of!r})"
 
 
 @builtin(inspect.signature)

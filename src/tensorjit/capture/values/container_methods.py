@@ -427,6 +427,8 @@ def _set_clear(tx, s: SetValue) -> Value:
 
 @method(SetValue, "copy")
 def _set_copy(tx, s: SetValue) -> Value:
+    if s.cls is frozenset:  # immutable: CPython's frozenset.copy hands back the set itself
+        return s
     return SetValue(list(s.items.values()), frozenset if issubclass(s.cls, frozenset) else set)  # the base type
 
 

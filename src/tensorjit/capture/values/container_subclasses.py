@@ -16,8 +16,9 @@ dict's own methods (`__getattr__ = dict.get`: `ROUTED_ATTRIBUTES`) are: attribut
 from __future__ import annotations
 
 import abc
+import collections
 import types
-from typing import Any
+from typing import Any, Callable
 
 from ..breaks import GraphBreak
 from .base import Value
@@ -66,6 +67,20 @@ def neutral_dunder(klass: type, name: str, base: type) -> bool:
         name == "__getattr__" and isinstance(value, types.FunctionType)
 
 
+MADE_BY_KIND: dict[type, Callable[[type], Value]] = {}
+"""The empty symbolic value of an instance of a subclass of a modelled container type other
+than the builtin base (collections.OrderedDict: polyfills/collections.py registers it), by that
+type: its own methods (move_to_end) come with the value."""
+
+_MODELLED_KINDS = (collections.OrderedDict,)
+"""Types between a subclass and its builtin base whose behaviour a symbolic value models."""
+
+
+def _empty_dict(cls: type) -> Value:
+    kind = next((k for k in cls.__mro__ if k in MADE_BY_KIND), None)
+    return MADE_BY_KIND[kind](cls) if kind is not None else DictValue({}, cls)
+
+
 def container_base(cls: type) -> type | None:
     """The builtin container `cls` derives from, when it is a plain subclass of one defined in Python."""
     if not isinstance(cls, type) or cls in _BASES or type(cls) not in (type, abc.ABCMeta):
@@ -75,7 +90,9 @@ def container_base(cls: type) -> type | None:
         return None
     neutral = _NEUTRAL_DUNDERS | (_SUBSCRIPT_DUNDERS if base is dict else set())
     for klass in cls.__mro__[:cls.__mro__.index(base)]:
-        if klass.__module__ in ("builtins", "collections"):  # OrderedDict, defaultdict, Counter: C behaviour
+        if klass in _MODELLED_KINDS and klass in MADE_BY_KIND:
+            continue  # its behaviour is its value's (OrderedDictValue)
+        if klass.__module__ in ("builtins", "collections"):  # defaultdict, Counter: C behaviour
             return None
         if any(n.startswith("__") and n.endswith("__") and n not in neutral and not neutral_dunder(klass, n, base)
                for n in vars(klass)):
@@ -111,7 +128,10 @@ def new_container(cls: type, items, attributes=None) -> Any:
         obj.__dict__.update(attributes)
     if base in (tuple, frozenset):
         return obj
-    if base is dict:
+    if isinstance(obj, collections.OrderedDict):  # its C bookkeeping of the order, not dict's
+        for key, value in dict(items).items():
+            collections.OrderedDict.__setitem__(obj, key, value)
+    elif base is dict:
         dict.update(obj, items)
     else:
         set.update(obj, items)
@@ -134,7 +154,7 @@ def instantiate(tx, cls: type, base: type, args: list[Value], kwargs: dict[str, 
         items = tx.iterate(args[0]).unpack(tx) if args else []
         instance = TupleValue(items, cls) if base is tuple else SetValue(items, cls)
     else:
-        instance = DictValue({}, cls) if base is dict else SetValue([], cls)
+        instance = _empty_dict(cls) if base is dict else SetValue([], cls)
     _initialize(tx, cls, base, instance, args, kwargs)
     return instance
 
@@ -153,9 +173,11 @@ def empty(tx, base: type, cls: type, args: list[Value]) -> Value:
     if cls is not base and container_base(cls) is not base:
         raise GraphBreak("unsupported-call", f"{base.__name__}.__new__ of {cls.__name__}")
     if base in (tuple, frozenset):
+        if cls is base and args and type(args[0]) in (TupleValue, SetValue) and args[0].python_type() is base:
+            return args[0]  # immutable: CPython hands back an exact tuple or frozenset itself
         items = tx.iterate(args[0]).unpack(tx) if args else []
         return TupleValue(items, cls) if base is tuple else SetValue(items, cls)
-    return DictValue({}, cls) if base is dict else SetValue([], cls)
+    return _empty_dict(cls) if base is dict else SetValue([], cls)
 
 
 def subclass_attribute(tx, value: Value, name: str) -> Value | None:

@@ -10,11 +10,13 @@ managers that switch torch's global state live here too.
 from __future__ import annotations
 
 import abc
+import collections
 import contextlib
 import functools
 import inspect
 import os
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -301,6 +303,33 @@ class UserObjectValue(Value):
         return f"UserObjectValue({self.cls.__name__})"
 
 
+class WeakRefValue(Value):
+    """`weakref.ref(obj)` of an object from outside, made at capture: CPython hands out one plain
+    reference per object, so the real one stands for the run-time one while the object is the
+    same (its identity is guarded where this is made). Calling it answers the object itself."""
+
+    def __init__(self, ref: weakref.ReferenceType, referent: Value) -> None:
+        self.ref = ref
+        self.referent = referent
+
+    def python_type(self) -> type:
+        return weakref.ReferenceType
+
+    def is_constant(self) -> bool:
+        return True
+
+    def constant(self) -> Any:
+        return self.ref
+
+    def call(self, tx, args, kwargs) -> Value:
+        if args or kwargs:
+            raise GraphBreak("bad-call", "a weak reference is called with no arguments")
+        return self.referent
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.constant(weakref.ref)}({self.referent.reconstruct(cg)})"
+
+
 class CellValue(Value):
     """A closure cell created while capturing (a cell variable of an inlined frame)."""
 
@@ -393,7 +422,8 @@ class SuperValue(Value):
                 if klass is dict and name in _DICT_READS and isinstance(self.obj, ObjectValue) \
                         and self.obj.source is not None:
                     return DictReadValue(self.obj, name)
-                if klass in (dict, set, frozenset, tuple) and isinstance(self.obj, (DictValue, SetValue, TupleValue)):
+                if klass in (dict, set, frozenset, tuple, collections.OrderedDict) and \
+                        isinstance(self.obj, (DictValue, SetValue, TupleValue)):
                     return ContainerMethodValue(self.obj, name)  # the base's own method, not the subclass's
                 if hasattr(attr, "__get__") and not isinstance(attr, type):
                     if isinstance(self.obj, ObjectValue):  # a C method of a builtin base, bound to the object
