@@ -10,7 +10,8 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
                    prefer_channels_last  convolutions read NHWC (layout.py); kernels store in memory order
     GraphLowering(half_floats=True)   one @lowering registry (lowering*.py)
     -> schedule.fuse_loops            one scheduler (row groups)
-    -> prepare: split_column_reductions  few-output column sums in two kernels (split_reductions.py)
+    -> prepare: split_row_groups     few long rows: split reductions, then pointwise kernels (split_row_groups.py)
+               split_column_reductions  few-output column sums in two kernels (split_reductions.py)
                prepare_groups        row-local scratch Triton can keep in registers
                choose_gemms          max-autotune: each mm/addmm/bmm times cuBLAS against Triton
                                      GEMM templates on its first call (gemm_choice.py, gemm_template.py)
@@ -47,6 +48,7 @@ from .layout import prefer_channels_last
 from ..scalar_constants import move_scalar_constants
 from .pad_matmul import pad_matmuls
 from .split_reductions import split_column_reductions
+from .split_row_groups import split_row_groups
 from .horizontal import fuse_horizontally
 from .row_joins import join_row_groups
 from .fused_column_sums import fuse_column_sums
@@ -104,7 +106,7 @@ class TritonEmitter:
         prefer_channels_last(gm, example_inputs)  # cuDNN's tensor-core convolutions run NHWC (layout.py)
 
     def prepare(self, program: ir.Program) -> ir.Program:
-        program = prepare_groups(split_column_reductions(program))
+        program = prepare_groups(split_column_reductions(split_row_groups(program)))
         if getattr(self.config, "max_autotune", False) and (self.device.type == "cuda" or interpreted()):
             # Before horizontal fusion: a product's epilogue is its one pointwise reader, alone.
             program = choose_gemms(program, getattr(self.config, "cache_dir", None))  # cuBLAS or a template

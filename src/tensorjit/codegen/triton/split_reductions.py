@@ -45,12 +45,14 @@ def split_column_reductions(program: ir.Program) -> ir.Program:
     buffers = list(program.buffers)
     steps = []
     for step in program.steps:
-        split = _split(step, buffers) if isinstance(step, (ir.Reduction, ir.LoopGroup)) else None
+        split = split_group(step, buffers) if isinstance(step, (ir.Reduction, ir.LoopGroup)) else None
         steps.extend(split or [step])
     return dataclasses.replace(program, buffers=tuple(buffers), steps=tuple(steps))
 
 
-def _split(step, buffers: list[ir.Buffer]) -> list | None:
+def split_group(step, buffers: list[ir.Buffer]) -> list | None:
+    """[partials step, final step] for a reduction or a group of them (new partial buffers
+    appended to `buffers`), or None where one kernel is kept (see the module docstring)."""
     group = step if isinstance(step, ir.LoopGroup) else ir.LoopGroup(step.name, step.ranges, step.variables, (step,))
     # Epilogues with one element per row (a running-statistics update) run after the final
     # reduction, in the second kernel.

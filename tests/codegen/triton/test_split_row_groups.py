@@ -1,0 +1,208 @@
+"""Row groups with few, long rows are divided (`triton/split_row_groups.py`): their reductions
+become split reductions and their per-element members pointwise kernels over all elements,
+so that a batch norm over few channels of many pixels (densenet121's stem: 64 rows of 65,536)
+runs many programs instead of one per channel, and gives eager's values and gradients."""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from tensorjit.codegen import ir
+from tensorjit.codegen.triton import compile as triton_compile, decompositions
+from tensorjit.codegen.triton.heuristics import pointwise_shape
+from tensorjit.codegen.triton.kernels import is_horizontal
+from tensorjit.codegen.triton.split_row_groups import split_row_groups
+from tensorjit.codegen.verify import verify
+
+DIMS = [0, 2, 3]
+SHAPE = (4, 3, 64, 80)
+"""Three channels of 4 x 64 x 80 = 20,480 elements: rows longer than a persistent kernel holds."""
+
+
+@pytest.fixture
+def small_splits(monkeypatch):
+    """Split small reductions too, so that the interpreter runs these tests quickly (the
+    densenet121 stem's 64 x 65,536 elements pass split_reductions.MIN_WORK as they are)."""
+    from tensorjit.codegen.triton import split_reductions
+
+    monkeypatch.setattr(split_reductions, "MIN_WORK", 1 << 14)
+
+
+def compile_fn(fn, *inputs):
+    compiled = triton_compile.compile_graph(make_fx(fn, decomposition_table=decompositions())(*inputs), list(inputs))
+    verify(compiled.program)
+    return compiled
+
+
+def batch_norm_relu(x, weight, bias):
+    mean = x.mean(DIMS, keepdim=True)
+    var = ((x - mean) ** 2).mean(DIMS, keepdim=True)
+    normed = (x - mean) * torch.rsqrt(var + 1e-5)
+    return torch.relu(normed * weight[None, :, None, None] + bias[None, :, None, None]), mean, var
+
+
+def batch_norm_relu_and_sigmoid(x, weight, bias):
+    """Two per-element outputs over the same loops: one pointwise kernel after the division."""
+    out, mean, var = batch_norm_relu(x, weight, bias)
+    return out, torch.sigmoid((x - mean) * weight[None, :, None, None]), mean, var
+
+
+def batch_norm_relu_backward(grad, out, x, mean, invstd, weight):
+    g = torch.where(out <= 0, 0.0, grad)
+    total = g.sum(DIMS)
+    dot = (g * (x - mean[None, :, None, None])).sum(DIMS)
+    count = x.numel() // x.shape[1]
+    scale = (invstd * weight)[None, :, None, None]
+    projection = (dot * invstd * invstd / count)[None, :, None, None]
+    return (g - (x - mean[None, :, None, None]) * projection - (total / count)[None, :, None, None]) * scale, total, dot
+
+
+def kernels(program: ir.Program) -> list:
+    return [step for step in program.steps if not isinstance(step, ir.Extern)]
+
+
+def row_groups_with_lanes(program: ir.Program) -> list:
+    """Row groups (a reduction among the members) holding a per-element member."""
+    return [s for s in program.steps if isinstance(s, ir.LoopGroup) and
+            any(isinstance(m, ir.Reduction) for m in s.members) and
+            any(isinstance(m, ir.Pointwise) and m.ranges != s.ranges for m in s.members)]
+
+
+def programs_of(compiled, step) -> int:
+    return compiled.hook.kernels[step.name].shapes[0].grid[0]
+
+
+def test_batch_norm_forward_over_few_long_rows_is_divided(device, small_splits):
+    """The mean's split, the variance's (it reads the mean: a phase of its own), then the
+    normalisation as a pointwise kernel of one program per 1024 elements, not one per channel."""
+    x = torch.randn(SHAPE, device=device)
+    weight, bias = torch.randn(SHAPE[1], device=device), torch.randn(SHAPE[1], device=device)
+    compiled = compile_fn(batch_norm_relu, x, weight, bias)
+    program = compiled.program
+    assert not row_groups_with_lanes(program), program
+    assert len([s for s in program.steps if s.name.endswith("_partials")]) == 2, program
+    [normalise] = [s for s in kernels(program) if isinstance(s, ir.Pointwise) and s.ranges[-2:] == SHAPE[-2:]]
+    assert programs_of(compiled, normalise) == pointwise_shape(x.numel()).grid[0] > 16 * SHAPE[1]
+    for got, want in zip(compiled(x, weight, bias), batch_norm_relu(x, weight, bias)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_per_element_members_over_the_same_loops_stay_one_kernel(device, small_splits):
+    """Divided, the group's two per-element members are one pointwise kernel with two outputs
+    (kernels.is_horizontal), each shared value loaded once, as they were one group."""
+    x = torch.randn(SHAPE, device=device)
+    weight, bias = torch.randn(SHAPE[1], device=device), torch.randn(SHAPE[1], device=device)
+    compiled = compile_fn(batch_norm_relu_and_sigmoid, x, weight, bias)
+    program = compiled.program
+    assert not row_groups_with_lanes(program), program
+    [both] = [s for s in kernels(program) if s.ranges[-2:] == SHAPE[-2:]]
+    assert is_horizontal(both) and len(both.members) == 2, program
+    for got, want in zip(compiled(x, weight, bias), batch_norm_relu_and_sigmoid(x, weight, bias)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_norm_backward_reads_the_sums_from_their_buffers(device, small_splits):
+    """Both sums in one split (neither reads the other); the input gradient, which read them
+    from registers inside the group, is a pointwise kernel reading their buffers."""
+    channels = SHAPE[1]
+    inputs = (torch.randn(SHAPE, device=device), torch.randn(SHAPE, device=device), torch.randn(SHAPE, device=device),
+              torch.randn(channels, device=device), torch.rand(channels, device=device) + 0.5,
+              torch.randn(channels, device=device))
+    compiled = compile_fn(batch_norm_relu_backward, *inputs)
+    program = compiled.program
+    assert not row_groups_with_lanes(program), program
+    partials = [s for s in program.steps if s.name.endswith("_partials")]
+    assert len(partials) == 1 and len(partials[0].members) == 2, program
+    big = [s for s in kernels(program) if isinstance(s, ir.Pointwise) and math.prod(s.ranges) == inputs[0].numel()]
+    assert big and all(programs_of(compiled, s) == pointwise_shape(inputs[0].numel()).grid[0] for s in big), program
+    for got, want in zip(compiled(*inputs), batch_norm_relu_backward(*inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+
+
+class Stem(torch.nn.Module):
+    """densenet121's stem in small: convolution, batch norm, ReLU, max pooling."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, channels, 3, padding=1, bias=False)
+        self.norm = torch.nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        return F.max_pool2d(torch.relu(self.norm(self.conv(x))), 3, 2, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_a_stem_training_step_over_few_channels_matches_eager(device, small_splits, dtype):
+    """Forward and backward both divided; the output, every gradient and the running statistics
+    as close to float64's as eager's in `dtype` are (16-bit: the max pooling's ties, which
+    rounding decides, put both 0.37 of the largest input gradient off in bfloat16)."""
+    import tensorjit
+    from tensorjit.autograd import aot_compile
+
+    torch.manual_seed(0)
+    model = Stem(SHAPE[1]).to(device=device, dtype=dtype).train()
+    reference, exact = copy.deepcopy(model), copy.deepcopy(model).double()
+    programs = []
+
+    def compiler(gm, inputs):
+        compiled = triton_compile.compile_graph(gm, inputs)
+        verify(compiled.program)
+        programs.append(compiled.program)
+        return compiled
+
+    compiled = tensorjit.compile(model, backend=lambda gm, inputs: aot_compile(
+        gm, inputs, fw_compiler=compiler, decompositions=decompositions()))
+    x = torch.randn(SHAPE, device=device).to(dtype)
+    results = []
+    for module, call, value in ((model, compiled, x), (reference, reference, x), (exact, exact, x.double())):
+        value = value.clone().requires_grad_()
+        out = call(value)
+        out.float().square().mean().backward()
+        results.append([out, value.grad] + [p.grad for p in module.parameters()] + list(module.buffers()))
+    assert len(programs) == 2 and all(not row_groups_with_lanes(p) for p in programs), programs
+    assert all(any(s.name.endswith("_partials") for s in p.steps) for p in programs), programs
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-3
+    for position, (mine, eager, truth) in enumerate(zip(*results)):
+        truth = truth.double()
+        scale = truth.abs().max().item() or 1.0
+        error, eager_error = ((t.double() - truth).abs().max().item() / scale for t in (mine, eager))
+        assert error <= 2 * eager_error + tolerance, (position, error, eager_error)
+
+
+def lowered(fn, *inputs) -> ir.Program:
+    program, _ = triton_compile.lower(make_fx(fn, decomposition_table=decompositions())(*inputs), list(inputs))
+    return program
+
+
+def test_many_short_rows_stay_one_group():
+    """GPT-2's layer norms (rows many and short, each in registers) are not divided."""
+    x, weight, bias = torch.randn(2048, 768), torch.randn(768), torch.randn(768)
+    program = lowered(lambda x, w, b: F.layer_norm(x, (768,), w, b), x, weight, bias)
+    assert split_row_groups(program).steps == program.steps
+
+
+def test_many_long_rows_stay_one_group():
+    """Rows enough to fill the GPU: a program per row does."""
+    x = torch.randn(512, 20000)
+    program = lowered(lambda x: x.softmax(-1), x)
+    assert row_groups_with_lanes(program)
+    assert split_row_groups(program).steps == program.steps
+
+
+def test_few_rows_that_fit_in_registers_stay_one_group():
+    """A persistent row group reads its row once; divided, each kernel would read it again."""
+    x = torch.randn(16, 4, 32, 32)  # 4 rows of 16,384
+    program = lowered(lambda x, w, b: batch_norm_relu(x, w, b)[0], x, torch.randn(4), torch.randn(4))
+    assert row_groups_with_lanes(program)
+    assert split_row_groups(program).steps == program.steps
+
+
+def test_argmax_keeps_its_group_whole(small_splits):
+    """A reduction that split_reductions does not split keeps the whole group one kernel."""
+    x = torch.randn(4, 20000)
+    program = lowered(lambda x: (x.argmax(-1), x - x.amax(-1, keepdim=True)), x)
+    assert split_row_groups(program).steps == program.steps
