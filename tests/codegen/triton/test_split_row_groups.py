@@ -5,6 +5,7 @@ runs many programs instead of one per channel, and gives eager's values and grad
 
 import copy
 import math
+import re
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tensorjit.codegen import ir
+from tensorjit.codegen.memory import expression_loads
 from tensorjit.codegen.triton import compile as triton_compile, decompositions
 from tensorjit.codegen.triton.heuristics import pointwise_shape
 from tensorjit.codegen.triton.kernels import is_horizontal
@@ -65,9 +67,10 @@ def kernels(program: ir.Program) -> list:
     return [step for step in program.steps if not isinstance(step, ir.Extern)]
 
 
-def row_groups_with_lanes(program: ir.Program) -> list:
-    """Row groups (a reduction among the members) holding a per-element member."""
-    return [s for s in program.steps if isinstance(s, ir.LoopGroup) and
+def row_groups_with_lanes(program: ir.Program, rows: tuple = SHAPE[1:2]) -> list:
+    """Row groups over `rows` (one program a channel; a reduction among the members) holding a
+    per-element member."""
+    return [s for s in program.steps if isinstance(s, ir.LoopGroup) and s.ranges == rows and
             any(isinstance(m, ir.Reduction) for m in s.members) and
             any(isinstance(m, ir.Pointwise) and m.ranges != s.ranges for m in s.members)]
 
@@ -106,8 +109,10 @@ def test_per_element_members_over_the_same_loops_stay_one_kernel(device, small_s
 
 
 def test_batch_norm_backward_reads_the_sums_from_their_buffers(device, small_splits):
-    """Both sums in one split (neither reads the other); the input gradient, which read them
-    from registers inside the group, is a pointwise kernel reading their buffers."""
+    """Both sums in one split (neither reads the other), led by the gradient through ReLU that
+    they sum (computed, stored and summed from registers in the partials' kernel); the input
+    gradient, which read the sums from registers inside the group, is a pointwise kernel
+    reading their buffers."""
     channels = SHAPE[1]
     inputs = (torch.randn(SHAPE, device=device), torch.randn(SHAPE, device=device), torch.randn(SHAPE, device=device),
               torch.randn(channels, device=device), torch.rand(channels, device=device) + 0.5,
@@ -115,11 +120,33 @@ def test_batch_norm_backward_reads_the_sums_from_their_buffers(device, small_spl
     compiled = compile_fn(batch_norm_relu_backward, *inputs)
     program = compiled.program
     assert not row_groups_with_lanes(program), program
-    partials = [s for s in program.steps if s.name.endswith("_partials")]
-    assert len(partials) == 1 and len(partials[0].members) == 2, program
-    big = [s for s in kernels(program) if isinstance(s, ir.Pointwise) and math.prod(s.ranges) == inputs[0].numel()]
-    assert big and all(programs_of(compiled, s) == pointwise_shape(inputs[0].numel()).grid[0] for s in big), program
+    [partials] = [s for s in program.steps if s.name.endswith("_partials")]
+    assert [type(m) for m in partials.members] == [ir.Pointwise, ir.Reduction, ir.Reduction], program
+    assert partials.members[0].output in {load.buffer for load in expression_loads(partials.members[1].body)}
+    [gradient] = [s for s in kernels(program) if isinstance(s, ir.Pointwise) and
+                  math.prod(s.ranges) == inputs[0].numel()]
+    assert programs_of(compiled, gradient) == pointwise_shape(inputs[0].numel()).grid[0], program
     for got, want in zip(compiled(*inputs), batch_norm_relu_backward(*inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+
+
+def relu_backward_sums(grad, x, mean):
+    """Batch norm's backward as training leaves it: the ReLU's mask recomputed from the input,
+    which the second sum reads too."""
+    g = torch.where(x <= mean[None, :, None, None], 0.0, grad)
+    return g.sum(DIMS), (g * (x - mean[None, :, None, None])).sum(DIMS), g * 3
+
+
+def test_the_partials_kernel_loads_each_input_element_once(device, small_splits):
+    """The moved gradient through ReLU and the second sum read the input at the same element,
+    their index terms in another order: one load (`kernels.RowWriter.load` compares linear
+    forms), where the text compared made two."""
+    inputs = (torch.randn(SHAPE, device=device), torch.randn(SHAPE, device=device), torch.randn(SHAPE[1], device=device))
+    compiled = compile_fn(relu_backward_sums, *inputs)
+    [partials] = [s for s in compiled.program.steps if s.name.endswith("_partials")]
+    source = compiled.hook.kernels[partials.name].source
+    assert len(re.findall(r"tl\.load\(.*rmask", source)) == 2, source  # the gradient and the input
+    for got, want in zip(compiled(*inputs), relu_backward_sums(*inputs)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
 
 
@@ -189,7 +216,7 @@ def test_many_long_rows_stay_one_group():
     """Rows enough to fill the GPU: a program per row does."""
     x = torch.randn(512, 20000)
     program = lowered(lambda x: x.softmax(-1), x)
-    assert row_groups_with_lanes(program)
+    assert row_groups_with_lanes(program, (512,))
     assert split_row_groups(program).steps == program.steps
 
 
@@ -197,7 +224,7 @@ def test_few_rows_that_fit_in_registers_stay_one_group():
     """A persistent row group reads its row once; divided, each kernel would read it again."""
     x = torch.randn(16, 4, 32, 32)  # 4 rows of 16,384
     program = lowered(lambda x, w, b: batch_norm_relu(x, w, b)[0], x, torch.randn(4), torch.randn(4))
-    assert row_groups_with_lanes(program)
+    assert row_groups_with_lanes(program, (4,))
     assert split_row_groups(program).steps == program.steps
 
 

@@ -13,10 +13,11 @@ reductions and a pointwise kernel of many programs. Here the members become (`ph
     programs, then one program per row reducing them). A phase ends before a reduction
     reading one of its results: batch norm's variance reads its mean, so the mean is one phase
     and the variance the next;
-  * per-element members (a normalisation, batch norm backward's input gradient, a gradient
-    through ReLU that the sums read) pointwise kernels over their whole range (1024 elements
-    a program), reading the reductions' results from their buffers where inside the group
-    they read them from registers; those over the same loops one kernel (`joins`).
+  * per-element members (a normalisation, batch norm backward's input gradient) pointwise
+    kernels over their whole range (1024 elements a program), reading the reductions' results
+    from their buffers where inside the group they read them from registers; those over the
+    same loops one kernel (`joins`). One that a phase sums at its own element (the gradient
+    through ReLU) runs in the phase's first kernel instead (`lead`).
 
 Nothing matches an operation: the division is a property of the group (rows, row length,
 members' kinds and reads). Only groups of fewer rows than `split_reductions.TARGET_PROGRAMS`
@@ -32,16 +33,17 @@ into registers once; divided, each phase and each per-element kernel would read 
 
 The stem (64 channels x 65,536 elements, 16.8 MB a float32 tensor), counted on the lowering
 (docs/performance.md; each loop reading a buffer reads all of it):
-  forward: 1 kernel of 64 programs, three loops over the convolution's output (mean, variance,
-  batch norm + ReLU + the max pooling after it: 50 MB read, 12.6 MB written) -> 5 kernels: the
-  mean's partials (512 programs) and final, the variance's partials and final (with the
-  running statistics), and the pooling (1024 programs). Reads and writes unchanged but for
-  2 x 2 KB of partials; 4 launches more.
+  forward: 1 kernel of 64 programs, four loops over the convolution's output (mean, variance,
+  and the two members computing batch norm + ReLU + the max pooling after it: 67 MB read,
+  12.6 MB written) -> 5 kernels: the mean's partials (512 programs) and final, the variance's
+  partials and final (with the running statistics), and the pooling (1024 programs, both
+  members, their loads shared): 50 MB read, 12.6 MB written (and 2 x 2 KB of partials); 4
+  launches more.
   backward: 1 kernel of 64 programs, four loops (the gradient through the pooling and ReLU,
-  each sum, the input gradient: 113 MB read, 33.6 MB written) -> 4 kernels: the gradient
-  through ReLU (4096 programs), both sums' partials in one kernel (512 programs, their loads
-  shared: 33.6 MB where two loops read 50), their final, the input gradient (4096 programs):
-  96.5 MB read, 33.6 MB written; 3 launches more.
+  each sum, the input gradient: 113 MB read, 33.6 MB written) -> 3 kernels: both sums'
+  partials (512 programs) led by the gradient through ReLU (`lead`: stored, and summed from
+  registers), their final, the input gradient (4096 programs): 62.9 MB read, 33.6 MB
+  written; 2 launches more.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ import math
 
 from .. import ir
 from ..memory import expression_loads
-from .kernels import is_column_reduction, is_horizontal, is_persistent, is_row_epilogue, memory_order
-from .split_reductions import TARGET_PROGRAMS, split_group
+from ..squeeze import substitute
+from .kernels import is_column_reduction, is_horizontal, is_persistent, is_row_epilogue, memory_order, same_lane
+from .split_reductions import TARGET_PROGRAMS, block_mapping, split_group
 
 
 def split_row_groups(program: ir.Program) -> ir.Program:
@@ -96,9 +99,47 @@ def divide(group: ir.LoopGroup, buffers: list[ir.Buffer]) -> list | None:
         split = split_group(phase, added)
         if split is None:
             return None
+        led = lead(split[0], steps[-1], phase, by_name) if steps else None
+        if led is not None:
+            steps[-1:] = [led]
+            split = split[1:]
         steps += split
     buffers += added
     return steps
+
+
+def lead(partials, producer, phase: ir.LoopGroup, buffers: dict[str, ir.Buffer]) -> ir.LoopGroup | None:
+    """`partials` (a phase's first kernel) with `producer` (the pointwise kernel, or kernels,
+    just before it) moved in as its first members, or None. Each producer's loops are the
+    phase's rows and reduced loops, divided as the reductions' are (`block_mapping`), and the
+    reductions read its value at their own lane: a persistent kernel keeps it in registers
+    and stores it once for later readers, where the producer's kernel stored it and the
+    partials read it back (batch norm's backward through ReLU: 16.8 MB read, a launch)."""
+    producers = producer.members if is_horizontal(producer) else (producer,) if isinstance(producer, ir.Pointwise) \
+        else ()
+    reductions = partials.members if isinstance(partials, ir.LoopGroup) else (partials,)
+    rows = len(phase.ranges)
+    outer, inner = partials.ranges[:len(partials.ranges) - rows], reductions[0].reduction_ranges
+    reduced = phase.members[0].reduction_ranges
+    moved = []
+    for member in producers:
+        if member.ranges != phase.ranges + reduced:
+            return None
+        mapping, variables, lanes = block_mapping(member.variables[:rows], member.variables[rows:], outer, inner)
+        store = substitute(ir.store_index(member, buffers[member.output]), mapping)
+        moved.append(ir.Pointwise(member.name, member.output, partials.ranges + inner,
+                                  substitute(member.body, mapping), variables + lanes, store=store))
+    if not moved:
+        return None
+    led = ir.LoopGroup(partials.name, partials.ranges, moved[0].variables[:len(partials.ranges)],
+                       tuple(moved) + reductions)
+    by_output = {m.output: m for m in moved}
+    read = [(load, reduction) for reduction in reductions for load in expression_loads(reduction.body)
+            if load.buffer in by_output]
+    if not read or not is_persistent(led) or \
+            not all(same_lane(load.index, reduction, by_output[load.buffer], led) for load, reduction in read):
+        return None
+    return led
 
 
 def joins(earlier, piece: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> bool:
