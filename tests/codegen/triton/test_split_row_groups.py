@@ -150,6 +150,23 @@ def test_the_partials_kernel_loads_each_input_element_once(device, small_splits)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
 
 
+def transposed_sums(x, y):
+    g = torch.sigmoid(x) * 2
+    return g.sum(DIMS), (g.transpose(2, 3) * y).sum(DIMS), g
+
+
+def test_a_value_summed_at_another_element_stays_in_its_own_kernel(device, small_splits):
+    """A sum reads the per-element member transposed (within its channel: one row group), so
+    a block of the partials' kernel would read elements another program computes: the member
+    keeps its kernel, before the partials'."""
+    x, y = torch.randn(4, 3, 72, 72, device=device), torch.randn(4, 3, 72, 72, device=device)
+    compiled = compile_fn(transposed_sums, x, y)
+    [partials] = [s for s in compiled.program.steps if s.name.endswith("_partials")]
+    assert all(isinstance(m, ir.Reduction) for m in partials.members), compiled.program
+    for got, want in zip(compiled(x, y), transposed_sums(x, y)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+
+
 class Stem(torch.nn.Module):
     """densenet121's stem in small: convolution, batch norm, ReLU, max pooling."""
 
