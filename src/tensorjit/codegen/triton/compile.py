@@ -19,6 +19,7 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
                gather_small_kernels  pointwise kernels of a few elements in one kernel (small_kernels.py)
                fuse_horizontally     pointwise kernels reading one input in one kernel (horizontal.py)
                fuse_column_sums      a column reduction in the kernel producing what it sums (fused_column_sums.py)
+               sink_to_first_use     a kernel moves down to its first reader where nothing lives longer (sink_to_use.py)
     -> build: kernels.emit_kernel     TritonOps per kernel, launch shapes from heuristics;
               launcher / parallel     load, precompile in worker processes, fast launches
     -> wrapper.build_runner           the shared per-call wrapper, with `TritonLaunch`
@@ -53,6 +54,7 @@ from .horizontal import fuse_horizontally
 from .row_joins import join_row_groups
 from .fused_column_sums import fuse_column_sums
 from .small_kernels import gather_small_kernels
+from .sink_to_use import sink_to_first_use
 from .parallel import CompileJob, compile_in_parallel
 
 
@@ -110,7 +112,7 @@ class TritonEmitter:
         if getattr(self.config, "max_autotune", False) and (self.device.type == "cuda" or interpreted()):
             # Before horizontal fusion: a product's epilogue is its one pointwise reader, alone.
             program = choose_gemms(program, getattr(self.config, "cache_dir", None))  # cuBLAS or a template
-        return fuse_column_sums(fuse_horizontally(gather_small_kernels(join_row_groups(program))))
+        return sink_to_first_use(fuse_column_sums(fuse_horizontally(gather_small_kernels(join_row_groups(program)))))
 
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}
