@@ -250,3 +250,33 @@ def test_argmax_keeps_its_group_whole(small_splits):
     x = torch.randn(4, 20000)
     program = lowered(lambda x: (x.argmax(-1), x - x.amax(-1, keepdim=True)), x)
     assert split_row_groups(program).steps == program.steps
+
+
+def test_members_reading_each_other_at_other_elements_stay_apart(small_splits):
+    """A row group (built here) whose second per-element member reads the first transposed,
+    and whose sum reads the second: divided, the first keeps a kernel of its own (one kernel
+    with both, or both in the partials' kernel, would read elements other programs compute);
+    the second, summed at its own element, leads the partials."""
+    c, n, h, w = (ir.IndexVar(f"i{d}") for d in range(4))
+    r = tuple(ir.IndexVar(f"r{d}") for d in range(3))
+    size = (4, 3, 72, 72)
+    strides = (15552, 5184, 72, 1)
+    at = lambda *indices: ir.strided_index(indices, strides)  # noqa: E731
+    first = ir.Pointwise("kernel0", "buf0", (3, 4, 72, 72),
+                         ir.Op("sigmoid", (ir.Load("in0", at(n, c, h, w), "float32"),), "float32"), (c, n, h, w),
+                         store=at(n, c, h, w))
+    second = ir.Pointwise("kernel1", "buf1", (3, 4, 72, 72),
+                          ir.Op("tanh", (ir.Load("buf0", at(n, c, w, h), "float32"),), "float32"), (c, n, h, w),
+                          store=at(n, c, h, w))
+    total = ir.Reduction("kernel2", "buf2", (3,), (4, 72, 72), "sum", ir.Load("buf1", at(r[0], c, r[1], r[2]), "float32"),
+                         (c,), r, "float32")
+    buffers = (ir.Buffer("in0", "float32", size, strides, "input"), ir.Buffer("buf0", "float32", size, strides),
+               ir.Buffer("buf1", "float32", size, strides), ir.Buffer("buf2", "float32", (3,), (1,)))
+    program = ir.Program(buffers, (ir.LoopGroup("group0_kernel0", (3,), (c,), (first, second, total)),),
+                         ("in0",), ("buf1", "buf2"))
+    verify(program)
+    divided = split_row_groups(program)
+    verify(divided)
+    assert divided.steps[0] == first, divided
+    [partials] = [s for s in divided.steps if s.name.endswith("_partials")]
+    assert [m.name for m in partials.members] == ["kernel1", "kernel2_partials"], divided

@@ -129,8 +129,8 @@ def lead(partials, producer, phase: ir.LoopGroup, buffers: dict[str, ir.Buffer])
         store = substitute(ir.store_index(member, buffers[member.output]), mapping)
         moved.append(ir.Pointwise(member.name, member.output, partials.ranges + inner,
                                   substitute(member.body, mapping), variables + lanes, store=store))
-    if not moved:
-        return None
+    if not moved or any(load.buffer in {m.output for m in moved} for m in moved for load in expression_loads(m.body)):
+        return None  # (none reads another: `joins` keeps such members apart)
     led = ir.LoopGroup(partials.name, partials.ranges, moved[0].variables[:len(partials.ranges)],
                        tuple(moved) + reductions)
     by_output = {m.output: m for m in moved}
@@ -144,11 +144,14 @@ def lead(partials, producer, phase: ir.LoopGroup, buffers: dict[str, ir.Buffer])
 
 def joins(earlier, piece: ir.Pointwise, buffers: dict[str, ir.Buffer]) -> bool:
     """Does `piece` run in one pointwise kernel with the one made just before it: the same
-    loops, stored in the same memory order (`kernels.is_horizontal`)? Then the values they share
+    loops, stored in the same memory order (`kernels.is_horizontal`), and no read of what the
+    other members write (in the group, the row's program wrote it)? Then the values they share
     are loaded once, as in the group, and the kernel stays one (split, `row_joins` could sink
     one of them into a later row group of one program per row: the max pooling after
     densenet121's stem, into the next batch norm's 64 programs)."""
     members = earlier.members if is_horizontal(earlier) else (earlier,) if isinstance(earlier, ir.Pointwise) else ()
+    if {load.buffer for load in expression_loads(piece.body)} & {m.output for m in members}:
+        return False  # (another program may compute the element it reads)
     order = [v.name for v in memory_order(piece, buffers[piece.output])[0]]
     return bool(members) and all(
         m.ranges == piece.ranges and m.variables == piece.variables and m.scatter is None and
