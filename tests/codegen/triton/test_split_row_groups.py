@@ -150,6 +150,24 @@ def test_the_partials_kernel_loads_each_input_element_once(device, small_splits)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
 
 
+def heavy_backward_sums(grad, x, mean):
+    g = torch.where(x <= mean[None, :, None, None], 0.0, torch.tanh(torch.sigmoid(grad) * torch.exp(x)))
+    return g.sum(DIMS), (g * (x - mean[None, :, None, None])).sum(DIMS), g * 3
+
+
+def test_a_heavy_value_summed_at_its_element_keeps_its_own_kernel(device, small_splits):
+    """Three transcendental functions (split_row_groups.LEAD_MAX_OPS): in the partials' kernel,
+    16 elements a thread of each live value; in its own kernel, 4."""
+    from tensorjit.codegen.triton.split_row_groups import LEAD_MAX_OPS
+
+    inputs = (torch.randn(SHAPE, device=device), torch.randn(SHAPE, device=device), torch.randn(SHAPE[1], device=device))
+    compiled = compile_fn(heavy_backward_sums, *inputs)
+    [partials] = [s for s in compiled.program.steps if s.name.endswith("_partials")]
+    assert all(isinstance(m, ir.Reduction) for m in partials.members) and LEAD_MAX_OPS < 60, compiled.program
+    for got, want in zip(compiled(*inputs), heavy_backward_sums(*inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+
+
 def transposed_sums(x, y):
     g = torch.sigmoid(x) * 2
     return g.sum(DIMS), (g.transpose(2, 3) * y).sum(DIMS), g

@@ -16,8 +16,8 @@ reductions and a pointwise kernel of many programs. Here the members become (`ph
   * per-element members (a normalisation, batch norm backward's input gradient) pointwise
     kernels over their whole range (1024 elements a program), reading the reductions' results
     from their buffers where inside the group they read them from registers; those over the
-    same loops one kernel (`joins`). One that a phase sums at its own element (the gradient
-    through ReLU) runs in the phase's first kernel instead (`lead`).
+    same loops one kernel (`joins`). A light one that a phase sums at its own element (batch
+    norm's backward through ReLU) runs in the phase's first kernel instead (`lead`).
 
 Nothing matches an operation: the division is a property of the group (rows, row length,
 members' kinds and reads). Only groups of fewer rows than `split_reductions.TARGET_PROGRAMS`
@@ -40,10 +40,11 @@ The stem (64 channels x 65,536 elements, 16.8 MB a float32 tensor), counted on t
   members, their loads shared): 50 MB read, 12.6 MB written (and 2 x 2 KB of partials); 4
   launches more.
   backward: 1 kernel of 64 programs, four loops (the gradient through the pooling and ReLU,
-  each sum, the input gradient: 113 MB read, 33.6 MB written) -> 3 kernels: both sums'
-  partials (512 programs) led by the gradient through ReLU (`lead`: stored, and summed from
-  registers), their final, the input gradient (4096 programs): 62.9 MB read, 33.6 MB
-  written; 2 launches more.
+  each sum, the input gradient: 113 MB read, 33.6 MB written) -> 4 kernels: the gradient
+  through the pooling and ReLU (4096 programs), both sums' partials (512 programs, their
+  loads shared), their final, the input gradient (4096 programs): 96.5 MB read, 33.6 MB
+  written; 3 launches more. (Led by that gradient, the partials' kernel would read 62.9 MB
+  in 3 kernels, but it is too heavy to lead: `LEAD_MAX_OPS`.)
 """
 
 from __future__ import annotations
@@ -52,10 +53,20 @@ import dataclasses
 import math
 
 from .. import ir
+from ..graph import count_ops
 from ..memory import expression_loads
 from ..squeeze import substitute
 from .kernels import is_column_reduction, is_horizontal, is_persistent, is_row_epilogue, memory_order, same_lane
 from .split_reductions import TARGET_PROGRAMS, block_mapping, split_group
+
+
+LEAD_MAX_OPS = 32
+"""Operations and loads (`graph.count_ops`) above which a per-element member keeps its own
+kernel rather than lead a phase's partials: those hold a block of 8192 elements in 16 warps,
+16 elements of every live value a thread, where a pointwise kernel holds 4. Batch norm's
+backward through ReLU (about 12) leads; the gradient through densenet121's stem's max pooling
+(9 taps with int64 index arithmetic: about 110 statements, 18 loads) would spill registers.
+Not measured on a GPU: the bound keeps the lead to kernels that surely fit."""
 
 
 def split_row_groups(program: ir.Program) -> ir.Program:
@@ -123,7 +134,8 @@ def lead(partials, producer, phase: ir.LoopGroup, buffers: dict[str, ir.Buffer])
     reduced = phase.members[0].reduction_ranges
     moved = []
     for member in producers:
-        if member.ranges != phase.ranges + reduced:
+        if member.ranges != phase.ranges + reduced or \
+                count_ops(member.body) + len(expression_loads(member.body)) > LEAD_MAX_OPS:
             return None
         mapping, variables, lanes = block_mapping(member.variables[:rows], member.variables[rows:], outer, inner)
         store = substitute(ir.store_index(member, buffers[member.output]), mapping)
