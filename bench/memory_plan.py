@@ -1,7 +1,7 @@
 """The memory plan of GPU workloads, measured on a CPU: planned peak of live temporaries and
 the wrapper's allocations and views per graph, with the Triton emitter's lowering.
 
-    PYTHONPATH=src:/work/scratch/tv python bench/memory_plan.py resnet50_infer gpt2_train tiny_block
+    PYTHONPATH=src:/work/scratch/tv python bench/memory_plan.py resnet50_infer gpt2_train densenet121_train tiny_block
 
 Each graph is lowered as on a GPU (TritonEmitter, convolutions channels-last) and its wrapper
 generated with a launch hook that launches nothing; the compiled function returns empty
@@ -97,6 +97,10 @@ def run(name: str) -> None:
     elif name == "gpt2_train":
         model, inputs, train = GPT2(GPT2Settings()).to(torch.bfloat16).train(), \
             [torch.randint(0, 50257, (8, 256))], True
+    elif name == "densenet121_train":
+        import torchvision
+
+        model, inputs, train = torchvision.models.densenet121().train(), [torch.randn(16, 3, 128, 128)], True
     elif name == "tiny_block":
         model, inputs, train = TinyBlock().half().eval(), [torch.randn(32, 128, 768).half()], False
     else:

@@ -10,7 +10,8 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
                    prefer_channels_last  convolutions read NHWC (layout.py); kernels store in memory order
     GraphLowering(half_floats=True)   one @lowering registry (lowering*.py)
     -> schedule.fuse_loops            one scheduler (row groups)
-    -> prepare: split_column_reductions  few-output column sums in two kernels (split_reductions.py)
+    -> prepare: split_row_groups     few long rows: split reductions, then pointwise kernels (split_row_groups.py)
+               split_column_reductions  few-output column sums in two kernels (split_reductions.py)
                prepare_groups        row-local scratch Triton can keep in registers
                choose_gemms          max-autotune: each mm/addmm/bmm times cuBLAS against Triton
                                      GEMM templates on its first call (gemm_choice.py, gemm_template.py)
@@ -18,6 +19,7 @@ with its signature, through the shared pipeline (codegen/pipeline.py) with
                gather_small_kernels  pointwise kernels of a few elements in one kernel (small_kernels.py)
                fuse_horizontally     pointwise kernels reading one input in one kernel (horizontal.py)
                fuse_column_sums      a column reduction in the kernel producing what it sums (fused_column_sums.py)
+               sink_to_first_use     a kernel moves down to its first reader where nothing lives longer (sink_to_use.py)
     -> build: kernels.emit_kernel     TritonOps per kernel, launch shapes from heuristics;
               launcher / parallel     load, precompile in worker processes, fast launches
     -> wrapper.build_runner           the shared per-call wrapper, with `TritonLaunch`
@@ -47,10 +49,12 @@ from .layout import prefer_channels_last
 from ..scalar_constants import move_scalar_constants
 from .pad_matmul import pad_matmuls
 from .split_reductions import split_column_reductions
+from .split_row_groups import split_row_groups
 from .horizontal import fuse_horizontally
 from .row_joins import join_row_groups
 from .fused_column_sums import fuse_column_sums
 from .small_kernels import gather_small_kernels
+from .sink_to_use import sink_to_first_use
 from .parallel import CompileJob, compile_in_parallel
 
 
@@ -104,11 +108,11 @@ class TritonEmitter:
         prefer_channels_last(gm, example_inputs)  # cuDNN's tensor-core convolutions run NHWC (layout.py)
 
     def prepare(self, program: ir.Program) -> ir.Program:
-        program = prepare_groups(split_column_reductions(program))
+        program = prepare_groups(split_column_reductions(split_row_groups(program)))
         if getattr(self.config, "max_autotune", False) and (self.device.type == "cuda" or interpreted()):
             # Before horizontal fusion: a product's epilogue is its one pointwise reader, alone.
             program = choose_gemms(program, getattr(self.config, "cache_dir", None))  # cuBLAS or a template
-        return fuse_column_sums(fuse_horizontally(gather_small_kernels(join_row_groups(program))))
+        return sink_to_first_use(fuse_column_sums(fuse_horizontally(gather_small_kernels(join_row_groups(program)))))
 
     def build(self, name: str, program: ir.Program, config) -> TritonLaunch:
         buffers = {b.name: b for b in program.buffers}

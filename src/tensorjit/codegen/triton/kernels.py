@@ -433,13 +433,18 @@ class RowWriter(Writer):
         mask = self.guarded(self.mask_for(index_names(index)), buffer, index)
         if not (self.persistent or self.sharing) or buffer in self.producers:
             return self.ops.assign(self.load_text(buffer, text, mask))
-        # The same element another member loaded (same text over the same lane sizes, so the
-        # same variables): its variable is still in scope, a persistent kernel has no loops
-        # (and a shared loop is one).
-        key = (buffer, text, mask, lanes(self.member, self.outer)[1])
-        if key not in self.loaded:
-            self.loaded[key] = self.ops.assign(self.load_text(buffer, text, mask))
-        return self.loaded[key]
+        # The same element another member loaded (same text, or the same linear form, as
+        # members sum their terms in their own order, over the same lane sizes, so the same
+        # variables): its variable is still in scope, a persistent kernel has no loops (and a
+        # shared loop is one).
+        form = linear_form(index)
+        sizes = lanes(self.member, self.outer)[1]
+        keys = [(buffer, text, mask, sizes)] + \
+            ([] if form is None else [(buffer, tuple(sorted(form[0].items())), form[1], mask, sizes)])
+        known = next((self.loaded[key] for key in keys if key in self.loaded), None)
+        value = known or self.ops.assign(self.load_text(buffer, text, mask))
+        self.loaded.update((key, value) for key in keys)
+        return value
 
     def index_text(self, index: ir.Index, member) -> str:
         variables, sizes = lanes(member, self.outer)

@@ -45,12 +45,14 @@ def split_column_reductions(program: ir.Program) -> ir.Program:
     buffers = list(program.buffers)
     steps = []
     for step in program.steps:
-        split = _split(step, buffers) if isinstance(step, (ir.Reduction, ir.LoopGroup)) else None
+        split = split_group(step, buffers) if isinstance(step, (ir.Reduction, ir.LoopGroup)) else None
         steps.extend(split or [step])
     return dataclasses.replace(program, buffers=tuple(buffers), steps=tuple(steps))
 
 
-def _split(step, buffers: list[ir.Buffer]) -> list | None:
+def split_group(step, buffers: list[ir.Buffer]) -> list | None:
+    """[partials step, final step] for a reduction or a group of them (new partial buffers
+    appended to `buffers`), or None where one kernel is kept (see the module docstring)."""
     group = step if isinstance(step, ir.LoopGroup) else ir.LoopGroup(step.name, step.ranges, step.variables, (step,))
     # Epilogues with one element per row (a running-statistics update) run after the final
     # reduction, in the second kernel.
@@ -106,21 +108,30 @@ def _partial_buffer(member: ir.Reduction, outer: tuple[int, ...], buffers: list[
 def _first_stage(member: ir.Reduction, outer: tuple[int, ...], inner: tuple[int, ...], partial: ir.Buffer):
     """partial[s..., o...] = reduce over the rows of block s: the member's body with each old
     reduction variable written as a linear form of the block variables s and the new ones."""
+    mapping, variables, lanes = block_mapping(member.variables, member.reduction_variables, outer, inner)
+    return ir.Reduction(f"{member.name}_partials", partial.name, outer + member.ranges, inner,
+                        member.reduction_type, substitute(member.body, mapping), variables, lanes,
+                        partial.dtype)
+
+
+def block_mapping(rows: tuple[ir.IndexVar, ...], reduced: tuple[ir.IndexVar, ...], outer: tuple[int, ...],
+                  inner: tuple[int, ...]) -> tuple[dict[str, ir.Index], tuple[ir.IndexVar, ...], tuple[ir.IndexVar, ...]]:
+    """(old variable name -> its index over the new variables, the new kept variables (blocks
+    s, then rows), the new reduced ones) for a loop nest over `rows` x `reduced` divided by
+    `_split_dimensions` into `outer` blocks of `inner` elements (split_row_groups.py moves a
+    pointwise kernel over the same loops into the first kernel with it)."""
     kept = len(outer)
     blocks = tuple(ir.IndexVar(f"i{d}") for d in range(kept))
-    rows = tuple(ir.IndexVar(f"i{kept + d}") for d in range(len(member.ranges)))
+    new_rows = tuple(ir.IndexVar(f"i{kept + d}") for d in range(len(rows)))
     lanes = tuple(ir.IndexVar(f"r{d}") for d in range(len(inner)))
-    mapping = {old.name: new for old, new in zip(member.variables, rows)}
-    old = member.reduction_variables
+    mapping = {old.name: new for old, new in zip(rows, new_rows)}
     for d in range(kept - 1):  # wholly outer dims
-        mapping[old[d].name] = blocks[d]
+        mapping[reduced[d].name] = blocks[d]
     divided = kept - 1  # the dim split as block * inner size + lane (inner[0] == 1 when none was)
-    mapping[old[divided].name] = ir.index_add(ir.index_mul(blocks[-1], ir.IndexConst(inner[0])), lanes[0])
+    mapping[reduced[divided].name] = ir.index_add(ir.index_mul(blocks[-1], ir.IndexConst(inner[0])), lanes[0])
     for d, lane in enumerate(lanes[1:], start=divided + 1):
-        mapping[old[d].name] = lane
-    return ir.Reduction(f"{member.name}_partials", partial.name, outer + member.ranges, inner,
-                        member.reduction_type, substitute(member.body, mapping), blocks + rows, lanes,
-                        partial.dtype)
+        mapping[reduced[d].name] = lane
+    return mapping, blocks + new_rows, lanes
 
 
 def _second_stage(member: ir.Reduction, outer: tuple[int, ...], partial: ir.Buffer) -> ir.Reduction:
