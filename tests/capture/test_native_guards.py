@@ -4,6 +4,7 @@ Python checks where it cannot be built. Module-level changes are in test_module_
 import pytest
 import torch
 
+from conformance.harness import CountingBackend
 from tensorjit import logs
 from tensorjit.capture import native_guards
 from tensorjit.capture.guards import TensorSignature
@@ -83,20 +84,11 @@ def slow_build(checks, monkeypatch):
     return finish
 
 
-class Counter:
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
-
-
 def test_capture_does_not_wait_for_the_build_and_takes_the_check_when_done(slow_build):
     import tensorjit
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
-    counter = Counter()
+    counter = CountingBackend()
     compiled = tensorjit.compile(net, backend=counter)
     x = torch.randn(3, 4)
     torch.testing.assert_close(compiled(x), net(x))  # captured while the build runs: Python checks
@@ -107,10 +99,10 @@ def test_capture_does_not_wait_for_the_build_and_takes_the_check_when_done(slow_
     torch.testing.assert_close(compiled(x), net(x))  # the next call takes the native check
     assert "_tensors_match(" in entry.guards.source_text
     assert ".requires_grad" not in entry.guards.source_text
-    assert entry.guards.upgrade is None and counter.graphs == 1
+    assert entry.guards.upgrade is None and counter.graph_count == 1
     net[2].weight.requires_grad_(False)  # checked by the native check now, on the rebuilt fast path
     torch.testing.assert_close(compiled(x), net(x))
-    assert counter.graphs == 2
+    assert counter.graph_count == 2
 
 
 def test_every_entry_and_resume_function_takes_the_check(slow_build):
@@ -125,7 +117,7 @@ def test_every_entry_and_resume_function_takes_the_check(slow_build):
         for w in weights:
             y = y @ w
         return y * flag
-    counter = Counter()
+    counter = CountingBackend()
     compiled = tensorjit.compile(f, backend=counter)
     x = torch.randn(2, 4)
     for flag in (2, 3):  # an int argument: one entry for each value, or a dynamic one
@@ -136,8 +128,8 @@ def test_every_entry_and_resume_function_takes_the_check(slow_build):
     for flag in (2, 3):
         torch.testing.assert_close(compiled(x, flag), f(x, flag))
     assert all(e.guards.upgrade is None and "_tensors_match(" in e.guards.source_text for e in entries)
-    graphs = counter.graphs
+    graphs = counter.graph_count
     weights[2].t_()  # square: same shape, other strides, seen by the native checks
     for flag in (2, 3):
         torch.testing.assert_close(compiled(x, flag), f(x, flag))
-    assert counter.graphs > graphs
+    assert counter.graph_count > graphs
