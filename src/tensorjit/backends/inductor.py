@@ -47,10 +47,11 @@ def prepare(target: Any, config: Config) -> None:
     starts the kernel compile workers (`codegen.triton.expect_module`)."""
     if not isinstance(target, torch.nn.Module) or not torch.cuda.is_available():
         return  # (before importing the code generator: a CPU process never needs it)
-    if _code_generator("cuda", config)[0] is not _run_as_is:
+    try:
         from ..codegen.triton import expect_module
-
-        expect_module(target, config=config)
+    except ImportError:  # no Triton: graphs run as captured (`_code_generator`), nothing to start
+        return
+    expect_module(target, config=config)
 
 
 def cudagraph_wrapper(config: Config, device: str, gm: torch.fx.GraphModule | None = None) -> Callable | None:

@@ -219,8 +219,7 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
     guards = guard_set.build(fn.__globals__, fn.__closure__, in_instance_dict=_instance_attributes(output, guard_set),
                              captured=lambda source: output.wrapped.get(source, (None,))[0],
                              native=lambda: native_guards.checker(owner.config))
-    if guards.upgrade is not None:  # the native check is still being built: take it when it is
-        native_guards.settle_when_built(owner.config, owner, guards)
+    native_guards.settle_when_built(owner.config, owner, guards)  # where it is still being built
     guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__)  # now: no Guard outlives capture
     if isinstance(guards.saved, BaseException):  # the reason it cannot be saved, kept without its traceback
         guards.saved = type(guards.saved)(*guards.saved.args)  # and chain: their frames held the graph's inputs

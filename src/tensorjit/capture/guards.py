@@ -476,14 +476,12 @@ class CompiledGuards:
     native_built: Any = None
     """The native check, once built, for `settle` to take (set by the build's thread)."""
 
-    def settle(self) -> bool:
-        """Take the native tensor check where it was built after capture: whether `check` changed.
-        Called on the thread that runs the function, which then rebuilds its fast path."""
-        if self.upgrade is None or self.native_built is None:
-            return False
-        self.check, self.source_text, self.weak_refs, self.read = self.upgrade(self.native_built)
-        self.upgrade = self.native_built = None
-        return True
+    def settle(self) -> None:
+        """Take the native tensor check where it was built after capture. Called on the thread
+        that runs the function, which then rebuilds its fast path."""
+        if self.upgrade is not None and self.native_built is not None:
+            self.check, self.source_text, self.weak_refs, self.read = self.upgrade(self.native_built)
+            self.upgrade = self.native_built = None
 
     def all_parts(self) -> list[tuple[str, Callable, Callable | None]]:
         if self.parts is None:

@@ -240,7 +240,7 @@ def checker(config, wait: bool = False) -> TensorChecks | None:
     while it is being built (wait=True waits for the build) and where it cannot be."""
     if not getattr(config, "native_guards", True):
         return None
-    place = (getattr(config, "cpp_compiler", None), getattr(config, "cache_dir", None))
+    place = _place(config)
     with _lock:
         job = _jobs.get(place)
         if job is None:
@@ -254,9 +254,8 @@ def checker(config, wait: bool = False) -> TensorChecks | None:
 def when_built(config, callback: Callable[[TensorChecks], None]) -> None:
     """Call `callback(checks)` once the check for `config` is built (on the building thread, or at
     once where it is built already); never where it cannot be built."""
-    place = (getattr(config, "cpp_compiler", None), getattr(config, "cache_dir", None))
     with _lock:
-        job = _jobs.get(place)
+        job = _jobs.get(_place(config))
         if job is not None and not job.done.is_set():
             job.callbacks.append(callback)
             return
@@ -265,9 +264,11 @@ def when_built(config, callback: Callable[[TensorChecks], None]) -> None:
 
 
 def settle_when_built(config, owner, guards) -> None:
-    """Once the check is built: hand it to `guards` (capture.guards.CompiledGuards, captured
-    without it) and have `owner` (the CompiledFunction it guards) settle them at its next call.
-    The build's thread only assigns; holds neither alive."""
+    """Where `guards` (capture.guards.CompiledGuards) were built while the check was not
+    (`guards.upgrade`): once it is, hand it to them and have `owner` (the CompiledFunction they
+    guard) settle them at its next call. The build's thread only assigns; holds neither alive."""
+    if guards.upgrade is None:
+        return
     owner_ref, guards_ref = weakref.ref(owner), weakref.ref(guards)
 
     def built(checks: TensorChecks) -> None:
@@ -299,6 +300,7 @@ class _Job:
                 return
         except _FAILURES as error:
             self.fail(error)
+            self.finish()
             return
         threading.Thread(target=self.load, args=(compiler, key, suffix, cache_dir), daemon=True,
                          name="tensorjit native guards build").start()
@@ -317,7 +319,6 @@ class _Job:
         first_line = (str(error).strip().splitlines() or [""])[0]
         logs.emit("guards", f"tensor guards stay Python: the native check is unavailable "
                             f"({type(error).__name__}: {first_line[:200]})")
-        self.finish()
 
     def finish(self) -> None:
         with _lock:
@@ -325,6 +326,11 @@ class _Job:
             callbacks, self.callbacks = self.callbacks, []
         for callback in callbacks if self.result is not None else ():
             callback(self.result)
+
+
+def _place(config) -> tuple:
+    """What a build depends on besides the machine: the compiler asked for and the cache."""
+    return getattr(config, "cpp_compiler", None), getattr(config, "cache_dir", None)
 
 
 def _find_compiler(name: str | None) -> str:

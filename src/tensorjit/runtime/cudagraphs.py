@@ -558,9 +558,11 @@ class CudaGraphRunner:
         recording's capture takes (the allocator reuses a block on the stream that freed it)."""
         stream = _capture_stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream), torch.cuda.use_mem_pool(pool):
-            yield
-        torch.cuda.current_stream().wait_stream(stream)
+        try:
+            with torch.cuda.stream(stream), torch.cuda.use_mem_pool(pool):
+                yield
+        finally:  # also when warm-up raises: the copies it read are freed on the caller's stream
+            torch.cuda.current_stream().wait_stream(stream)
 
     def _launch(self, recording: Recording, inputs: Sequence[Any]) -> None:
         recording.graph.replay()

@@ -452,8 +452,7 @@ def _load_entry(root, function, saved: tuple):
     fn = function.fn
     guards = load_guards(payload["guards"], fn.__globals__, fn.__closure__,
                          native=lambda: native_guards.checker(function.config))
-    if guards.upgrade is not None:  # the native check is still being built: take it when it is
-        native_guards.settle_when_built(function.config, function, guards)
+    native_guards.settle_when_built(function.config, function, guards)  # where it is still being built
     kind = payload["kind"]
     if kind == "eager":
         entry = eager_entry(fn, guards)
