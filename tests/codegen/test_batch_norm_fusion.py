@@ -9,28 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from codegen.batch_norm_reference import DIMS, batch_norm_relu, batch_norm_relu_backward
 from tensorjit.codegen import ir
 from tensorjit.codegen.decomp import decompositions
 from two_emitters import EMITTERS, compile_traced, compile_with, on_device
-
-DIMS = [0, 2, 3]
-
-
-def batch_norm_relu(x, weight, bias):
-    mean = x.mean(DIMS, keepdim=True)
-    var = ((x - mean) ** 2).mean(DIMS, keepdim=True)
-    normed = (x - mean) * torch.rsqrt(var + 1e-5)
-    return torch.relu(normed * weight[None, :, None, None] + bias[None, :, None, None]), mean, var
-
-
-def batch_norm_relu_backward(grad, out, x, mean, invstd, weight):
-    g = torch.where(out <= 0, 0.0, grad)
-    total = g.sum(DIMS)
-    dot = (g * (x - mean[None, :, None, None])).sum(DIMS)
-    count = x.numel() // x.shape[1]
-    scale = (invstd * weight)[None, :, None, None]
-    projection = (dot * invstd * invstd / count)[None, :, None, None]
-    return (g - (x - mean[None, :, None, None]) * projection - (total / count)[None, :, None, None]) * scale, total, dot
 
 
 def groups(compiled) -> list[ir.LoopGroup]:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from codegen.batch_norm_reference import DIMS, batch_norm_relu, batch_norm_relu_backward
 from tensorjit.codegen import ir
 from tensorjit.codegen.memory import expression_loads
 from tensorjit.codegen.triton import compile as triton_compile, decompositions
@@ -20,7 +21,6 @@ from tensorjit.codegen.triton.kernels import is_horizontal
 from tensorjit.codegen.triton.split_row_groups import split_row_groups
 from tensorjit.codegen.verify import verify
 
-DIMS = [0, 2, 3]
 SHAPE = (4, 3, 64, 80)
 """Three channels of 4 x 64 x 80 = 20,480 elements: rows longer than a persistent kernel holds."""
 
@@ -40,27 +40,10 @@ def compile_fn(fn, *inputs):
     return compiled
 
 
-def batch_norm_relu(x, weight, bias):
-    mean = x.mean(DIMS, keepdim=True)
-    var = ((x - mean) ** 2).mean(DIMS, keepdim=True)
-    normed = (x - mean) * torch.rsqrt(var + 1e-5)
-    return torch.relu(normed * weight[None, :, None, None] + bias[None, :, None, None]), mean, var
-
-
 def batch_norm_relu_and_sigmoid(x, weight, bias):
     """Two per-element outputs over the same loops: one pointwise kernel after the division."""
     out, mean, var = batch_norm_relu(x, weight, bias)
     return out, torch.sigmoid((x - mean) * weight[None, :, None, None]), mean, var
-
-
-def batch_norm_relu_backward(grad, out, x, mean, invstd, weight):
-    g = torch.where(out <= 0, 0.0, grad)
-    total = g.sum(DIMS)
-    dot = (g * (x - mean[None, :, None, None])).sum(DIMS)
-    count = x.numel() // x.shape[1]
-    scale = (invstd * weight)[None, :, None, None]
-    projection = (dot * invstd * invstd / count)[None, :, None, None]
-    return (g - (x - mean[None, :, None, None]) * projection - (total / count)[None, :, None, None]) * scale, total, dot
 
 
 def kernels(program: ir.Program) -> list:
