@@ -81,8 +81,86 @@ def test_started_workers_take_even_a_few_kernels(monkeypatch):
     pool = Pool()
     monkeypatch.setattr(parallel, "_pool", pool)
     monkeypatch.setattr(parallel, "_pool_size", 4)
+    monkeypatch.setattr(parallel, "_warm_ups", [_done() for _ in range(4)])
     assert parallel.compile_in_parallel(jobs + jobs[:1], workers=4) == 3
     assert pool.submitted == jobs
+
+
+def _done():
+    import concurrent.futures
+
+    future = concurrent.futures.Future()
+    future.set_result(None)
+    return future
+
+
+class _SlowPool:
+    """Jobs submitted stay running until `finish_all`."""
+
+    def __init__(self):
+        import concurrent.futures
+
+        self.futures = {}
+        self.concurrent = concurrent.futures
+        self.finishing = False
+
+    def submit(self, function, job):
+        future = self.futures[job] = self.concurrent.Future()
+        future.set_running_or_notify_cancel()
+        if self.finishing:
+            future.set_result(None)
+        return future
+
+    def finish_all(self):
+        """Finish the running jobs, and every later one as it is submitted."""
+        self.finishing = True
+        for future in self.futures.values():
+            if not future.done():
+                future.set_result(None)
+
+
+def _jobs(count):
+    import torch
+
+    from tensorjit.codegen.triton import parallel
+
+    return [parallel.CompileJob(f"k{i}.py", f"k{i}", (torch.float32,), (), 4, 1) for i in range(count)]
+
+
+def test_the_main_process_compiles_while_no_worker_is_ready(monkeypatch):
+    # Workers still importing torch take nothing (a submitted job cannot be taken back): the main
+    # process compiles every kernel itself rather than wait for them.
+    from tensorjit.codegen.triton import parallel
+
+    importing = [parallel.concurrent.futures.Future() for _ in range(4)]
+    compiled_here = []
+    monkeypatch.setattr(parallel, "_warm_ups", importing)
+    monkeypatch.setattr(parallel, "compile_job", compiled_here.append)
+    pool = _SlowPool()
+    jobs = _jobs(5)
+    parallel._share(pool, jobs)
+    assert pool.futures == {} and compiled_here == jobs[::-1]
+
+
+def test_ready_workers_get_two_kernels_each_and_the_main_process_takes_from_the_far_end(monkeypatch):
+    from tensorjit.codegen.triton import parallel
+
+    warm_ups = [_done(), parallel.concurrent.futures.Future()]  # one worker ready, one importing
+    compiled_here = []
+    pool = _SlowPool()
+
+    def compile_here(job):
+        compiled_here.append(job)
+        if len(compiled_here) == 3:
+            pool.finish_all()  # the ready worker finished its two meanwhile
+
+    monkeypatch.setattr(parallel, "_warm_ups", warm_ups)
+    monkeypatch.setattr(parallel, "compile_job", compile_here)
+    jobs = _jobs(7)
+    parallel._share(pool, jobs)
+    assert list(pool.futures) == jobs[:2] + jobs[2:4], "two at a time to the one ready worker"
+    assert compiled_here == [jobs[6], jobs[5], jobs[4]]
+    assert all(future.done() for future in pool.futures.values())
 
 
 def _stack(layers, device):

@@ -6,6 +6,11 @@ warps) and returns when every kernel is compiled into Triton's on-disk cache.
 The main process's first launch of each kernel then finds it there (tens of
 milliseconds) instead of compiling it (a few hundred).
 
+Kernels are shared out as workers become ready (`_share`): a worker busy
+importing torch (seconds, when the pool has just started) is given nothing, and
+while no worker is free the main process compiles a kernel itself, from the
+other end of the queue, instead of waiting idle.
+
 Why processes: most of Triton's compile time is MLIR passes that hold the
 GIL, so threads do not overlap it. Workers are started with "spawn" (a forked
 child of a process that has initialised CUDA cannot use CUDA) and kept for the
@@ -18,12 +23,14 @@ cache keys agree.
 from __future__ import annotations
 
 import atexit
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
 import multiprocessing
 import os
 import sys
+import threading
 from typing import Any
 
 import torch
@@ -37,6 +44,12 @@ more than it saves (one kernel compiles in 0.1-0.4 s on the H100 machine)."""
 
 _pool: concurrent.futures.ProcessPoolExecutor | None = None
 _pool_size = 0
+_warm_ups: list[concurrent.futures.Future] = []
+"""One `import_compile_stack` per started worker: a done one is a worker ready for kernels."""
+
+QUEUED_PER_WORKER = 2
+"""Kernels handed to each ready worker at a time: one compiling and one waiting, so that a
+worker finishing while the main process compiles one of its own finds its next kernel."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,9 +83,20 @@ def start_workers(workers: int = 0) -> None:
     if workers < 2 or not torch.cuda.is_available():
         return
     with _main_module_hidden():
-        pool = _get_pool(workers)
-        for _ in range(workers):
-            pool.submit(import_compile_stack)
+        _get_pool(workers)
+    threading.Thread(target=_triton_key, name="tensorjit-triton-key", daemon=True).start()
+
+
+def _triton_key() -> None:
+    """Triton's cache key of its own installation (hashes of its sources and of its native
+    library, 0.35 s on the H100 machine), computed once per process at the first kernel
+    launch: computed here, beside capture and autograd (reading and hashing release the GIL)."""
+    try:
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    except Exception:  # noqa: BLE001 - an older or newer Triton: the first launch computes its own
+        pass
 
 
 def import_compile_stack() -> None:
@@ -95,11 +119,38 @@ def compile_in_parallel(jobs: list[CompileJob], workers: int = 0) -> int:
         return 0
     with _main_module_hidden():  # workers start inside submit()
         pool = _pool if started else _get_pool(min(len(unique), workers))
-        futures = [pool.submit(compile_job, job) for job in unique]
-    for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-        future.result()
-        progress.kernels(done, len(futures))
+    _share(pool, unique)
     return len(unique)
+
+
+def _share(pool: concurrent.futures.Executor, jobs: list[CompileJob]) -> None:
+    """Compile `jobs`: QUEUED_PER_WORKER at a time to each ready worker, the rest, from the
+    queue's far end, in this process while no worker can take one.
+
+    GPT-2 inference's eight kernels waited 2.4 s for workers still importing torch (started
+    with `tensorjit.compile`, seconds before); a submitted job cannot be taken back, so
+    jobs go to workers only as they become ready."""
+    queue = collections.deque(jobs)
+    running: set[concurrent.futures.Future] = set()
+    done = 0
+    while queue or running:
+        while queue and len(running) < QUEUED_PER_WORKER * _ready_workers():
+            running.add(pool.submit(compile_job, queue.popleft()))
+        if queue:
+            compile_job(queue.pop())
+            finished = {future for future in running if future.done()}
+            done += 1
+        else:
+            finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+        for future in finished:
+            future.result()
+        running -= finished
+        done += len(finished)
+        progress.kernels(done, len(jobs))
+
+
+def _ready_workers() -> int:
+    return sum(warm_up.done() for warm_up in _warm_ups)
 
 
 @contextlib.contextmanager
@@ -130,6 +181,7 @@ def _get_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
             _pool.shutdown(wait=False)
         _pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
         _pool_size = workers
+        _warm_ups[:] = [_pool.submit(import_compile_stack) for _ in range(workers)]
         atexit.register(_pool.shutdown, wait=False, cancel_futures=True)  # else a noisy weakref callback at exit
     return _pool
 
