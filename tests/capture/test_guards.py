@@ -79,7 +79,21 @@ def test_failure_names_the_guard():
 
 def test_duplicate_guards_are_emitted_once():
     g = Guard(LocalSource(0, "n"), "constant", 3)
-    assert len(build(g, g).parts) == 1
+    assert len(build(g, g).all_parts()) == 1
+
+
+def test_per_guard_checks_are_built_at_the_first_failure_and_hold_no_guarded_object():
+    class Thing:
+        pass
+
+    thing = Thing()
+    check = build(Guard(LocalSource(0, "t"), "id", thing), Guard(LocalSource(1, "n"), "constant", 3))
+    assert check.parts is None, "built at capture: three quarters of the guards' build time, mostly unused"
+    assert check.failure((thing, 4)) == "n == 3"
+    ref = weakref.ref(thing)
+    del thing
+    assert ref() is None, "the per-guard checks kept the guarded object alive"
+    assert check.failure((Thing(), 3)) == "t is the same object as at capture"
 
 
 TABLE_BY_CLASS = {list: 2, dict: 3}

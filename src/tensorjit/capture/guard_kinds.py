@@ -90,11 +90,20 @@ def _type(em, guard, v) -> None:
 _weakrefable_failures = (TypeError,)
 
 
+@dataclass(frozen=True)
+class HeldWeakly:
+    """An identity guard's object, by weak reference: for guards kept after capture (the
+    per-guard checks built at the first miss), which must not keep alive what the check itself
+    holds weakly."""
+
+    ref: weakref.ref
+
+
 @guard_kind("id", order=1, torch_type="ID_MATCH",
             describe=lambda guard, where: f"{where} is the same object as at capture")
 def _id(em, guard, v) -> None:
     try:
-        ref = weakref.ref(guard.payload)
+        ref = guard.payload.ref if isinstance(guard.payload, HeldWeakly) else weakref.ref(guard.payload)
         em.weak.append(ref)
         em.check(f"{v} is {em.constant(ref, 'R')}()")
     except _weakrefable_failures:

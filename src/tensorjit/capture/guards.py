@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from .guard_kinds import GLOBAL_STATE, GUARD_KINDS, MODULE_HOOK_TABLES, tensor_signature_text  # noqa: F401 (tensor_signature_text: re-exported)
+from .guard_kinds import GLOBAL_STATE, GUARD_KINDS, MODULE_HOOK_TABLES, HeldWeakly, tensor_signature_text  # noqa: F401 (tensor_signature_text: re-exported)
 from . import native_guards
 from .sources import AttrSource, ItemSource, Source, is_literal_key
 
@@ -190,22 +190,34 @@ class GuardSet:
     def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True,
               lazy_parts: bool = False, saved=None, in_instance_dict=None,
               captured: Callable | None = None, native: Callable | None = None) -> "CompiledGuards":
-        """with_parts: also one check per guard, for naming the guard that failed; built now so that
-        no Guard (which may hold the guarded object) outlives capture, or at the first failure with
-        lazy_parts (guards loaded by the warm-start cache, which name no object they could keep alive)."""
+        """with_parts: also one check per guard, for naming the guard that failed, built at the first
+        failure (three quarters of the build's time, for entries that mostly never miss). The guards
+        kept for it hold the objects of identity guards weakly, as the check does.
+        lazy_parts: kept for callers; parts are always built when first needed."""
         ordered = self.ordered() if captured is None else _collapse_tuples(self.ordered(), captured)
         check, text, weak, read, pending = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict,
                                                            native)
-
-        def parts():
-            return [(g.describe(), _compile_checks([g], fn_globals, closure)[0], _explainer(g, fn_globals, closure))
-                    for g in ordered]
-        guards = CompiledGuards(check, text, None if lazy_parts else parts() if with_parts else [], weak, read=read)
-        if lazy_parts:
-            guards.build_parts = parts
+        guards = CompiledGuards(check, text, None if with_parts or lazy_parts else [], weak, read=read)
+        if with_parts or lazy_parts:
+            kept = _held_weakly(ordered)
+            guards.build_parts = lambda: [(g.describe(), _compile_checks([g], fn_globals, closure)[0],
+                                           _explainer(g, fn_globals, closure)) for g in kept]
         if pending:
             guards.upgrade = _native_upgrade(ordered, fn_globals, closure, in_instance_dict)
         return guards
+
+
+def _held_weakly(guards: list[Guard]) -> list[Guard]:
+    """`guards`, each identity guard's object held by a weak reference where it takes one."""
+    kept = []
+    for guard in guards:
+        if guard.kind == "id" and not isinstance(guard.payload, HeldWeakly):
+            try:
+                guard = Guard(guard.source, "id", HeldWeakly(weakref.ref(guard.payload)), guard.other)
+            except TypeError:  # not weakly referable: the check holds it too
+                pass
+        kept.append(guard)
+    return kept
 
 
 _FLAT_CONSTANTS = (int, float, str, bytes, bool, type(None))
