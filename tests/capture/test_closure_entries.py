@@ -91,3 +91,22 @@ def test_closure_cells_written_by_the_entry_are_its_own():
     torch.testing.assert_close(first.__closure__[0].cell_contents, torch.tensor([4.0]))
     torch.testing.assert_close(second.__closure__[0].cell_contents, torch.tensor([2.0]))
     assert backend.graph_count == 1
+
+
+def test_kept_entries_hold_no_namespace():
+    """What is kept for a code object holds no namespace of its functions (which would hold
+    its functions, and through them the code keying what is kept, for ever)."""
+    import gc
+    import weakref
+
+    class Namespace(dict):
+        pass
+    namespace = Namespace(torch=torch)
+    exec("def make(b):\n    def add(x):\n        return x + b\n    return add\n", namespace)
+    backend = CountingBackend()
+    x = torch.randn(2)
+    tensorjit.compile(namespace["make"](torch.randn(2)), backend=backend)(x)
+    kept = weakref.ref(namespace)
+    del namespace
+    gc.collect()
+    assert kept() is None

@@ -37,7 +37,8 @@ class SharedEntry:
     """What an entry is rebuilt from over another function of its code."""
 
     settings: tuple  # the CompiledFunction's (backend, config, fullgraph, backend name, dynamic)
-    fn_globals: dict
+    globals_id: int  # id() of the function's globals: holding the dict, which holds the function and
+    # so the code object keying `_shared`, would keep the entry (and its graph) alive for ever
     kind: str  # "eager", "return" or "break"
     guard_data: bytes
     restore: tuple | None = None  # (text, constants, compiled graph, name), the callee wrapper left out
@@ -78,7 +79,7 @@ def _shared_entry(function, entry: CacheEntry) -> SharedEntry | None:
     recipe, saved = entry.recipe, entry.guards.saved
     if recipe is None or not isinstance(saved, tuple):
         return None
-    shared = SharedEntry(function.settings(), function.fn.__globals__, recipe["kind"], saved[0])
+    shared = SharedEntry(function.settings(), id(function.fn.__globals__), recipe["kind"], saved[0])
     if shared.kind == "eager":
         return shared
     text, constants, compiled, name = recipe["restore"]
@@ -95,9 +96,9 @@ def borrow(function, L: tuple) -> CacheEntry | None:
     `L`; None when there is none. Entries borrowed already are not tried again."""
     code, place = _place(function)
     held = {getattr(entry, "shared", None) for entry in function.entries}
-    settings, fn_globals = function.settings(), function.fn.__globals__
+    settings, globals_id = function.settings(), id(function.fn.__globals__)
     for shared in reversed(_shared.get(code, {}).get(place, ())):
-        if shared in held or shared.fn_globals is not fn_globals or shared.settings != settings:
+        if shared in held or shared.globals_id != globals_id or shared.settings != settings:
             continue
         entry = _rebuild(function, shared)
         try:
