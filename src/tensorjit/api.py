@@ -34,7 +34,7 @@ from .capture.resume import TailCall, resume_code
 from .capture.skipfiles import mark_disabled
 from .arguments import check_compile_arguments, check_disable_arguments
 from .config import MODES, Config, config as default_config
-from .runtime import warm_start
+from .runtime import closure_entries, warm_start
 
 _all_compiled: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
 
@@ -153,6 +153,10 @@ class CompiledFunction:
             entry = self._warm_start(L)
             if entry is not None:
                 return entry.run(args, kwargs, L)
+        borrowed = closure_entries.borrow(self, L)
+        if borrowed is not None:
+            self._add_entry(borrowed)
+            return borrowed.run(args, kwargs, L)
         live = [e for e in self.entries if e.guards.alive()]
         self.dead_entries += len(self.entries) - len(live)
         self.entries = live
@@ -196,13 +200,17 @@ class CompiledFunction:
                 return self.fn(*args, **kwargs)
             raise
         _note_compile_time(self, entry, time.perf_counter() - start)
+        self._add_entry(entry)
+        warm_start.save(self)
+        return entry.run(args, kwargs, L)
+
+    def _add_entry(self, entry: CacheEntry) -> None:
         self.entries.append(entry)
         if len(self.entries) == 1:
             self.fast = _fast_path(self.fn, entry) or _always_miss
             if entry.guards.native_built is not None:  # built while the fast path was: settle now
                 self.settle_guards_at_next_call()
-        warm_start.save(self)
-        return entry.run(args, kwargs, L)
+        closure_entries.record(self, entry)
 
     def _warm_start(self, L) -> CacheEntry | None:
         """Entries an earlier process compiled (runtime/warm_start.py): the one whose guards hold, if any."""
@@ -797,5 +805,6 @@ def reset() -> None:
     for compiled in list(_all_compiled):
         compiled.reset()
     _module_callers.clear()
+    closure_entries.clear()
     _frame_ids = itertools.count()
     logs.clear()

@@ -30,6 +30,11 @@ class Config:
     """Deepest chain of inlined user calls before capture gives up (graph break)."""
     capture_scalar_outputs: bool = False
     """Trace `.item()` into the graph instead of breaking there."""
+    trace_numpy_random: bool = False
+    """Trace numpy.random's module functions (randn, rand, normal, ...) into the graph, drawing from
+    torch's generator through torch._numpy.random, as torch.compile does by default
+    (torch._dynamo.config.use_numpy_random_stream=False): the numbers then differ from the ones
+    NumPy's own stream would give eagerly. Off, a draw runs eagerly from NumPy's stream (a break)."""
     suppress_errors: bool = False
     """On an internal capture error, warn and run eagerly instead of raising."""
     guard_filter_fn: Callable | None = None

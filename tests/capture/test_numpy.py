@@ -174,6 +174,41 @@ def test_numpy_random_breaks_and_keeps_numpys_stream():
         _compiled(fn)[0](a)
 
 
+def test_numpy_random_traced_from_torchs_generator_when_asked():
+    """config.trace_numpy_random: numpy.random's module functions are graph nodes drawing from
+    torch's generator (torch.compile's default), one graph for a loop of draws; seeding and a
+    RandomState of the program's own still run eagerly."""
+    def fn(t):
+        total = t
+        for shape in ((2,), (2,)):
+            total = total + np.random.randn(*shape).astype(np.float32).sum() + np.random.rand(2)
+        return total, np.random.normal(0.0, 1.0, size=(3,))
+
+    backend = CountingBackend()
+    opt = tensorjit.compile(fn, backend=backend, fullgraph=True, options={"trace_numpy_random": True})
+    t = np.zeros(2)
+    torch.manual_seed(0)
+    first = opt(t)
+    torch.manual_seed(0)
+    again = opt(t)
+    assert backend.graph_count == 1
+    assert type(first[1]) is np.ndarray and first[1].dtype == np.float64
+    assert (first[0] == again[0]).all() and (first[1] == again[1]).all()  # torch's stream: the same seed draws the same numbers
+    assert not (opt(t)[1] == first[1]).all()  # and each call draws anew
+    state = np.random.RandomState(0)
+    with pytest.raises(tensorjit.GraphBreakError, match="numpy.random"):
+        tensorjit.compile(lambda t: t + state.rand(2), backend="eager", fullgraph=True,
+                          options={"trace_numpy_random": True})(t)
+    with pytest.raises(tensorjit.GraphBreakError, match="numpy.random"):
+        tensorjit.compile(lambda t: np.random.seed(0), backend="eager", fullgraph=True,
+                          options={"trace_numpy_random": True})(t)
+
+
+def test_a_numpy_random_function_is_a_numpy_break_not_an_unknown_call():
+    with pytest.raises(tensorjit.GraphBreakError, match="numpy.random draws from NumPy's own generator"):
+        tensorjit.compile(lambda t: t + np.random.randn(2), backend="eager", fullgraph=True)(torch.zeros(2))
+
+
 def test_an_operator_mixing_a_tensor_and_an_array_runs_eagerly():
     def fn(x, a):
         return torch.sin(x), x + a

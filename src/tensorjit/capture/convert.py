@@ -25,10 +25,10 @@ from ..config import Config
 from . import markers, native_guards
 from .aliasing import check_aliasing
 from .breaks import BreakReason, CaptureError, CompilerUsageError, GraphBreak, GraphBreakError
-from .codegen import RestoreFunction
+from .codegen import RestoreFunction, build_restore
 from .generators import unclosed_protected
 from .guard_filter import filter_guards
-from .guards import GUARDED_INPUTS, CompiledGuards, global_state_guards, saved_guards
+from .guards import GUARDED_INPUTS, CompiledGuards, global_state_guards, load_guards, saved_guards
 from .interpreter import Capture, Frame, StopCapture
 from .output import OutputGraph
 from .resume import Successor, TailCall, first_argument, hidden_parameters, resume_code, transformed_code
@@ -318,6 +318,24 @@ def break_entry(fn, guards: CompiledGuards, tcode, restore_fn, resumes: list, gr
     entry = CacheEntry(guards, lambda args, kwargs, L: transformed(*args, **kwargs), graphs or [])
     entry.transformed_code = tcode
     return entry
+
+
+def rebuilt_entry(function, kind: str, guard_data: bytes, restore: tuple | None = None, tcode=None,
+                  resumes: list = ()) -> CacheEntry:
+    """An entry rebuilt over `function` (a CompiledFunction) from what another function's entry
+    was made of (the warm-start cache's record, or a closure of the same code): its guards as
+    saved data, and for a graph, the restore function's (text, constants, compiled graph, name);
+    for a break, the transformed code and the resume functions it continues in."""
+    fn = function.fn
+    guards = load_guards(guard_data, fn.__globals__, fn.__closure__,
+                         native=lambda: native_guards.checker(function.config))
+    native_guards.settle_when_built(function.config, function, guards)  # where it is still being built
+    if kind == "eager":
+        return eager_entry(fn, guards)
+    text, constants, compiled, fn_name = restore
+    restore_fn = build_restore(text, constants, compiled, fn_name, fn.__globals__, fn.__closure__)
+    return return_entry(guards, restore_fn) if kind == "return" else \
+        break_entry(fn, guards, tcode, restore_fn, resumes)
 
 
 def _finish_return(owner, output: OutputGraph, result: Value, grad_before: bool,

@@ -436,10 +436,7 @@ def _uninstall(owner) -> None:
 
 
 def _load_entry(root, function, saved: tuple):
-    from ..capture.codegen import build_restore
-    from ..capture.convert import break_entry, eager_entry, return_entry
-    from ..capture import native_guards
-    from ..capture.guards import load_guards
+    from ..capture.convert import rebuilt_entry
 
     def resolve(pid):
         if pid[0] == "resume":
@@ -449,17 +446,7 @@ def _load_entry(root, function, saved: tuple):
             return function.wrap_callee
         raise pickle.UnpicklingError(f"unknown reference {pid!r}")
     payload = persist.loads(saved[0], resolve)
-    fn = function.fn
-    guards = load_guards(payload["guards"], fn.__globals__, fn.__closure__,
-                         native=lambda: native_guards.checker(function.config))
-    native_guards.settle_when_built(function.config, function, guards)  # where it is still being built
-    kind = payload["kind"]
-    if kind == "eager":
-        entry = eager_entry(fn, guards)
-    else:
-        text, constants, compiled, fn_name = payload["restore"]
-        restore_fn = build_restore(text, constants, compiled, fn_name, fn.__globals__, fn.__closure__)
-        entry = return_entry(guards, restore_fn) if kind == "return" else \
-            break_entry(fn, guards, payload["code"], restore_fn, payload["resumes"])
+    entry = rebuilt_entry(function, payload["kind"], payload["guards"], payload.get("restore"),
+                          payload.get("code"), payload.get("resumes", ()))
     entry.warm_saved = saved
     return entry

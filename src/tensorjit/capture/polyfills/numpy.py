@@ -10,8 +10,11 @@ callable of numpy, numpy.linalg and numpy.fft with the torch._numpy callable of 
 - otherwise the call is one graph node running the torch._numpy function
   (capture/values/numpy.py, `record_numpy_call`), its arrays `NumpyArrayValue`s.
 
-numpy.random is left out on purpose: torch._numpy draws from torch's generator, so a traced call
-would give other numbers than NumPy's stream; such calls are graph breaks and run eagerly.
+numpy.random is left out of the table on purpose: torch._numpy draws from torch's generator, so
+a traced call would give other numbers than NumPy's stream; such calls are graph breaks and run
+eagerly. With `config.trace_numpy_random` (torch.compile's default behaviour), numpy.random's
+module functions that torch._numpy.random has are traced through it instead (`_random_call`),
+never folded at capture time; a RandomState's or Generator's methods, and seeding, still break.
 tests/capture/test_numpy.py checks that the table covers torch._numpy.
 """
 
@@ -67,7 +70,7 @@ def resolve(target: Any) -> Polyfill | None:
         return None
     if found is None:
         if _is_numpy_random(target):
-            return Polyfill(target, _random_call, False)
+            return Polyfill(target, functools.partial(_random_call, target), False)
         return None
     name, implementation = found
     return Polyfill(target, functools.partial(_numpy_call, target, name, implementation), False)
@@ -79,9 +82,37 @@ def _is_numpy_random(target: Any) -> bool:
         getattr(target, "__module__", "") in ("numpy.random", "numpy.random.mtrand")
 
 
-def _random_call(tx, *args, **kwargs) -> Value:
-    raise GraphBreak("numpy", "numpy.random draws from NumPy's own generator, which the graph cannot advance",
-                     "it runs eagerly, so the numbers are NumPy's")
+def _random_call(target, tx, *args: Value, **kwargs: Value) -> Value:
+    twin, args = _torch_random_twin(target, args) if tx.config.trace_numpy_random else (None, args)
+    if twin is None:
+        raise GraphBreak("numpy", "numpy.random draws from NumPy's own generator, which the graph cannot advance",
+                         "it runs eagerly, so the numbers are NumPy's (config.trace_numpy_random=True draws "
+                         "from torch's generator in the graph, as torch.compile does)")
+    return record_numpy_call(tx, twin, list(args), dict(kwargs), f"random_{target.__name__}")
+
+
+_SEEDING = {"seed"}
+"""numpy.random functions that set the stream instead of drawing from it: they run eagerly."""
+
+
+def _torch_random_twin(target: Any, args: tuple) -> tuple[Any, tuple]:
+    """(torch._numpy.random's function of `target`'s name, the call's arguments without the state)
+    for numpy.random's module functions, which are methods of its global RandomState (called bound,
+    or unbound with that state first); (None, args) for anything else. The twin is undecorated: its
+    wrapper asks torch._dynamo's config at every call which stream to use."""
+    import torch._numpy.random as torch_random
+    name = getattr(target, "__name__", "")
+    state = numpy.random.mtrand._rand
+    if getattr(target, "__self__", None) is state:
+        found = getattr(numpy.random, name, None) == target
+    elif args and getattr(args[0], "obj", None) is state and getattr(type(state), name, None) is target:
+        found, args = True, args[1:]
+    else:
+        found = False
+    twin = getattr(torch_random, name, None) if found and name not in _SEEDING and not name.startswith("_") else None
+    if twin is None or not callable(twin):
+        return None, args
+    return getattr(twin, "__wrapped__", twin), args
 
 
 def _numpy_call(target, name: str, implementation, tx, *args: Value, **kwargs: Value) -> Value:

@@ -28,7 +28,7 @@ from ..generators import GeneratorValue
 from ..values.base import Value
 from ..values.builtins import BuiltinValue
 from ..values.containers import ContainerMethodValue
-from ..values.functions import FunctionValue
+from ..values.functions import FunctionValue, MethodValue
 from ..values.objects import ObjectValue
 
 _TABLE: dict[Any, "Polyfill"] = {}
@@ -93,6 +93,10 @@ def entries() -> list[Polyfill]:
 
 def find(fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Polyfill | None:
     """The polyfill for a call of `fn`, when fn is a callable known at capture time that has one."""
+    if type(fn) is MethodValue and type(fn.function) in (BuiltinValue, ObjectValue):
+        # a C function bound to an object read from outside (`np.random.randn`, a method of
+        # numpy's global RandomState): the unbound function's polyfill, given the object first
+        return find(fn.function, [fn.owner, *args], kwargs)
     if type(fn) is BuiltinValue:
         target = fn.fn
     elif type(fn) is ObjectValue:
@@ -115,7 +119,7 @@ def find(fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Polyfill | N
 
 
 def call(tx, entry: Polyfill, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    if type(fn) is ContainerMethodValue:
+    if type(fn) in (ContainerMethodValue, MethodValue):
         args = [fn.owner, *args]
     if not entry.inlined:
         return entry.implementation(tx, *args, **kwargs)
