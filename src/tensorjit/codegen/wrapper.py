@@ -315,18 +315,20 @@ def _input_frees(program: ir.Program, hook, buffers: dict[str, ir.Buffer]) -> di
 def _fallback_varies(step, hook, buffers: dict[str, ir.Buffer], inputs: set[str]) -> bool:
     """Whether `step` may fall back on some calls and not others with the same input layouts:
     a kernel's index check (data), an ATen call's shape check where the op's output shape
-    depends on data (`dynamic_output_shape`), on a number the graph takes as an input, or the
-    callable is not an ATen op (a user's submodule). A shape check of an ATen op given tensors
-    of fixed layouts (what every earlier step makes) comes out the same every time."""
+    depends on data (`dynamic_output_shape`) or on a number the graph takes as an input, or
+    where the callable is not an ATen op (a user's submodule). A shape check of an ATen op given
+    tensors of fixed layouts (what every earlier step makes) comes out the same every time, as
+    does an item of a tuple the graph takes (a multi-output op's results, saved whole by the
+    forward, which makes them in one layout). Were one to differ all the same, after an input
+    was dropped, `fallback_after_frees` raises: never a wrong answer."""
     if not isinstance(step, ir.Extern):
         return bool(getattr(hook, "reports_index_errors", False) and ir.checks_indices(step))
     output = buffers[step.output]
-    if step.target is strided_view or not _checks_layout(step, output):
+    if step.target is strided_view or step.target is operator.getitem or not _checks_layout(step, output):
         return False
-    deterministic = step.target is operator.getitem or (
-        isinstance(step.target, torch._ops.OpOverload) and torch.Tag.dynamic_output_shape not in step.target.tags)
-    read_numbers = any(buffers[name].dtype == "object" for name in names_read(step) & inputs)
-    return not deterministic or read_numbers
+    if not isinstance(step.target, torch._ops.OpOverload) or torch.Tag.dynamic_output_shape in step.target.tags:
+        return True
+    return any(buffers[name].dtype == "object" for name in names_read(step) & inputs)
 
 
 def fallback_after_frees(fallback, kept: tuple | None):

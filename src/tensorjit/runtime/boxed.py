@@ -65,8 +65,9 @@ def boxed_graph_module(function: Callable, gm: torch.fx.GraphModule) -> Callable
     if type(gm.graph._codegen) is not torch.fx.graph.CodeGen:
         return function  # a pytree signature or another codegen of its own
     placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
-    if any(str(node.target).startswith("*") for node in placeholders):
-        return function
+    if any(str(node.target).startswith("*") for node in placeholders) or \
+            any(node.name == "inputs" for node in gm.graph.nodes):
+        return function  # varargs, or a value of the list's own name
     original = gm.graph._codegen
     gm.graph.set_codegen(BoxedSignature())
     try:
