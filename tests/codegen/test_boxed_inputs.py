@@ -93,3 +93,24 @@ def test_a_shape_fallback_after_a_drop_runs_on_the_kept_inputs(emitter):
         result = compiled(arguments)
         assert arguments == []
         torch.testing.assert_close(result, shifted(a, b))
+
+
+def gathered(a, t, index):
+    return t[index] * a.sum()
+
+
+def test_an_index_check_keeps_every_input_until_it_has_run():
+    """A C++ kernel that checks indices falls back on the data (ATen then raises eager's error):
+    no input is dropped before it, on any call."""
+    a, t = torch.randn(4, 3), torch.randn(5, 2)
+    compiled = boxed("cpp", gathered, a, t, torch.tensor([0, 4, 1]))
+    assert "fallback_after_frees" not in compiled.wrapper_source
+    for _ in range(2):
+        index = torch.tensor([3, 1, 2])
+        torch.testing.assert_close(compiled([a, t, index]), gathered(a, t, index))
+    index = torch.tensor([3, 7, 2])
+    with pytest.raises(IndexError) as expected:
+        gathered(a, t, index)
+    with pytest.raises(IndexError) as actual:
+        compiled([a, t, index])
+    assert str(actual.value) == str(expected.value)
