@@ -302,7 +302,7 @@ def _input_frees(program: ir.Program, hook, buffers: dict[str, ir.Buffer]) -> di
     dropped they run on `kept`, the inputs held until one call has passed them."""
     returned = returned_names(program)
     last = last_uses_by_name(program)
-    inputs = {name for name in program.inputs}
+    inputs = set(program.inputs)
     hold = max((position for position, step in enumerate(program.steps)
                 if _fallback_varies(step, hook, buffers, inputs)), default=-1)
     frees: dict[int, list[str]] = {}
