@@ -20,6 +20,10 @@ gradients), the ones after are new values of mutated inputs, which the runtime c
 once, and the forward's last `saved_outputs` are the values saved for the backward. CUDA
 graphs (mode="reduce-overhead") come in here, around the compiled graphs and not the
 `torch.autograd.Function`.
+
+Without such a wrapper the backward is called boxed (`runtime/boxed.py`): its inputs, the
+saved values and the tangents, in one list the compiled code takes over, so each is freed
+after its last reader instead of when the whole backward returns.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import torch
 
 from .. import logs
 from ..capture.guards import GUARDED_INPUTS
+from ..runtime.boxed import BOXED_INPUTS, boxed_graph_module
 from .joint import differentiable_outputs, fake_outputs, trace_forward, trace_joint, untraceable
 from .partition import partition as split_joint
 from .runtime import make_inference_function, make_training_function
@@ -87,13 +92,24 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     _pass_guarded_inputs(gm, parts.forward, wrap is not _unwrapped)
     forward = wrap(fw_compiler(parts.forward, _examples(parts.forward)), "forward", parts.num_saved,
                    traced.num_outputs)
-    backward = wrap(bw_compiler(parts.backward, _examples(parts.backward)), "backward", 0, None)
+    backward = _compile_backward(parts.backward, bw_compiler, wrap)
     training = make_training_function(
         forward, backward, num_inputs=len(example_inputs), num_outputs=traced.num_outputs,
         mutated=traced.mutated_inputs, num_saved=parts.num_saved,
         differentiable_outputs=traced.differentiable_outputs, grad_inputs=traced.grad_inputs)
     training.partition = parts
     return training
+
+
+def _compile_backward(gm: torch.fx.GraphModule, bw_compiler: Callable, wrap: Callable) -> Callable:
+    """The compiled backward, called boxed (`runtime/boxed.py`) where nothing wraps it: a code
+    generator builds a boxed runner (`BOXED_INPUTS`), a graph run as it is gets torch.fx's code
+    with a boxed signature, so that each saved activation is freed after its last reader. A CUDA
+    graph runner replays with its inputs in place: it is called as it is."""
+    if wrap is not _unwrapped:
+        return wrap(bw_compiler(gm, _examples(gm)), "backward", 0, None)
+    gm.meta[BOXED_INPUTS] = True
+    return boxed_graph_module(bw_compiler(gm, _examples(gm)), gm)
 
 
 def _inference(gm, example_inputs, inference_compiler, decompositions, wrap) -> Callable:

@@ -3,7 +3,9 @@
 `make_training_function` wraps a compiled forward and backward in a
 `torch.autograd.Function`: the forward returns the outputs, writes the new values of
 mutated inputs back into them, and saves exactly the values the partitioner chose;
-the backward runs the compiled backward on them. Double backward through it is an
+the backward releases them from the node and hands them, with the tangents, to the
+compiled backward in one list it takes over (`runtime/boxed.py`), which frees each after its
+last reader. Double backward through it is an
 error (`once_differentiable`), never a silently wrong gradient. `make_inference_function`
 is the path without autograd, for calls under no_grad/inference_mode or with no input
 that requires grad.
@@ -16,6 +18,7 @@ from typing import Callable
 import torch
 from torch.autograd.function import once_differentiable
 
+from ..runtime.boxed import boxed_caller
 from ..runtime.persist import set_reduce
 
 
@@ -51,6 +54,29 @@ def _as_traced(tangent):
     return tangent
 
 
+BACKWARD_TWICE = ("Trying to backward through the graph a second time (or directly access saved tensors after "
+                  "they have already been freed). Saved intermediate values of the graph are freed when you call "
+                  ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+                  "graph a second time or if you need to access saved tensors after calling backward.")
+"""Eager autograd's error for a second backward through a released graph (also ours: `_take_saved`)."""
+
+
+def _take_saved(ctx) -> list:
+    """The values the forward saved, in order, released from the node unless the graph is retained
+    (a second backward reads them again): the compiled backward then holds the last references
+    and frees each after its last reader, instead of the node keeping them all until the backward
+    returns. A second backward after a release fails with eager's error."""
+    if ctx.saved_other is None:
+        raise RuntimeError(BACKWARD_TWICE)
+    tensors, others = iter(ctx.saved_tensors), iter(ctx.saved_other)
+    saved = [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]
+    del tensors  # (an iterator not run past its end holds its tuple)
+    if not torch._C._autograd._get_current_graph_task_keep_graph():
+        ctx.saved_other = None  # tuples of tensors (a multi-output op saved whole) among them
+    ctx.maybe_clear_saved_tensors()  # the same test, inside: `retain_graph` keeps them
+    return saved
+
+
 def make_inference_function(compiled: Callable, num_outputs: int, mutated: list[int]) -> Callable:
     def run(*inputs):
         # No output requires grad (the graph decided it); generated code that views an input
@@ -71,6 +97,7 @@ def make_training_function(forward: Callable, backward: Callable, *, num_inputs:
     num_mutated = len(mutated)
     non_differentiable = [i for i in range(num_outputs) if i not in set(differentiable_outputs)]
     take_step_token = getattr(forward, "take_step_token", None)
+    call_backward = boxed_caller(backward)
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
@@ -98,13 +125,12 @@ def make_training_function(forward: Callable, backward: Callable, *, num_inputs:
         @staticmethod
         @once_differentiable
         def backward(ctx, *grad_outputs):
-            tensors, others = iter(ctx.saved_tensors), iter(ctx.saved_other)
-            saved = [next(tensors) if is_tensor else next(others) for is_tensor in ctx.saved_layout]
+            inputs = _take_saved(ctx)
             # Materialized zeros if unused. The backward was traced with contiguous tangents and
             # may view or as_strided them accordingly; autograd hands us whatever layout the
             # caller's gradient has (an expanded scalar from .sum().backward(), a transpose).
-            tangents = [_as_traced(grad_outputs[i]) for i in differentiable_outputs]
-            grads = backward(*saved, *tangents)
+            inputs += [_as_traced(grad_outputs[i]) for i in differentiable_outputs]
+            grads = call_backward(inputs)  # boxed: it empties `inputs`
             if ctx.step_token is not None:
                 ctx.step_token.finish()
             result: list = [None] * num_inputs

@@ -13,6 +13,7 @@ compiler). The steps, in order:
     emitter.prepare(program)       what the emitter needs of the groups (Triton: registers vs memory)
     emitter.build(name, program)   emit, compile and load the kernels -> the wrapper's device hook
     wrapper.build_runner           one wrapper for every device; memory.last_uses frees temporaries
+                                   (and inputs, in a runner called boxed: gm.meta[runtime.boxed.BOXED_INPUTS])
 
 An emitter has `half_floats` (does it compute float16/bfloat16), `device` (where its kernels
 run: tensors elsewhere only reach ATen calls), `shared_ops` (the operations per element it
@@ -30,6 +31,7 @@ from .squeeze import squeeze_unit_loops
 from .verify import verify
 from .wrapper import build_runner
 from ..capture.guards import GUARDED_INPUTS
+from ..runtime.boxed import BOXED_INPUTS
 
 
 def compile_graph(gm, example_inputs, config, emitter):
@@ -46,7 +48,8 @@ def compile_graph(gm, example_inputs, config, emitter):
     if hook is None:
         return eager
     runner = build_runner(program, hook, lowered.constants, eager,
-                          profile=getattr(config, "profile_kernels", False), proven=gm.meta.get(GUARDED_INPUTS))
+                          profile=getattr(config, "profile_kernels", False), proven=gm.meta.get(GUARDED_INPUTS),
+                          boxed=bool(gm.meta.get(BOXED_INPUTS)))
     logs.output_code(name, "Python wrapper", runner.wrapper_source)
     runner.program = program
     runner.hook = hook

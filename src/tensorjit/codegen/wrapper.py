@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ import torch
 from . import ir
 from .externs import strided_view
 from .graph import EXACT_LAYOUT_EXTERNS
-from .memory import fresh_memory, last_uses, names_written, returned_names, reuses
+from .memory import fresh_memory, last_uses, last_uses_by_name, names_read, names_written, returned_names, reuses
 from .values import IR_TO_TORCH, contiguous_strides, torch_dtype
 from ..runtime.persist import CompiledText, rebuild_runner, remember_kernel, set_reduce
 
@@ -88,7 +89,7 @@ class CppLaunch:
         return f"{kernel}({pointers}({', '.join(f'{n}.data_ptr()' for n in names)}))"
 
 
-def _kernel_lines(source: _Source, step, hook, buffers: dict[str, ir.Buffer], parameters: str,
+def _kernel_lines(source: _Source, step, hook, buffers: dict[str, ir.Buffer], fallback: str,
                   reused: dict[str, str]) -> None:
     outputs = [buffers[name] for name in names_written(step)]
     device = f", device={source.constant(hook.device, 'device')}" if hook.device is not None else ""
@@ -113,7 +114,7 @@ def _kernel_lines(source: _Source, step, hook, buffers: dict[str, ir.Buffer], pa
     if getattr(hook, "reports_index_errors", False) and ir.checks_indices(step):
         # An index out of range (the kernel read element 0 instead): ATen raises eager's error.
         source.lines.append(f"if {statement}:")
-        source.lines.append(f"    return fallback({parameters})")
+        source.lines.append(f"    return {fallback}")
     else:
         source.lines.append(statement)
 
@@ -133,7 +134,7 @@ def _checks_layout(extern: ir.Extern, output: ir.Buffer) -> bool:
     return not (fresh and tuple(output.strides) == contiguous_strides(tuple(output.shape)))
 
 
-def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, parameters: str,
+def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, fallback: str,
                   buffers: dict[str, ir.Buffer], returnable: set[str]) -> None:
     if extern.target is strided_view:  # inline: one C call instead of a Python function and two
         base, shape, strides, offset = extern.args
@@ -157,7 +158,7 @@ def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, paramet
         # built for the traced shape, so the graph runs through ATen instead, as eager would.
         # (None where the trace saw a tensor: an undefined tensor an ATen kernel returns.)
         source.lines.append(f"if {output.name} is not None and {output.name}.shape != {shape!r}:")
-        source.lines.append(f"    return fallback({parameters})")
+        source.lines.append(f"    return {fallback}")
         # Kernels read this buffer with the strides seen at compile time.
         source.lines.append(f"if {output.name} is not None and {output.name}.stride() != {strides!r}:")
         source.lines.append(f"    {output.name} = empty_strided({shape!r}, {strides!r}, "
@@ -222,43 +223,119 @@ def _output_text(source: _Source, outputs: Any) -> str:
 
 
 def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profile: bool = False,
-                 proven: tuple | None = None):
+                 proven: tuple | None = None, boxed: bool = False):
     """hook: the device hook launching kernels (`CppLaunch`, `triton.compile.TritonLaunch`).
     profile=True names each step in torch.profiler (`record_function`). proven: the input
     layouts capture's guards check before every call (`capture.guards.GUARDED_INPUTS`): the
-    wrapper does not test them again."""
+    wrapper does not test them again. boxed=True: the runner takes its inputs in one list,
+    which it clears, and drops each input after its last reader (`runtime/boxed.py`;
+    `_input_frees` says when)."""
     buffers = {b.name: b for b in program.buffers}
     source = _Source()
     for name, tensor in constants.items():
         source.lines.append(f"{name} = {source.constant(tensor, 'tensor')}")
     parameters = ", ".join(program.inputs)
+    frees = _input_frees(program, hook, buffers) if boxed else {}
+    plain, after_frees = f"fallback({parameters})", "fallback_after_frees(fallback, kept)"
     reused = reuses(program, in_place=getattr(hook, "writes_in_place", False))
     donors = set(reused.values())  # dropped where their receiver takes them over
     returnable = _base_returnable(program)
-    for step, dead in zip(program.steps, last_uses(program)):
+    freed = bool(frees.get(-1))  # an input was dropped: a fallback from here on needs `kept`
+    late_fallback = False
+    for position, (step, dead) in enumerate(zip(program.steps, last_uses(program))):
         start = len(source.lines)
+        fallback_call = after_frees if freed else plain
         if isinstance(step, ir.Extern):
-            _extern_lines(source, step, buffers[step.output], parameters, buffers, returnable)
+            _extern_lines(source, step, buffers[step.output], fallback_call, buffers, returnable)
             label = f"tensorjit extern {getattr(step.target, '__name__', step.target)} -> {step.output}"
         else:
-            _kernel_lines(source, step, hook, buffers, parameters, reused)
+            _kernel_lines(source, step, hook, buffers, fallback_call, reused)
             label = f"tensorjit {step.name}"
+        late_fallback |= any(after_frees in line for line in source.lines[start:])
         if profile:
             record = source.constant(torch.profiler.record_function, "record")
             source.lines[start:] = [f"with {record}({label!r}):"] + [f"    {line}" for line in source.lines[start:]]
-        dead = [name for name in dead if name not in donors]
+        dead = [name for name in dead if name not in donors] + frees.get(position, [])
         if dead:
             source.lines.append(f"del {', '.join(dead)}")
+        freed |= bool(frees.get(position))
     source.globals["fallback"] = fallback
     check = _input_check(source, program, buffers, hook, proven)
+    body = ([f"if not ({check}):",
+             f"    return fallback({parameters})  # kernels are specialised to the example layouts"]
+            if check != "True" else [])
+    if frees.get(-1):
+        body.append(f"del {', '.join(frees[-1])}")
+    body += source.lines
+    if boxed:
+        body = _boxed_prologue(source, program, late_fallback) + body
+    if late_fallback:
+        body.append("inputs_proven = True")
     text = "\n".join(
-        [f"def run({parameters}):"]
-        + ([f"    if not ({check}):",
-            f"        return fallback({parameters})  # kernels are specialised to the example layouts"]
-           if check != "True" else [])
-        + [f"    {line}" for line in source.lines]
-        + [f"    return {_output_text(source, program.outputs)}"])
+        [f"def run({'inputs' if boxed else parameters}):"]
+        + [f"    {line}" for line in body]
+        + [f"    return {_output_text(source, program.outputs)}"]
+        + (["run.takes_boxed_inputs = True"] if boxed else []))
     code = CompiledText(text, f"<tensorjit {type(hook).__name__} wrapper>")
     run = rebuild_runner(code, source.globals)
     set_reduce(run, rebuild_runner, code, dict(source.globals))  # the warm-start cache saves it so
     return run
+
+
+def _boxed_prologue(source: _Source, program: ir.Program, late_fallback: bool) -> list[str]:
+    """Take the inputs out of the caller's list. With `late_fallback` (a fallback after an input
+    was dropped), every input is also kept in `kept` until a call has run to its end once."""
+    names = ", ".join(program.inputs)
+    lines = [f"{names}, = inputs" if program.inputs else "pass", "inputs.clear()"]
+    if late_fallback:
+        source.globals["inputs_proven"] = False
+        source.globals["fallback_after_frees"] = fallback_after_frees
+        lines = ["global inputs_proven"] + lines + [f"kept = None if inputs_proven else ({names},)"]
+    return lines
+
+
+def _input_frees(program: ir.Program, hook, buffers: dict[str, ir.Buffer]) -> dict[int, list[str]]:
+    """step position (-1: before the first) -> the inputs a boxed runner drops after it: each
+    after its last reader, none before a step whose fallback may be taken on one call and not on
+    another with the same input layouts (`_fallback_varies`): that fallback needs them all. The
+    other fallbacks (an ATen call's shape) come out the same on every call; after an input was
+    dropped they run on `kept`, the inputs held until one call has passed them."""
+    returned = returned_names(program)
+    last = last_uses_by_name(program)
+    inputs = set(program.inputs)
+    hold = max((position for position, step in enumerate(program.steps)
+                if _fallback_varies(step, hook, buffers, inputs)), default=-1)
+    frees: dict[int, list[str]] = {}
+    for name in program.inputs:
+        if name not in returned:
+            frees.setdefault(max(last.get(name, -1), hold), []).append(name)
+    return frees
+
+
+def _fallback_varies(step, hook, buffers: dict[str, ir.Buffer], inputs: set[str]) -> bool:
+    """Whether `step` may fall back on some calls and not others with the same input layouts:
+    a kernel's index check (data), an ATen call's shape check where the op's output shape
+    depends on data (`dynamic_output_shape`) or on a number the graph takes as an input, or
+    where the callable is not an ATen op (a user's submodule). A shape check of an ATen op given
+    tensors of fixed layouts (what every earlier step makes) comes out the same every time, as
+    does an item of a tuple the graph takes (a multi-output op's results, saved whole by the
+    forward, which makes them in one layout). Were one to differ all the same, after an input
+    was dropped, `fallback_after_frees` raises: never a wrong answer."""
+    if not isinstance(step, ir.Extern):
+        return bool(getattr(hook, "reports_index_errors", False) and ir.checks_indices(step))
+    output = buffers[step.output]
+    if step.target is strided_view or step.target is operator.getitem or not _checks_layout(step, output):
+        return False
+    if not isinstance(step.target, torch._ops.OpOverload) or torch.Tag.dynamic_output_shape in step.target.tags:
+        return True
+    return any(buffers[name].dtype == "object" for name in names_read(step) & inputs)
+
+
+def fallback_after_frees(fallback, kept: tuple | None):
+    """A boxed runner's fallback after it dropped inputs (`_input_frees`): on `kept` inputs, or an
+    error where a call after the first one that passed this point fails it (it cannot: the
+    shape an ATen op returns for tensors of one layout does not change)."""
+    if kept is None:
+        raise RuntimeError("tensorjit: an ATen call in a compiled graph returned a shape other than on an "
+                           "earlier call with the same input layouts, after the graph freed its inputs")
+    return fallback(*kept)

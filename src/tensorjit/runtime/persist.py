@@ -152,13 +152,15 @@ class GraphCode:
     Rebuilding a GraphModule from its pickle traces its code again (torch.fx's reduce); the
     graphs kept for a fallback (a wrapper's other layouts, an eager backend) only need to run."""
 
-    def __init__(self, source: str, names: dict, attributes: dict) -> None:
+    def __init__(self, source: str, names: dict, attributes: dict, boxed: bool = False) -> None:
         self.source, self.names, self.attributes = source, names, attributes
+        self.takes_boxed_inputs = boxed  # source from runtime/boxed.py: called with one list
         self._forward = None
 
     @staticmethod
-    def of(gm: torch.fx.GraphModule) -> "GraphCode":
-        code = gm.graph.python_code(root_module="self")
+    def of(gm: torch.fx.GraphModule, code=None, boxed: bool = False) -> "GraphCode":
+        """code: gm's torch.fx PythonCode where not its own (boxed: a boxed signature's)."""
+        code = code or gm.graph.python_code(root_module="self")
         names = {k: v for k, v in code.globals.items() if k != "__builtins__"}
         attributes = {}
         for node in gm.graph.nodes:
@@ -171,10 +173,10 @@ class GraphCode:
                 elif not isinstance(value, torch.Tensor):
                     raise NotPersistable(f"a graph attribute {node.target} of type {type(value).__name__}")
                 attributes[node.target] = value
-        return GraphCode(code.src, names, attributes)
+        return GraphCode(code.src, names, attributes, boxed)
 
     def __reduce__(self):
-        return GraphCode, (self.source, self.names, self.attributes)
+        return GraphCode, (self.source, self.names, self.attributes, self.takes_boxed_inputs)
 
     def __call__(self, *args):
         if self._forward is None:
