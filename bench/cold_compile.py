@@ -1,6 +1,6 @@
 """A model's first compiled call on the CPU, by phase: where tensorjit's own compile pipeline spends time.
 
-    python bench/cold_compile.py [--repeats 3] [--workloads hf_gpt2,resnet18] [--profile FILE]
+    python bench/cold_compile.py [--repeats 3] [--workloads hf_gpt2,resnet18] [--profile FILE] [--sources A,B]
 
 Each run is a fresh Python process (so torch's lazy imports are paid as in a real first call).
 All runs of a workload share one TENSORJIT_CACHE_DIR with warm starts off (TENSORJIT_WARM_START=0):
@@ -22,7 +22,8 @@ Workloads (float32, inference under torch.inference_mode(), random weights):
 "hf_gpt2" (transformers' GPT2LMHeadModel built from GPT2Config(): GPT-2 small, 1x128 tokens),
 "resnet18" (bench/cpu_models.py, 1x3x64x64), "mobilenet" (MobileNetV3-small, 1x3x64x64),
 "hf_gpt2_train" (the GPT-2 above returning its loss, forward and backward, 1x64 tokens).
-Prints one line per run and the median of each phase. `--profile FILE` writes the cProfile of
+Prints one line per run and the median of each phase. `--sources old/src,src` compares two
+checkouts (`git archive COMMIT src | tar -x -C old`), alternating their runs. `--profile FILE` writes the cProfile of
 one more run's first call (cumulative and own time) to FILE.
 """
 
@@ -152,7 +153,7 @@ def child(name: str, profile: str | None) -> None:
 
         profiler.disable()
         text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(80)
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(250)
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(50)
         Path(profile).write_text(text.getvalue())
     timings: dict[str, float] = {}
@@ -163,9 +164,9 @@ def child(name: str, profile: str | None) -> None:
     print("RESULT " + json.dumps(row))
 
 
-def _run(name: str, cache: str, profile: str | None = None) -> dict:
+def _run(name: str, cache: str, profile: str | None = None, source: str = str(SOURCE)) -> dict:
     environment = dict(os.environ, TENSORJIT_CACHE_DIR=cache, TENSORJIT_WARM_START="0",
-                       PYTHONPATH=str(SOURCE), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+                       PYTHONPATH=source, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
     command = [sys.executable, __file__, "--child", name] + (["--profile", profile] if profile else [])
     done = subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
     for line in done.stdout.splitlines():
@@ -179,24 +180,32 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workloads", default="hf_gpt2,resnet18")
     parser.add_argument("--profile", default=None, help="write one more run's cProfile here (per workload: FILE.name)")
+    parser.add_argument("--sources", default=str(SOURCE),
+                        help="comma-separated src/ directories to compare (e.g. an older commit's, from git archive): "
+                             "their runs alternate, so that both see the same load")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.child:
         child(arguments.child, arguments.profile)
         return
+    sources = arguments.sources.split(",")
     for name in arguments.workloads.split(","):
         with tempfile.TemporaryDirectory(prefix="tensorjit-cold-") as cache:
-            _run(name, cache)  # fills the library cache (g++) and builds the native guards
-            rows = []
+            for source in sources:  # fills the library cache (g++) and builds the native guards
+                _run(name, cache, source=source)
+            rows: dict[str, list] = {source: [] for source in sources}
             for repeat in range(arguments.repeats):
-                row = _run(name, cache)
-                rows.append(row)
-                print(name, repeat, " ".join(f"{k} {row.get(k, 0.0):.2f}" for k in PHASES), flush=True)
-            medians = {k: statistics.median(r.get(k, 0.0) for r in rows) for k in PHASES}
-            print(f"{name} median " + " ".join(f"{k} {v:.2f}" for k, v in medians.items()), flush=True)
+                for number, source in enumerate(sources):
+                    row = _run(name, cache, source=source)
+                    rows[source].append(row)
+                    print(name, f"source{number}", repeat, " ".join(f"{k} {row.get(k, 0.0):.2f}" for k in PHASES),
+                          flush=True)
+            for number, source in enumerate(sources):
+                medians = {k: statistics.median(r.get(k, 0.0) for r in rows[source]) for k in PHASES}
+                print(f"{name} source{number} ({source}) median " + " ".join(f"{k} {v:.2f}" for k, v in medians.items()),
+                      flush=True)
             if arguments.profile:
                 _run(name, cache, f"{arguments.profile}.{name}")
-
 
 if __name__ == "__main__":
     main()

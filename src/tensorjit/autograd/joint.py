@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
+from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize
 
@@ -153,7 +154,10 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: 
     # Real zeros with the outputs' metadata: make_fx turns them into fake tangents.
     tangents = [torch.zeros(outputs[i].shape, dtype=outputs[i].dtype, device=outputs[i].device)
                 for i in differentiable]
-    with torch.set_grad_enabled(torch.is_grad_enabled()):
+    # The joint graph is only read (partitioned), never run: its Python code is generated if
+    # something calls or prints it (a lazy graph module), not at once (a tenth of a second per
+    # thousand nodes).
+    with torch.set_grad_enabled(torch.is_grad_enabled()), _use_lazy_graph_module(True):
         traced = make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs, *tangents)
     traced = _functionalize_mutations(traced, [*example_inputs, *tangents], decompositions)
@@ -213,6 +217,7 @@ def _functionalize_mutations(traced: torch.fx.GraphModule, inputs: list, decompo
     the same values, with every mutation turned into a functional op and inputs' written back."""
     if not _mutations(traced):
         return traced
+    _LazyGraphModule.force_recompile(traced)  # traced again below: its code first
     table = decompositions or {}
     # First outside functionalization, where torch's Python kernels replace ops whose schema hides
     # a mutation (`native_batch_norm` updates its running statistics) by ones that declare it.
