@@ -252,11 +252,18 @@ def checks_indices(step) -> bool:
     return any(reads_indirectly(m.body) for m in members if hasattr(m, "body"))
 
 
-def reads_indirectly(expr) -> bool:
-    """Does the scalar expression `expr` read or index through an IndirectIndex?"""
+def reads_indirectly(expr, seen: set | None = None) -> bool:
+    """Does the scalar expression `expr` read or index through an IndirectIndex? (`seen`: the
+    shared subexpressions already found not to, walked once.)"""
     if isinstance(expr, (Load, IndexValue)):
         return bool(indirect_indices(expr.index))
-    return isinstance(expr, Op) and any(reads_indirectly(a) for a in expr.args)
+    if not isinstance(expr, Op):
+        return False
+    seen = set() if seen is None else seen
+    if id(expr) in seen:
+        return False
+    seen.add(id(expr))
+    return any(reads_indirectly(a, seen) for a in expr.args)
 
 
 DTYPES = ("float32", "float64", "int64", "int32", "bool")
