@@ -35,7 +35,7 @@ import torch
 from .. import logs
 from ..capture.guards import GUARDED_INPUTS
 from ..runtime.boxed import BOXED_INPUTS, boxed_graph_module
-from .joint import differentiable_outputs, fake_outputs, trace_forward, trace_joint, untraceable
+from .joint import TracedGraph, differentiable_outputs, fake_outputs, trace_forward, trace_joint, untraceable
 from .partition import partition as split_joint
 from .runtime import make_inference_function, make_training_function
 
@@ -72,6 +72,10 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     bw_compiler = bw_compiler or fw_compiler
     wrap = wrap_compiled or _unwrapped
     inference_compiler = inference_compiler or fw_compiler
+    if not torch.is_grad_enabled():
+        traced = _traced_without_grad(gm, example_inputs, decompositions)
+        if traced is not None:
+            return _compile_inference(gm, traced, inference_compiler, wrap)
     try:
         outputs = fake_outputs(gm, example_inputs)
     except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
@@ -112,6 +116,23 @@ def _compile_backward(gm: torch.fx.GraphModule, bw_compiler: Callable, wrap: Cal
     return boxed_graph_module(bw_compiler(gm, _examples(gm)), gm)
 
 
+def _traced_without_grad(gm, example_inputs, decompositions) -> TracedGraph | None:
+    """A call under no_grad or inference_mode (a model's inference): the inference graph, traced at
+    once, where no output requires grad, which the trace itself shows (the graph's own
+    `enable_grad` regions and `requires_grad_()` run while it traces). This spares running the graph
+    on fake tensors first (`fake_outputs`) only to learn that. None where an output requires grad,
+    an output is not strided, or tracing fails: the general path decides, with its reasons."""
+    outputs: list = []
+    try:
+        traced = trace_forward(gm, example_inputs, decompositions, outputs)
+    except Exception:  # noqa: BLE001 - the general path tries again and names the reason
+        return None
+    tensors = [t for t in [*example_inputs, *outputs] if isinstance(t, torch.Tensor)]
+    if differentiable_outputs(outputs) or any(t.layout != torch.strided for t in tensors):
+        return None
+    return traced
+
+
 def _inference(gm, example_inputs, inference_compiler, decompositions, wrap) -> Callable:
     """No output requires grad (given the call's grad mode and the graph's own grad-mode
     regions): the functionalized forward alone, without autograd."""
@@ -119,6 +140,10 @@ def _inference(gm, example_inputs, inference_compiler, decompositions, wrap) -> 
         traced = trace_forward(gm, example_inputs, decompositions)
     except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
         return _eagerly(gm, f"{type(error).__name__}: {error}")
+    return _compile_inference(gm, traced, inference_compiler, wrap)
+
+
+def _compile_inference(gm, traced: TracedGraph, inference_compiler, wrap) -> Callable:
     _pass_guarded_inputs(gm, traced.graph_module, wrap is not _unwrapped)
     compiled = wrap(inference_compiler(traced.graph_module, _examples(traced.graph_module)), "inference", 0,
                     traced.num_outputs)

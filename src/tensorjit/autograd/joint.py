@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
+from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize
 
@@ -153,7 +154,10 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: 
     # Real zeros with the outputs' metadata: make_fx turns them into fake tangents.
     tangents = [torch.zeros(outputs[i].shape, dtype=outputs[i].dtype, device=outputs[i].device)
                 for i in differentiable]
-    with torch.set_grad_enabled(torch.is_grad_enabled()):
+    # The joint graph is only read (partitioned), never run: its Python code is generated if
+    # something calls or prints it (a lazy graph module), not at once (a tenth of a second per
+    # thousand nodes).
+    with torch.set_grad_enabled(torch.is_grad_enabled()), _use_lazy_graph_module(True):
         traced = make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs, *tangents)
     traced = _functionalize_mutations(traced, [*example_inputs, *tangents], decompositions)
@@ -173,10 +177,19 @@ def _own_leaf(example):
     return example
 
 
-def trace_forward(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None) -> TracedGraph:
-    """The inference graph: functionalized ATen forward, no autograd."""
+def trace_forward(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None,
+                  outputs: list | None = None) -> TracedGraph:
+    """The inference graph: functionalized ATen forward, no autograd. `outputs`, when given, receives
+    the graph's fake outputs as traced (under the caller's grad mode when that is off already:
+    their `requires_grad` is then eager's, as `fake_outputs` gives it)."""
+    function = _functional(gm)
+    if outputs is not None:
+        def function(*args, _traced=function):
+            values = _traced(*args)
+            outputs[:] = values
+            return values
     with torch.no_grad():
-        traced = make_fx(_functional(gm), decomposition_table=decompositions or {}, tracing_mode="fake",
+        traced = make_fx(function, decomposition_table=decompositions or {}, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs)
         traced = _functionalize_mutations(traced, example_inputs, decompositions)
     outputs = next(n for n in traced.graph.nodes if n.op == "output").args[0]
@@ -204,6 +217,7 @@ def _functionalize_mutations(traced: torch.fx.GraphModule, inputs: list, decompo
     the same values, with every mutation turned into a functional op and inputs' written back."""
     if not _mutations(traced):
         return traced
+    _LazyGraphModule.force_recompile(traced)  # traced again below: its code first
     table = decompositions or {}
     # First outside functionalization, where torch's Python kernels replace ops whose schema hides
     # a mutation (`native_batch_norm` updates its running statistics) by ones that declare it.
@@ -236,6 +250,7 @@ def _backward_reads_updated_values(traced: torch.fx.GraphModule, num_primals: in
     for node in graph.nodes:
         if node.op == "call_function" and any(a in backward for a in node.all_input_nodes):
             backward.add(node)
+    changed = False
     for node in list(graph.nodes):
         for argument, index in _updated_arguments(node):
             readers = [user for user in argument.users if user in backward]
@@ -243,8 +258,10 @@ def _backward_reads_updated_values(traced: torch.fx.GraphModule, num_primals: in
                 updated = _result(graph, node, index)
                 for user in readers:
                     user.replace_input_with(argument, updated)
-    graph.lint()
-    traced.recompile()
+                changed = True
+    if changed:  # regenerating a large graph's Python code is a fifth of its tracing time: only when edited
+        graph.lint()
+        traced.recompile()
 
 
 def _updated_arguments(node: torch.fx.Node) -> list[tuple[torch.fx.Node, int]]:
@@ -292,6 +309,8 @@ def _lift_input_mutations(traced: torch.fx.GraphModule, num_primals: int, num_ou
             new_values.append(node.args[1])
             node.replace_all_uses_with(node.args[1])
             graph.erase_node(node)
+    if not mutated:  # the graph is as traced: no new code to generate
+        return mutated
     output = next(n for n in graph.nodes if n.op == "output")
     values = list(output.args[0])
     output.args = (tuple(values[:num_outputs] + new_values + values[num_outputs:]),)

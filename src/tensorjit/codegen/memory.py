@@ -22,9 +22,14 @@ from .values import contiguous_strides, torch_dtype
 
 
 def expression_loads(expr: ir.Expr) -> list[ir.Load]:
-    loads, stack = [], [expr]
+    """The loads of `expr`, each shared subexpression walked once (expressions are DAGs: walked
+    per path, a chain of shared values costs 2**depth), in the order of their first reading."""
+    loads, stack, seen = [], [expr], set()
     while stack:
         expr = stack.pop()
+        if id(expr) in seen:
+            continue
+        seen.add(id(expr))
         if isinstance(expr, ir.Load):
             loads.append(expr)
         if isinstance(expr, (ir.Load, ir.IndexValue)):  # the loads giving indirect indices
