@@ -188,17 +188,16 @@ class GuardSet:
         return sorted(self.guards, key=rank)
 
     def build(self, fn_globals: dict, closure: tuple | None, with_parts: bool = True,
-              lazy_parts: bool = False, saved=None, in_instance_dict=None,
+              saved=None, in_instance_dict=None,
               captured: Callable | None = None, native: Callable | None = None) -> "CompiledGuards":
         """with_parts: also one check per guard, for naming the guard that failed, built at the first
         failure (three quarters of the build's time, for entries that mostly never miss). The guards
-        kept for it hold the objects of identity guards weakly, as the check does.
-        lazy_parts: kept for callers; parts are always built when first needed."""
+        kept for it hold the objects of identity guards weakly, as the check does."""
         ordered = self.ordered() if captured is None else _collapse_tuples(self.ordered(), captured)
         check, text, weak, read, pending = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict,
                                                            native)
-        guards = CompiledGuards(check, text, None if with_parts or lazy_parts else [], weak, read=read)
-        if with_parts or lazy_parts:
+        guards = CompiledGuards(check, text, None if with_parts else [], weak, read=read)
+        if with_parts:
             kept = _held_weakly(ordered)
             guards.build_parts = lambda: [(g.describe(), _compile_checks([g], fn_globals, closure)[0],
                                            _explainer(g, fn_globals, closure)) for g in kept]
@@ -466,7 +465,7 @@ def load_guards(data: bytes, fn_globals: dict, closure, native: Callable | None 
     records, check = loads(data)
     for source, kind, payload, other in records:
         guard_set.add(Guard(source, kind, payload, other))
-    return guard_set.build(fn_globals, closure, lazy_parts=True, saved=check, native=native)
+    return guard_set.build(fn_globals, closure, saved=check, native=native)
 
 
 @dataclass
@@ -478,7 +477,7 @@ class CompiledGuards:
     saved: Any = None
     """(pickled guards, modules they name) for the warm-start cache, or why they cannot be saved."""
     build_parts: Callable | None = None
-    """Builds `parts` when they are first needed (`GuardSet.build(lazy_parts=True)`)."""
+    """Builds `parts` when they are first needed (`GuardSet.build(with_parts=True)`)."""
     read: dict = field(default_factory=dict)
     """Source -> the local of `check` that holds its value once read (the fast path hands
     the graph inputs it read to the restore function instead of reading them again)."""

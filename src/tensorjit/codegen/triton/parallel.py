@@ -84,13 +84,13 @@ def start_workers(workers: int = 0) -> None:
         return
     with _main_module_hidden():
         _get_pool(workers)
-    threading.Thread(target=_triton_key, name="tensorjit-triton-key", daemon=True).start()
 
 
 def _triton_key() -> None:
     """Triton's cache key of its own installation (hashes of its sources and of its native
     library, 0.35 s on the H100 machine), computed once per process at the first kernel
-    launch: computed here, beside capture and autograd (reading and hashing release the GIL)."""
+    launch: computed on a thread when the pool starts, beside capture and autograd (reading
+    and hashing release the GIL)."""
     try:
         from triton.runtime.cache import triton_key
 
@@ -182,6 +182,7 @@ def _get_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
         _pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
         _pool_size = workers
         _warm_ups[:] = [_pool.submit(import_compile_stack) for _ in range(workers)]
+        threading.Thread(target=_triton_key, name="tensorjit-triton-key", daemon=True).start()
         atexit.register(_pool.shutdown, wait=False, cancel_futures=True)  # else a noisy weakref callback at exit
     return _pool
 
