@@ -19,26 +19,37 @@ when the node is traced, not on every call of a compiled graph.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
 from .breaks import GraphBreak
-from .values.base import Value
+from .values.base import CallableConstant, Value
 from .values.functions import FunctionValue, MethodValue
 from .values.objects import ObjectValue
 from .values.tensors import TensorValue, record_call
 
-_APPLY = torch.autograd.Function.__dict__["apply"].__func__
+# `Function.apply` as the class stores it: up to torch 2.13 a classmethod of Python code (so
+# `MyFunction.apply` is a bound method of that function), from torch 2.14 a classmethod of C code
+# on `torch._C._FunctionBase` (so `MyFunction.apply` is a builtin bound to the class).
+_APPLY_DESCRIPTOR = torch.autograd.Function.__dict__["apply"]
+_APPLY = getattr(_APPLY_DESCRIPTOR, "__func__", None)
 
 
 def applied_function(fn: Value) -> type | None:
     """The Function subclass whose `apply` `fn` is, or None."""
-    if not isinstance(fn, MethodValue) or not isinstance(fn.function, FunctionValue) or fn.function.fn is not _APPLY:
-        return None
-    owner = fn.owner
-    cls = owner.obj if isinstance(owner, ObjectValue) else None
+    if _APPLY is not None:
+        if not isinstance(fn, MethodValue) or not isinstance(fn.function, FunctionValue) or fn.function.fn is not _APPLY:
+            return None
+        owner = fn.owner
+        cls = owner.obj if isinstance(owner, ObjectValue) else None
+    else:
+        bound = fn.constant() if isinstance(fn, CallableConstant) else None
+        cls = getattr(bound, "__self__", None)
+        if not isinstance(cls, type) or inspect.getattr_static(cls, "apply", None) is not _APPLY_DESCRIPTOR:
+            return None
     if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
         return cls
     return None

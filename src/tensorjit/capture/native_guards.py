@@ -353,13 +353,19 @@ def _build(compiler: str, output: str) -> None:
     from torch.utils import cpp_extension
     includes = [f"-I{path}" for path in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
     library = cpp_extension.library_paths()[0]
-    command = [compiler, "-O2", "-shared", "-fPIC", "-std=c++17", "-w",
+    command = [compiler, "-O2", "-shared", "-fPIC", f"-std={_cxx_standard()}", "-w",
                f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}", *includes,
                "-x", "c++", "-", "-o", output, f"-L{library}", f"-Wl,-rpath,{library}",
                "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10"]
     result = subprocess.run(command, input=SOURCE, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         raise RuntimeError(f"native guard build failed: {result.stderr[-2000:]}")
+
+
+def _cxx_standard() -> str:
+    """The C++ standard torch's headers are written in: C++20 from torch 2.14, C++17 before."""
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    return "c++20" if (major, minor) >= (2, 14) else "c++17"
 
 
 def _import(path: str):
