@@ -219,12 +219,17 @@ def test_backward_gets_tangents_in_the_traced_layout():
 
 def test_many_mutated_inputs_are_written_back_in_batches():
     """Batch-norm statistics of many layers (mixed dtypes, one mismatched shape) written back."""
-    from tensorjit.autograd.runtime import _write_back
+    from tensorjit.autograd.runtime import WriteBack
 
-    inputs = [torch.zeros(3) for _ in range(5)] + [torch.zeros((), dtype=torch.long), torch.zeros(2, 2)]
-    values = [torch.full((3,), float(i)) for i in range(5)] + [torch.tensor(7), torch.ones(2)]
-    _write_back(inputs, list(range(7)), values)
-    for i in range(5):
-        assert torch.equal(inputs[i], torch.full((3,), float(i)))
-    assert inputs[5].item() == 7 and torch.equal(inputs[6], torch.ones(2, 2))  # broadcast like copy_
-    assert all(t._version == 1 for t in inputs)
+    write_back = WriteBack(list(range(8)))
+    for call in range(2):  # the second call takes the plan the first made
+        inputs = [torch.zeros(3) for _ in range(5)] + [torch.zeros((), dtype=torch.long), torch.zeros(2, 2),
+                                                       torch.zeros(2)]
+        values = [torch.full((3,), float(i + call)) for i in range(5)] + [torch.tensor(7), torch.ones(2)]
+        values.append(inputs[7] if call == 0 else torch.full((2,), 5.0))  # written in place, then not
+        write_back(inputs, values)
+        for i in range(5):
+            assert torch.equal(inputs[i], torch.full((3,), float(i + call)))
+        assert inputs[5].item() == 7 and torch.equal(inputs[6], torch.ones(2, 2))  # broadcast like copy_
+        assert torch.equal(inputs[7], torch.zeros(2) if call == 0 else torch.full((2,), 5.0))
+        assert all(t._version == 1 for t in inputs[:7]) and inputs[7]._version == call

@@ -232,3 +232,17 @@ def test_warm_up_leaves_no_memory_cached_beside_the_pool():
     # The pool (the hidden activation, outputs) and the inputs' copies: about 1.35x the hidden
     # activation; warm-up outside the pool cached its activations again (about 2.4x).
     assert grown <= 1.8 * hidden, grown / hidden
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_one_launch_inference_runs_without_a_recording(mode):
+    model = torch.nn.Linear(256, 512).cuda()
+    compiled = tensorjit.compile(model, mode=mode)
+    with torch.inference_mode():
+        first = compiled(torch.randn(32, 256, device="cuda"))
+        x = torch.randn(32, 256, device="cuda")
+        second = compiled(x)
+        torch.testing.assert_close(second, model(x))
+    assert first.data_ptr() != second.data_ptr()  # nothing replayed over the first call's output
+    assert not recorded("inference")
+    assert any("runs without a CUDA graph: it launches 1 kernel" in line for line in logs.recent("cudagraphs"))

@@ -594,3 +594,25 @@ def test_mark_step_begin_is_exported():
     before = cudagraphs.current_step()
     tensorjit.cudagraph_mark_step_begin()
     assert cudagraphs.current_step() == before + 1
+
+
+class GeneratedGraph:
+    """Stands for the code generator's runner: its program's steps are its launches."""
+
+    def __init__(self, *steps):
+        self.program = type("Program", (), {"steps": steps})()
+
+    def __call__(self, x):
+        return (x + 1,)
+
+
+def test_inference_graphs_of_one_launch_run_unrecorded():
+    wrap = cudagraphs.wrap_compiled(Settings(), name="g")
+    one = GeneratedGraph("addmm")
+    assert wrap(one, "inference") is one
+    assert logs.recent("cudagraphs") == [
+        "g (inference): runs without a CUDA graph: it launches 1 kernel; a replay costs more host time "
+        "than that (graphs of 2 launches or more are recorded)"]
+    assert isinstance(wrap(GeneratedGraph("mm", "gelu"), "inference"), CudaGraphRunner)
+    assert isinstance(wrap(one, "forward"), CudaGraphRunner)  # its backward reads its saved outputs in place
+    assert isinstance(wrap(lambda x: (x,), "inference"), CudaGraphRunner)  # launches unknown: recorded

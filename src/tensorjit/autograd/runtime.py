@@ -22,30 +22,52 @@ from ..runtime.boxed import boxed_caller
 from ..runtime.persist import set_reduce
 
 
-def _write_back(inputs, mutated: list[int], values) -> None:
-    """Copy the new values of mutated inputs into them. Same-shaped pairs go through one
-    `_foreach_copy_` per dtype (a model's batch-norm statistics are hundreds of small tensors:
-    one copy kernel each otherwise); any other pair through its own `copy_`. Batching is safe:
-    no two mutated inputs share memory (capture guards it: `guards.storages_unshared`), and a new
-    value is an output of the graph, never one of the inputs it writes."""
-    batches: dict = {}
-    with torch.no_grad():
-        for index, value in zip(mutated, values):
-            target = inputs[index]
+class WriteBack:
+    """Copies the new values of mutated inputs into them, in one `_foreach_copy_` per group of
+    same-shaped pairs of one dtype (a model's batch-norm statistics are hundreds of small tensors:
+    one copy kernel each otherwise) and one per other pair (`copy_`'s broadcasting and casts).
+
+    The grouping is decided at the first call and kept: a compiled graph's new values have the
+    same shapes, dtypes and devices at every call its guards let through, so a call is a few
+    C++ calls instead of a Python loop over every pair. Batching is safe: no two mutated inputs
+    share memory (capture guards it: `guards.storages_unshared`), and a new value is an output of
+    the graph, never one of the inputs it writes (except the input itself: generated code that
+    wrote it in place returns it, and then nothing is copied)."""
+
+    __slots__ = ("mutated", "groups", "identical")
+
+    def __init__(self, mutated: list[int]):
+        self.mutated = mutated
+        self.groups: list[tuple[list[int], list[int]]] | None = None
+        """(input indices, value positions) copied by one `_foreach_copy_` each."""
+        self.identical: list[tuple[int, int]] = []
+        """(input index, value position) pairs the first call found to be one tensor."""
+
+    def __call__(self, inputs, values) -> None:
+        if self.groups is None:
+            self._plan(inputs, values)
+        with torch.no_grad():
+            for targets, sources in self.groups:
+                torch._foreach_copy_([inputs[i] for i in targets], [values[j] for j in sources])
+            for index, position in self.identical:
+                if inputs[index] is not values[position]:
+                    inputs[index].copy_(values[position])
+
+    def _plan(self, inputs, values) -> None:
+        batches: dict = {}
+        singles = []
+        for position, index in enumerate(self.mutated):
+            target, value = inputs[index], values[position]
             if target is value:
-                continue
-            if isinstance(value, torch.Tensor) and value.shape == target.shape and value.dtype == target.dtype \
+                self.identical.append((index, position))
+            elif isinstance(value, torch.Tensor) and value.shape == target.shape and value.dtype == target.dtype \
                     and value.device == target.device:
                 targets, sources = batches.setdefault((value.dtype, value.device), ([], []))
-                targets.append(target)
-                sources.append(value)
+                targets.append(index)
+                sources.append(position)
             else:
-                target.copy_(value)
-        for targets, sources in batches.values():
-            if len(targets) == 1:
-                targets[0].copy_(sources[0])
-            else:
-                torch._foreach_copy_(targets, sources)
+                singles.append(([index], [position]))
+        self.groups = list(batches.values()) + singles
 
 
 def _as_traced(tangent):
@@ -78,13 +100,15 @@ def _take_saved(ctx) -> list:
 
 
 def make_inference_function(compiled: Callable, num_outputs: int, mutated: list[int]) -> Callable:
+    write_back = WriteBack(mutated)
+
     def run(*inputs):
         # No output requires grad (the graph decided it); generated code that views an input
         # (`detach` lowered to an alias) must not record autograd history on it either.
         with torch.no_grad():
             results = compiled(*inputs)
         if mutated:
-            _write_back(inputs, mutated, results[num_outputs:num_outputs + len(mutated)])
+            write_back(inputs, results[num_outputs:num_outputs + len(mutated)])
         # A graph's `x.detach()` may come back as the input tensor itself from generated code.
         return tuple(out.detach() if isinstance(out, torch.Tensor) and out.requires_grad else out
                      for out in results[:num_outputs])
@@ -95,6 +119,7 @@ def make_training_function(forward: Callable, backward: Callable, *, num_inputs:
                            mutated: list[int], num_saved: int, differentiable_outputs: list[int],
                            grad_inputs: list[int]) -> Callable:
     num_mutated = len(mutated)
+    write_back = WriteBack(mutated)
     non_differentiable = [i for i in range(num_outputs) if i not in set(differentiable_outputs)]
     take_step_token = getattr(forward, "take_step_token", None)
     call_backward = boxed_caller(backward)
@@ -108,7 +133,7 @@ def make_training_function(forward: Callable, backward: Callable, *, num_inputs:
             ctx.step_token = take_step_token() if take_step_token else None
             outputs = results[:num_outputs]
             if num_mutated:
-                _write_back(inputs, mutated, results[num_outputs:num_outputs + num_mutated])
+                write_back(inputs, results[num_outputs:num_outputs + num_mutated])
             saved = results[num_outputs + num_mutated:]
             tensors = [s for s in saved if isinstance(s, torch.Tensor)]
             ctx.save_for_backward(*tensors)

@@ -340,6 +340,9 @@ class Recording:
     """The outputs before `first_uncloned` handed out in place (see output_lease.py)."""
     protected: list[int] = dataclasses.field(default_factory=list)
     """Of those, the ones a replay writes (not parameters): their version counters are bumped."""
+    versioned: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    """The protected static outputs that have a version counter (not inference tensors): each
+    replay bumps them all in one call."""
     awaits_backward: bool = False
     """A forward whose replay hands out what its backward, or a later op's, reads: saved activations
     (`protected`) or leased outputs. Each replay issues a `StepToken`."""
@@ -597,6 +600,7 @@ class CudaGraphRunner:
         recording.protected = [i for i in range(recording.first_saved, len(outputs))
                                if isinstance(outputs[i], torch.Tensor)
                                and outputs[i].untyped_storage().data_ptr() not in fixed]
+        recording.versioned = [outputs[i] for i in recording.protected if not outputs[i].is_inference()]
         _register_saved(recording, outputs, [i for i in range(recording.first_saved, len(outputs))
                                              if isinstance(outputs[i], torch.Tensor)])
 
@@ -638,10 +642,8 @@ class CudaGraphRunner:
         for index in recording.mutated:
             inputs[index].copy_(static_inputs[index])
         static_outputs = recording.static_outputs
-        for index in recording.protected:
-            if not static_outputs[index].is_inference():
-                # Backwards still holding the previous replay's activations now fail loudly.
-                torch.autograd.graph.increment_version(static_outputs[index])
+        if recording.versioned:  # backwards still holding the previous replay's activations now fail loudly
+            torch.autograd.graph.increment_version(recording.versioned)
         outputs = recording.clone_plan.copy(static_outputs[:recording.first_uncloned])
         if recording.lease is not None:
             recording.lease.hand_out(outputs)
@@ -789,6 +791,36 @@ def static_copy(value: torch.Tensor) -> torch.Tensor:
     return buffer
 
 
+MIN_LAUNCHES = 2
+"""Inference graphs of fewer launches than this run directly, unrecorded. A replay has a host
+cost of its own (on the H100, `CUDAGraph.replay` 17 us, with the input copy and the output's
+hand-over 38) against about 28 us for a compiled call that launches one kernel directly: a
+recording of one launch only adds to it (max-autotune on one linear layer: 0.063 ms per call
+recorded against 0.021 direct)."""
+
+
+def too_few_launches(function: Callable[..., Any]) -> str | None:
+    """Why recording `function` would cost host time instead of saving it, or None. Only
+    generated graphs know their launches (`codegen.pipeline`'s runner: one step, one launch)."""
+    program = getattr(function, "program", None)
+    steps = getattr(program, "steps", None)
+    if steps is None or len(steps) >= MIN_LAUNCHES:
+        return None
+    return (f"it launches {len(steps)} kernel{'s' if len(steps) != 1 else ''}; a replay costs more host "
+            f"time than that (graphs of {MIN_LAUNCHES} launches or more are recorded)")
+
+
+def runner_for(function: Callable[..., Any], *, name: str, settings: Settings,
+               static_input_indices: frozenset[int] = frozenset()) -> Callable[..., Any]:
+    """An inference graph's runner: `function` itself where recording would not pay
+    (`too_few_launches`, one "cudagraphs" log line), else a `CudaGraphRunner`."""
+    reason = too_few_launches(function)
+    if reason is not None:
+        logs.emit("cudagraphs", f"{name}: runs without a CUDA graph: {reason}")
+        return function
+    return CudaGraphRunner(function, static_input_indices=static_input_indices, settings=settings, name=name)
+
+
 def wrap_compiled(settings: Settings, name: str = "graph",
                   static_input_indices: frozenset[int] = frozenset()) -> Callable[..., Callable[..., Any]]:
     """The wrapper `autograd.aot_compile` applies to each compiled graph: a runner of that graph's kind.
@@ -799,6 +831,8 @@ def wrap_compiled(settings: Settings, name: str = "graph",
     def wrap(compiled: Callable[..., Any], kind: str, saved_outputs: int = 0,
              kept_outputs: int | None = None) -> Callable[..., Any]:
         static = static_input_indices if kind != "backward" else frozenset()
+        if kind == "inference":
+            return runner_for(compiled, name=f"{name} ({kind})", settings=settings, static_input_indices=static)
         return CudaGraphRunner(compiled, kind=kind, saved_outputs=saved_outputs, kept_outputs=kept_outputs,
                                static_input_indices=static, settings=settings, name=f"{name} ({kind})")
 

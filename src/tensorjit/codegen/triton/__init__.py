@@ -51,9 +51,9 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], *, c
         log.warning("tensorjit triton: running the graph eagerly: %s: %s", type(error).__name__, error)
         compiled = eager
     if config is not None and getattr(config, "triton_cudagraphs", False):
-        from tensorjit.runtime.cudagraphs import CudaGraphRunner, Settings
+        from tensorjit.runtime.cudagraphs import Settings, runner_for
 
-        compiled = CudaGraphRunner(compiled, settings=Settings.from_config(config))
+        compiled = runner_for(compiled, name="graph", settings=Settings.from_config(config))
     return compiled
 
 
