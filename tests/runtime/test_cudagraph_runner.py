@@ -497,9 +497,11 @@ def test_training_steps_match_eager_and_backward_reads_saved_activations_in_plac
     backward_recording = next(iter(backward.recordings.values()))
     assert forward_recording.protected, "the forward hands saved activations to the backward"
     assert backward_recording.pool == forward_recording.pool  # one pool per step
-    in_place = [key for key in backward.recordings][0][1:]
+    (key,) = backward.recordings  # one recording: the key learned at the first call finds it later
+    assert backward.saved_input_indices, "the backward keys its saved activations by address in one pass"
+    addresses = set(key[1] or ()) | {part for part in key[2:] if type(part) is int}
     saved = {forward_recording.static_outputs[i].data_ptr() for i in forward_recording.protected}
-    assert saved <= {part for part in in_place if type(part) is int}  # the backward's key holds their addresses: read in place
+    assert saved <= addresses  # the backward's key holds their addresses: read in place
     assert len(backward_recording.copied) == 1  # the tangent alone is copied (a saved weight is read in place)
 
 

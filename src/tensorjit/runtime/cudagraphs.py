@@ -195,7 +195,7 @@ STRUCTURED = ("structured",)
 
 
 def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = frozenset(),
-                  device_type: str | None = None) -> tuple | None:
+                  device_type: str | None = None, saved_input_indices: frozenset[int] = frozenset()) -> tuple | None:
     """What tells one recording's calls apart: (inference mode, the addresses of the module-state
     inputs `static_input_indices` in index order, then per other input: the address of an input read
     in place (an int), or the shape, stride, dtype and device of a copied tensor, or a number's
@@ -209,10 +209,15 @@ def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = 
     inputs whose layout the capture's guards check, and a saved activation's address lies in the
     pool of the one forward recording that made it, which fixes its layout. Checking only the
     address keeps the key cheap for models with hundreds of parameters and saved activations:
-    module state's addresses are read in one pass in C (`map`), not input by input."""
+    module state's addresses are read in one pass in C (`map`), not input by input.
+
+    `saved_input_indices` (a backward's runner, which has no module state: `CudaGraphRunner`
+    learns them at its first call) are keyed the same way, by address in one pass, where every
+    one of them is a saved activation of a recording (else the key takes the general form)."""
     grad = torch.is_grad_enabled()
     head = torch.is_inference_mode_enabled()
-    plan = _static_plan(static_input_indices, len(inputs)) if static_input_indices else None
+    keyed_by_address = static_input_indices or saved_input_indices
+    plan = _static_plan(keyed_by_address, len(inputs)) if keyed_by_address else None
     if plan is not None:
         pick, others = plan
         state = pick(inputs)
@@ -221,15 +226,18 @@ def recording_key(inputs: Sequence[Any], static_input_indices: frozenset[int] = 
         except TypeError:
             plan = None
         else:
-            if grad and device_type is not None and any(map(_requires_grad, state)):
+            if saved_input_indices and not all(map(_saved_buffers.__contains__, addresses)):
+                plan = None
+            elif grad and device_type is not None and any(map(_requires_grad, state)):
                 return None
-            parts = [head, addresses]
-            outcome = _add_parts(parts, inputs, others, static_input_indices, grad, device_type)
-            if outcome is not _KEYED and outcome is not _NO_TENSOR:
-                return outcome
-            if device_type == "cuda" and torch.cuda.is_current_stream_capturing():
-                return None
-            return tuple(parts)
+    if plan is not None:
+        parts = [head, addresses]
+        outcome = _add_parts(parts, inputs, others, static_input_indices, grad, device_type)
+        if outcome is not _KEYED and outcome is not _NO_TENSOR:
+            return outcome
+        if device_type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        return tuple(parts)
     parts = [head, None]
     outcome = _add_parts(parts, inputs, range(len(inputs)), static_input_indices, grad, device_type)
     if outcome is not _KEYED:
@@ -396,6 +404,9 @@ class CudaGraphRunner:
         """Leading outputs the caller keeps (cloned); None: all of them."""
         self.static_input_indices = static_input_indices
         """Inputs known to keep their address (module parameters and buffers), read in place."""
+        self.saved_input_indices: frozenset[int] | None = None if kind == "backward" and not static_input_indices \
+            else frozenset()
+        """A backward's inputs that are saved activations read in place, learned at its first call."""
         self.settings = settings or Settings()
         self.name = name or f"{kind} graph"
         self.recordings: dict[tuple, Recording | None] = {}
@@ -417,15 +428,18 @@ class CudaGraphRunner:
 
     def __call__(self, *inputs: Any) -> Any:
         self._step_token = None
-        key = recording_key(inputs, self.static_input_indices, self.device_type)
+        key = recording_key(inputs, self.static_input_indices, self.device_type, self.saved_input_indices)
         if key is STRUCTURED:
             return self._call_structured(inputs)
         if key is None:
             return self._eager(inputs, ungraphable_reason(inputs, self.device_type)
                                or "inputs on several devices")
+        if self.saved_input_indices is None:
+            key = self._learn_saved_inputs(inputs, key)
         recording = self.recordings.get(key, _MISSING)
         if recording is _MISSING:
-            recording = self.recordings[key] = self._new_recording(key, inputs, in_place_of(key, self.static_input_indices))
+            in_place = in_place_of(key, self.static_input_indices or self.saved_input_indices or frozenset())
+            recording = self.recordings[key] = self._new_recording(key, inputs, in_place)
         if recording is None:
             return self._eager(inputs, None)
         if recording.lease is not None and any(recording.lease.aliases(inputs[i]) for i in recording.mutated):
@@ -437,6 +451,17 @@ class CudaGraphRunner:
                                        "eagerly; call tensorjit.cudagraph_mark_step_begin() when the previous "
                                        "step is done")
         return self._replay(recording, inputs)
+
+    def _learn_saved_inputs(self, inputs: Sequence[Any], key: tuple) -> tuple:
+        """At a backward runner's first keyed call: the positions of the saved activations it
+        reads in place, keyed from then on by address in one pass (`recording_key`); the key of
+        this call in that form, so that the first recording is found by the later calls."""
+        saved = frozenset(i for i, fixed in enumerate(in_place_of(key))
+                          if fixed and inputs[i].data_ptr() in _saved_buffers) if self.kind == "backward" else None
+        self.saved_input_indices = saved or frozenset()
+        if not saved:
+            return key
+        return recording_key(inputs, self.static_input_indices, self.device_type, saved)
 
     def _call_structured(self, inputs: Sequence[Any]) -> Any:
         """Inputs holding tuples of tensors (a saved multi-output op, as graphs run as they are pass them):
