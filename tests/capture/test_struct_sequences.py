@@ -19,7 +19,7 @@ def test_a_struct_sequence_made_from_a_tuple():
 
 def test_its_items_are_read_back():
     def fn(x, y):
-        return tuple(torch.return_types.qr((2 * x, y - 1)))
+        return tuple(torch.return_types.topk((2 * x, y - 1)))  # (torch 2.14 has no return_types.qr)
 
     x, y = torch.randn(3, 2), torch.randn(2, 4)
     for got, want in zip(tensorjit.compile(fn, backend="eager", fullgraph=True)(x, y), fn(x, y)):
