@@ -1,5 +1,6 @@
 """What the generated CPU wrapper does per call: concatenations fused into kernels, a view of a
-buffer as one as_strided call, and batch-of-one shapes still fused into one pass."""
+buffer as one as_strided call, batch-of-one shapes still fused into one pass; and on the GPU
+side, each kernel launched by its generated launch function, called directly."""
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -193,3 +194,18 @@ def test_filtered_guards_keep_the_wrapper_check():
     compiled(x, w)
     other = torch.randn(8, 4).t()
     torch.testing.assert_close(compiled(other, w), _sin_mul(other, w))
+
+
+def test_generated_wrappers_call_the_launch_itself():
+    """A kernel launch in the wrapper is `launchN.launch(...)`: no `KernelLauncher.__call__` frame
+    between the wrapper and the generated fast launch (hundreds of launches a step)."""
+    import re
+
+    from two_emitters import compile_with, on_device
+
+    [x] = on_device("triton", (torch.randn(16, 24),))
+    compiled = compile_with("triton", lambda x: ((x * 0.5).exp().sum(1), x.sin()), x)
+    launches = re.findall(r"\b(launch\d+)(\.launch)?\(", compiled.wrapper_source)
+    assert launches and all(direct for _, direct in launches), compiled.wrapper_source
+    for got, want in zip(compiled(x), ((x * 0.5).exp().sum(1), x.sin())):
+        torch.testing.assert_close(got, want)

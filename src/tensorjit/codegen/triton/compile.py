@@ -74,8 +74,10 @@ class TritonLaunch:
         kernel = self.kernels[step.name]
         if kernel.shapes[0].grid[0] == 0:
             return "pass  # no rows"
-        launcher = source.constant(self.launchers[step.name], "launch")
-        return f"{launcher}({', '.join(kernel.arguments)})"
+        launcher = self.launchers[step.name]
+        name = source.constant(launcher, "launch")
+        entry = f"{name}.launch" if isinstance(launcher, KernelLauncher) else name
+        return f"{entry}({', '.join(kernel.arguments)})"
 
 
 def graph_device(example_inputs) -> torch.device:

@@ -107,10 +107,13 @@ class KernelLauncher:
         self.aligned: list[int] = []
         self.fast_launches = 0
         self.slow_launches = 0
-        self._call = self._launch_slow
+        self.launch = self._launch_slow
+        """The launch itself: the generic path until the first launch, then the generated fast one.
+        Generated wrappers call it directly (`TritonLaunch.statement`), a Python call fewer a launch
+        than `launcher(...)`, which matters with hundreds of launches a step."""
 
     def __call__(self, *arguments: Any) -> None:
-        self._call(*arguments)
+        self.launch(*arguments)
 
     def _launch_slow(self, *arguments: Any) -> None:
         self.slow_launches += 1
@@ -123,7 +126,7 @@ class KernelLauncher:
                 if isinstance(value, torch.Tensor) and value.data_ptr() % 16 == 0
             ]
             device = arguments[self.aligned[0]].device.index if self.aligned else torch.cuda.current_device()
-            self._call = self._fast_launch_function(len(arguments), device)
+            self.launch = self._fast_launch_function(len(arguments), device)
 
     def _fast_launch_function(self, arity: int, device: int):
         """Generated `launch(a0, a1, ...)`: the checks, then the C launcher, with everything
