@@ -21,11 +21,10 @@ import types
 from typing import Any, Callable
 
 from ..breaks import GraphBreak
-from .base import Value
+from .base import Value, lookup_static
 from .container_methods import call_container_method
 from .containers import DictValue, SetValue, TupleValue
 from .functions import FunctionValue, MethodValue
-from .objects import lookup_static
 
 _BASES = (dict, set, frozenset, tuple)
 
@@ -109,7 +108,6 @@ update() and the constructor among them, do not): written in Python, they are in
 
 def subscript_method(value: Value, name: str):
     """The Python `name` (a subscript dunder) of a dict subclass instance made in the function, or None."""
-    from .objects import lookup_static
     if not isinstance(value, DictValue) or value.cls is dict or name not in _SUBSCRIPT_DUNDERS:
         return None
     method, owner = lookup_static(value.cls, name)

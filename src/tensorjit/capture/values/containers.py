@@ -16,7 +16,7 @@ import torch
 
 from ..breaks import GraphBreak
 from ..sources import AttrSource, ItemSource
-from .base import ConstantValue, Value
+from .base import ConstantValue, Value, lookup_static
 from .functions import FunctionValue, MethodValue
 
 
@@ -95,7 +95,7 @@ class TupleValue(SequenceValue):
         fields = _field_names(self.cls)
         if name in fields:
             return self.items[fields.index(name)]
-        if name in ("count", "index") or name == "numel" and self.cls is _torch_size():
+        if name in ("count", "index") or name == "numel" and self.cls is torch.Size:
             return ContainerMethodValue(self, name)
         if name == "_asdict" or name == "_replace":
             return ContainerMethodValue(self, name)
@@ -121,7 +121,6 @@ class TupleValue(SequenceValue):
 
 def _class_attribute(tx, value: TupleValue, name: str) -> Value:
     """A method, property or constant of a tuple subclass (`class P(namedtuple(...))` with its own methods)."""
-    from .objects import lookup_static
     attr, owner = lookup_static(value.cls, name)
     if owner not in (None, tuple, object):
         if isinstance(attr, types.FunctionType):
@@ -171,14 +170,14 @@ def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
     return subclass_attribute(tx, value, name)
 
 
-def _torch_size() -> type:
-    import torch
-    return torch.Size
-
-
-def _written_namespace(tx, value: Value):
-    from .objects import written_namespace
-    return written_namespace(tx, value)
+def written_namespace(tx, value: Value) -> DictValue | None:
+    """The object's __dict__ as capture holds it, once the function wrote to it (`obj.__dict__[k] = v`)."""
+    if value.source is None:
+        return None
+    known = tx.output.wrapped.get(AttrSource(value.source, "__dict__"))
+    if known is None or not isinstance(known[1], DictValue) or not known[1].mutated:
+        return None
+    return known[1]
 
 
 def _python_getattr(cls: type):
@@ -295,7 +294,7 @@ class DictValue(Value):
         if attributes is not None:
             if name == "__dict__":  # its namespace: writes to it are replayed, and read back below
                 return tx.wrap(attributes, AttrSource(self.source, "__dict__"))
-            namespace = _written_namespace(tx, self)
+            namespace = written_namespace(tx, self)
             if not _class_data_descriptor(self.cls, name):
                 if namespace is not None and name in namespace.items:
                     return namespace.items[name]

@@ -24,18 +24,10 @@ import torch
 from ..breaks import GraphBreak
 from ..guards import Guard
 from ..sources import AttrSource, CellSource, ClosureSource, EnvironSource, ItemSource
-from .base import DELETED, ConstantValue, NULL, Value
-from .containers import ContainerMethodValue, DictValue, SetValue, TupleValue
+from .base import DELETED, ConstantValue, NULL, Value, lookup_static
+from .containers import ContainerMethodValue, DictValue, ListValue, SetValue, TupleValue, written_namespace
 from .functions import FunctionValue, MethodValue
 from .lazy import LazyValue
-
-
-def lookup_static(cls: type, name: str) -> tuple[Any, type | None]:
-    """The class attribute `name` from the MRO without running descriptors."""
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            return klass.__dict__[name], klass
-    return None, None
 
 
 def python_getattr(cls: type):
@@ -149,16 +141,6 @@ def _class_member_source(value: ObjectValue, owner, name, suffix=""):
     if value.source is None or owner is None:
         return None
     return AttrSource(AttrSource(value.source, "__class__"), name) if not suffix else None
-
-
-def written_namespace(tx, value: "ObjectValue") -> DictValue | None:
-    """The object's __dict__ as capture holds it, once the function wrote to it (`obj.__dict__[k] = v`)."""
-    if value.source is None:
-        return None
-    known = tx.output.wrapped.get(AttrSource(value.source, "__dict__"))
-    if known is None or not isinstance(known[1], DictValue) or not known[1].mutated:
-        return None
-    return known[1]
 
 
 def _python_data_getter(attribute) -> types.FunctionType | None:
@@ -736,7 +718,6 @@ NOT_PLAIN = object()
 def plain_object(value: Value) -> Any:
     """The Python object a value known at capture stands for: a constant, an object wrapped as it
     is, a list or tuple of those (typing forms subscripted, type unions); else NOT_PLAIN."""
-    from .containers import ListValue
     if type(value) is ObjectValue:
         return value.obj
     if type(value) is ListValue or type(value) is TupleValue and value.cls is tuple:
