@@ -22,9 +22,9 @@ from typing import Any, Callable
 
 from ..breaks import GraphBreak
 from .base import Value, lookup_static
-from .container_methods import call_container_method
 from .containers import DictValue, SetValue, TupleValue
 from .functions import FunctionValue, MethodValue
+from .method_table import call_container_method
 
 _BASES = (dict, set, frozenset, tuple)
 

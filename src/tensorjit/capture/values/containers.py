@@ -18,6 +18,7 @@ from ..breaks import GraphBreak
 from ..sources import AttrSource, ItemSource
 from .base import ConstantValue, Value, lookup_static
 from .functions import FunctionValue, MethodValue
+from .method_table import call_container_method, has_operator_dunder
 
 
 def _record_mutation(container, tx) -> None:
@@ -129,7 +130,7 @@ def _class_attribute(tx, value: TupleValue, name: str) -> Value:
             return tx.call(FunctionValue(attr.fget), [value], {})
         if isinstance(attr, (int, float, str, bool, tuple, type(None))):
             return tx.wrap_constant_object(attr)
-    if _has_operator_dunder(value, name):
+    if has_operator_dunder(value, name):
         return ContainerMethodValue(value, name)
     raise _attribute_break(value, name)
 
@@ -204,11 +205,6 @@ def _attribute_break(value: Value, name: str) -> GraphBreak:
     return GraphBreak("getattr", f"{cls.__name__} attribute {name!r}")
 
 
-def _has_operator_dunder(value: Value, name: str) -> bool:
-    from .container_methods import has_operator_dunder
-    return has_operator_dunder(value, name)
-
-
 def _field_names(cls: type) -> tuple:
     """Field names of a namedtuple or a struct sequence (torch.return_types.max, os.stat_result)."""
     if _is_namedtuple(cls):
@@ -238,7 +234,7 @@ class ListValue(SequenceValue):
     def getattr(self, tx, name: str) -> Value:
         if name in _LIST_METHODS:
             return ContainerMethodValue(self, name)
-        if _has_operator_dunder(self, name):
+        if has_operator_dunder(self, name):
             return ContainerMethodValue(self, name)
         raise _attribute_break(self, name)
 
@@ -305,7 +301,7 @@ class DictValue(Value):
             return found
         if name in _DICT_METHODS:
             return ContainerMethodValue(self, name)
-        if _has_operator_dunder(self, name):
+        if has_operator_dunder(self, name):
             return ContainerMethodValue(self, name)
         routed = _routed_attribute(self.cls, "__getattr__") if not hasattr(self.cls, name) else None
         if routed is not None:  # `__getattr__ = dict.get`: the item of that name
@@ -421,7 +417,7 @@ class SetValue(Value):
             return found
         if name in _SET_METHODS and hasattr(self.cls, name):  # a frozenset has no mutating methods
             return ContainerMethodValue(self, name)
-        if _has_operator_dunder(self, name):
+        if has_operator_dunder(self, name):
             return ContainerMethodValue(self, name)
         raise _attribute_break(self, name)
 
@@ -722,5 +718,4 @@ class ContainerMethodValue(Value):
         return super().getattr(tx, name)
 
     def call(self, tx, args, kwargs) -> Value:
-        from .container_methods import call_container_method
         return call_container_method(tx, self.owner, self.name, args, kwargs)
