@@ -28,8 +28,8 @@ from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, 
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import (NOT_PLAIN, CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, SuperValue,
                              UserObjectValue, lookup_static, plain_object)
-from .values.container_subclasses import subscript_method
 from .values.records import RecordValue
+from .values.subclass_instances import subscript_method
 from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
 
 HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}

@@ -17,6 +17,7 @@ import torch
 from ..breaks import GraphBreak
 from ..sources import AttrSource, ItemSource
 from .base import ConstantValue, Value, lookup_static
+from .container_subclasses import container_base, new_container, python_getattr, routed_attribute, subclass_attribute
 from .functions import FunctionValue, MethodValue
 from .method_table import call_container_method, has_operator_dunder
 
@@ -77,7 +78,7 @@ class TupleValue(SequenceValue):
         if self.cls is torch.Size:
             return torch.Size(values)
         if _subclass(self.cls):
-            return _new_container(self.cls, values)
+            return new_container(self.cls, values)
         return self.cls(*values)
 
     def rebuild(self, items):
@@ -136,7 +137,6 @@ def _class_attribute(tx, value: TupleValue, name: str) -> Value:
 
 
 def _subclass(cls: type) -> bool:
-    from .container_subclasses import container_base
     return container_base(cls) is not None
 
 
@@ -167,7 +167,6 @@ def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
     from_outside = isinstance(value, DictValue) and getattr(value, "instance_attributes", None) is not None
     if not _subclass(value.python_type()) and not from_outside:
         return None
-    from .container_subclasses import subclass_attribute
     return subclass_attribute(tx, value, name)
 
 
@@ -182,18 +181,11 @@ def written_namespace(tx, value: Value) -> DictValue | None:
 
 
 def _python_getattr(cls: type):
-    from .container_subclasses import python_getattr
     return python_getattr(cls) if cls is not dict else None
 
 
 def _routed_attribute(cls: type, dunder: str) -> str | None:
-    from .container_subclasses import routed_attribute
     return routed_attribute(cls, dunder) if cls is not dict else None
-
-
-def _new_container(cls: type, items) -> Any:
-    from .container_subclasses import new_container
-    return new_container(cls, items)
 
 
 def _attribute_break(value: Value, name: str) -> GraphBreak:
@@ -271,7 +263,7 @@ class DictValue(Value):
 
     def constant(self) -> Any:
         pairs = [(k, v.constant()) for k, v in self.items.items()]
-        return _new_container(self.cls, pairs) if _subclass(self.cls) else self.cls(pairs)
+        return new_container(self.cls, pairs) if _subclass(self.cls) else self.cls(pairs)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
@@ -401,7 +393,7 @@ class SetValue(Value):
     def constant(self) -> Any:
         if _holds_tensors(self.items):
             raise GraphBreak("not-constant", "a set holding tensors is not a compile-time constant")
-        return _new_container(self.cls, self.items) if _subclass(self.cls) else self.cls(self.items)
+        return new_container(self.cls, self.items) if _subclass(self.cls) else self.cls(self.items)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
