@@ -451,10 +451,14 @@ class TensorKey:
         return isinstance(other, TensorKey) and other.example is self.example
 
 
+KEYED_BY_IDENTITY: set[type] = set()
+"""Value classes (exactly these, not subclasses) whose set members are their example's identity:
+tensors.py adds TensorValue. (NumPy arrays, its subclass, are unhashable, as in Python.)"""
+
+
 def set_key(value: Value) -> Any:
     """The key `value` is a member of a set under: a tensor by identity, anything else as a dict key."""
-    from .tensors import TensorValue
-    if type(value) is TensorValue:  # (NumPy arrays are unhashable, as in Python)
+    if type(value) in KEYED_BY_IDENTITY:
         return TensorKey(value.example)
     return identity_key(value)
 

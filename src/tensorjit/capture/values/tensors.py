@@ -25,7 +25,7 @@ from ..breaks import GraphBreak
 from ..guards import Guard
 from ..sources import AttrSource
 from .base import DELETED, ConstantValue, Value
-from .containers import DictValue, ListValue, SliceValue, TupleValue
+from .containers import KEYED_BY_IDENTITY, DictValue, ListValue, SliceValue, TupleValue
 from .hooks import register_tensor_hook
 
 # Tensor methods whose result feeds Python with data: they end the graph.
@@ -140,6 +140,9 @@ class TensorValue(Value):
 
     def __repr__(self) -> str:
         return f"TensorValue({self.node.name}, {tuple(self.example.shape)}, {self.example.dtype})"
+
+
+KEYED_BY_IDENTITY.add(TensorValue)  # a tensor is a set member by identity, as Python hashes it
 
 
 def _is_method(name: str) -> bool:
