@@ -37,7 +37,7 @@ from .guards import Guard
 from .sources import LocalSource
 from .values.base import NULL, NullValue, Value
 from .values.lazy import LazyValue
-from .values.objects import CellValue, RealCellValue
+from .values.cells import CellValue, RealCellValue
 
 
 @dataclass

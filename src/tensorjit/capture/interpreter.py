@@ -35,11 +35,11 @@ from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, Loc
 from .values.base import ConstantValue, NULL, NullValue, Value
 from .values.lazy import LazyValue
 from .values.builtins import BuiltinValue
+from .values.cells import CellValue
 from .values.containers import (DictValue, IteratorValue, ListValue, SequenceValue, SetValue, TupleValue,
                                 live_iterator)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue, TorchFunctionValue
-from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue,
-                             SuperValue, UserObjectValue, lookup_static)
+from .values.objects import GradModeValue, NNModuleValue, ObjectValue, SuperValue, UserObjectValue, lookup_static
 from .values.records import RecordValue
 from .values.tensors import TensorValue, record_call
 

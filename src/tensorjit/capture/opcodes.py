@@ -26,8 +26,8 @@ from .values.builtins import BuiltinValue, object_text
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
                                 SetValue, SliceValue, TupleValue, hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (NOT_PLAIN, CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, SuperValue,
-                             UserObjectValue, lookup_static, plain_object)
+from .values.objects import (NOT_PLAIN, GradModeValue, NNModuleValue, ObjectValue, SuperValue, UserObjectValue,
+                             lookup_static, plain_object)
 from .values.records import RecordValue
 from .values.subclass_instances import subscript_method
 from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call

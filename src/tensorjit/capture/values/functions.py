@@ -17,6 +17,7 @@ import torch
 from ..breaks import GraphBreak
 from ..sources import AttrSource, DefaultSource
 from .base import CallableConstant, ConstantValue, Value
+from .cells import RealCellValue
 
 _TORCH_PYTHON_NAMESPACES = (
     "torch.nn.functional", "torch.functional", "torch._tensor", "torch.random",
@@ -107,7 +108,6 @@ class FunctionValue(Value):
         return {k: tx.wrap(v, DefaultSource(self.source, 0, k) if self.source else None) for k, v in values.items()}
 
     def closure_cells(self, tx) -> list:
-        from .objects import RealCellValue
         cells = self.fn.__closure__ or ()
         return [RealCellValue(cell, self.source, i) for i, cell in enumerate(cells)]
 
