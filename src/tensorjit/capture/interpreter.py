@@ -38,7 +38,7 @@ from .values.builtins import BuiltinValue
 from .values.cells import CellValue
 from .values.containers import (DictValue, IteratorValue, ListValue, SequenceValue, SetValue, TupleValue,
                                 live_iterator)
-from .values.functions import FunctionValue, MethodValue, NestedFunctionValue, TorchFunctionValue
+from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
 from .values.objects import GradModeValue, NNModuleValue, ObjectValue, SuperValue, UserObjectValue, lookup_static
 from .values.records import RecordValue
 from .values.tensors import TensorValue, record_call

@@ -16,7 +16,7 @@ import torch
 
 from ..breaks import GraphBreak
 from ..sources import AttrSource, DefaultSource
-from .base import CallableConstant, ConstantValue, Value
+from .base import ConstantValue, Value
 from .cells import RealCellValue
 
 _TORCH_PYTHON_NAMESPACES = (
@@ -279,18 +279,3 @@ class MethodValue(Value):
 
     def __repr__(self) -> str:
         return f"MethodValue({self.function!r} of {self.owner!r})"
-
-
-class TorchFunctionValue(CallableConstant):
-    """A torch operation: calls with symbolic tensors become graph nodes."""
-
-    def call(self, tx, args, kwargs) -> Value:
-        from .torch_calls import call_torch_function
-        return call_torch_function(tx, self.fn, args, kwargs)
-
-    def getattr(self, tx, name: str) -> Value:
-        try:
-            found = getattr(self.fn, name)
-        except AttributeError as error:  # the program's own exception (functools.wraps catches it)
-            raise GraphBreak("attribute-error", str(error), exception=error) from None
-        return tx.wrap(found, AttrSource(self.source, name) if self.source else None)
