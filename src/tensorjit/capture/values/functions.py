@@ -188,12 +188,11 @@ class NestedFunctionValue(Value):
         elif name == "__dict__" or hasattr(types.FunctionType, name):  # __defaults__, __code__: what calls read
             raise GraphBreak("store-attr", f"setting {name} of a nested function")
         else:
-            self._namespace().items[name] = value
+            self._namespace(tx).items[name] = value
 
-    def _namespace(self):
-        from .containers import DictValue
-        if self.namespace is None:
-            self.namespace = DictValue({})
+    def _namespace(self, tx):
+        if self.namespace is None:  # an empty dict, made by the frame (containers sit above this module)
+            self.namespace = tx.wrap_constant_object({})
         return self.namespace
 
     def defaults(self, tx) -> list[Value]:
@@ -219,13 +218,12 @@ class NestedFunctionValue(Value):
             cells = tuple(types.CellType() for _ in self.code.co_freevars) or None
             return ConstantValue(types.FunctionType(self.code, {}, closure=cells).__doc__)
         if name == "__annotations__":  # none given to MAKE_FUNCTION: an empty dict, made once
-            from .containers import DictValue
-            self.written[name] = DictValue({})
+            self.written[name] = tx.wrap_constant_object({})
             return self.written[name]
         if name == "__type_params__" and hasattr(types.FunctionType, name):  # 3.12+: none without PEP 695
             return ConstantValue(())
         if name == "__dict__":
-            return self._namespace()
+            return self._namespace(tx)
         if self.namespace is not None and name in self.namespace.items:
             return self.namespace.items[name]
         if name not in _FUNCTION_SLOTS and not hasattr(types.FunctionType, name):
