@@ -315,7 +315,7 @@ class TensorMethodValue(Value):
     def call(self, tx, args, kwargs) -> Value:
         name = self.name
         if name == "register_hook":
-            return register_tensor_hook(tx, self.tensor, args, kwargs)
+            return register_tensor_hook(tx, self.tensor, args, kwargs, TensorValue)
         if name == "__iter__" and not args and not kwargs:  # x.__iter__() is iter(x): its rows
             return tx.iterate(self.tensor)
         if name in _DATA_DEPENDENT_METHODS:
