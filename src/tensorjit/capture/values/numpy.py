@@ -34,11 +34,12 @@ from torch.utils import _pytree as pytree
 
 from ..aliasing import storage_key
 from ..breaks import GraphBreak
+from ..guards import Guard
 from ..sources import Source
 from .base import ConstantValue, Value
-from .containers import ListValue, TupleValue
+from .containers import DictValue, ListValue, SliceValue, TupleValue
 from . import tensors
-from .tensors import SymbolicIntValue, TensorValue
+from .tensors import SymbolicIntValue, TensorValue, record_call
 
 try:
     import numpy
@@ -374,7 +375,6 @@ def involves_array(args: list[Value], kwargs: dict[str, Value]) -> bool:
 
 
 def _leaves(values: list[Value]) -> list[Value]:
-    from .containers import ListValue, TupleValue, DictValue
     out = []
     for v in values:
         if isinstance(v, (ListValue, TupleValue)):
@@ -388,7 +388,6 @@ def _leaves(values: list[Value]) -> list[Value]:
 
 def _template_of(tx, value: Value, nodes: list) -> Any:
     """`value` as NumpyCall's template: graph values become slots (their nodes collected)."""
-    from .containers import ListValue, TupleValue, SliceValue, DictValue
     if isinstance(value, (TensorValue, SymbolicIntValue)):
         nodes.append(value.node)
         return _Slot(len(nodes) - 1)
@@ -411,7 +410,6 @@ def _template_of(tx, value: Value, nodes: list) -> Any:
 def record_numpy_call(tx, function: Callable | str, args: list[Value], kwargs: dict[str, Value],
                       name: str) -> Value:
     """Put `function(*args, **kwargs)` under NumPy's rules into the graph; its arrays are NumpyArrayValues."""
-    from .tensors import record_call
     nodes: list = []
     template = (tuple(_template_of(tx, a, nodes) for a in args),
                 {k: _template_of(tx, v, nodes) for k, v in kwargs.items()})
@@ -518,7 +516,6 @@ for arrays: the same elementwise reading the builtins get for tensors."""
 
 
 def _to_tensor(tx, target, array: NumpyArrayValue, kwargs: dict[str, Value]) -> Value:
-    from .tensors import record_call
     tensor = TensorValue(array.node, array.example)
     if array.source is not None:
         tensor.source = NumpyTensorSource(array.source, array.read_only)
@@ -530,7 +527,6 @@ def _to_tensor(tx, target, array: NumpyArrayValue, kwargs: dict[str, Value]) -> 
 
 def tensor_to_array(tx, tensor: TensorValue, kwargs: dict[str, Value]) -> Value:
     """`tensor.numpy(force=...)`: the same data seen as an array (a detached view in the graph)."""
-    from .tensors import record_call
     force = kwargs.pop("force", ConstantValue(False)).constant()
     if kwargs:
         raise GraphBreak("numpy", f"Tensor.numpy() given {sorted(kwargs)}")
@@ -562,7 +558,6 @@ _NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.complex64, t
 def wrap_ndarray(tx, array, source: Source) -> Value | None:
     """An ndarray read through `source`: a graph input (guarded as the tensor viewing it), or
     None where torch cannot view it."""
-    from ..guards import Guard
     if not viewable(array):
         return None
     tx.output.guard(Guard(source, "type", numpy.ndarray))
@@ -580,7 +575,6 @@ def wrap_ndarray(tx, array, source: Source) -> Value | None:
 def constant_array(tx, array) -> Value:
     """An ndarray made at capture time (a folded NumPy call): a constant of the graph, copied on
     each call so that the program may write to the array it gets."""
-    from .tensors import record_call
     if not viewable(array):
         raise GraphBreak("numpy", f"an array of dtype {array.dtype} has no tensor counterpart",
                          "it is made eagerly")
