@@ -25,11 +25,12 @@ from ..config import Config
 from . import markers, native_guards
 from .aliasing import check_aliasing
 from .breaks import BreakReason, CaptureError, CompilerUsageError, GraphBreak, GraphBreakError
+from .capture_state import Capture, StopCapture
 from .codegen import RestoreFunction, build_restore
 from .generators import unclosed_protected
 from .guard_filter import filter_guards
 from .guards import GUARDED_INPUTS, CompiledGuards, global_state_guards, load_guards, saved_guards
-from .interpreter import Capture, Frame, StopCapture
+from .interpreter import Frame
 from .output import OutputGraph
 from .resume import Successor, TailCall, first_argument, hidden_parameters, resume_code, transformed_code
 from .dynamic import DynamicPolicy, may_vary, shape_guards

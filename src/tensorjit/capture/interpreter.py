@@ -22,14 +22,15 @@ from typing import Any, Callable
 
 import torch
 
-from ..config import Config
 from . import builder, cpython, polyfills
 from .attributes import delete_attribute, store_attribute
 from .autograd_function import applied_function, call_apply
 from .breaks import GraphBreak, UserLocation
+from .capture_state import Capture, Return, StopCapture, chain_context
 from .calls import binary_op, bind_arguments, call_object, inline_function
 from .module_call import call_module
-from .output import OutputGraph, SideEffect
+from .opcodes import HANDLERS, getitem
+from .output import SideEffect
 from .regions import capture_region, is_compile_region, region_function
 from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
 from .values.base import ConstantValue, NULL, NullValue, Value
@@ -44,15 +45,6 @@ from .values.records import RecordValue
 from .values.tensors import TensorValue, record_call
 
 MAX_STEPS = 200_000
-
-
-class Return(Exception):
-    def __init__(self, value: Value) -> None:
-        self.value = value
-
-
-class StopCapture(Exception):
-    """The root frame reached the step where the graph must end."""
 
 
 @dataclass
@@ -97,64 +89,6 @@ def cached_instructions(code: types.CodeType):
     return entry
 
 
-class _OuterException(ConstantValue):
-    """The exception the caller may be handling when the compiled function starts: unknown to capture.
-    It stands where PUSH_EXC_INFO saves the previous exception, and is None when rebuilt there."""
-
-    def __init__(self) -> None:
-        super().__init__(None)
-
-
-OUTER_EXCEPTION = _OuterException()
-
-
-def handled_exception(capture: "Capture") -> BaseException | None:
-    """The exception being handled now, when capture knows it (one raised during capture)."""
-    handled = capture.handled
-    if isinstance(handled, ObjectValue) and isinstance(handled.obj, BaseException):
-        return handled.obj
-    return None
-
-
-def chain_context(capture: "Capture", exception: BaseException | None) -> None:
-    """An exception raised while another is handled gets it as its __context__, as CPython does."""
-    handled = handled_exception(capture)
-    if exception is None or handled is None or handled is exception or exception.__context__ is not None:
-        return
-    context = handled
-    while context is not None:  # no cycle: CPython cuts the chain where it meets the new exception
-        if context.__context__ is exception:
-            context.__context__ = None
-            break
-        context = context.__context__
-    exception.__context__ = handled
-
-
-class Capture:
-    """State shared by all frames of one capture."""
-
-    def __init__(self, config: Config, output: OutputGraph, break_at: int | None) -> None:
-        self.config = config
-        self.output = output
-        self.break_at = break_at
-        self.steps = 0
-        self.generators: list = []  # every GeneratorValue made, checked for unclosed cleanup at the end
-        self.open_contexts: list = []  # autocast/inference_mode blocks entered for real and not yet left
-        self.handled = OUTER_EXCEPTION  # the exception being handled (sys.exc_info()), set by PUSH_EXC_INFO
-        self.frames: list["Frame"] = []  # every frame run, emptied by `release`
-
-    def release(self) -> None:
-        """Drop what the finished capture holds of the program's objects. Its frames, values and
-        graph form reference cycles, which only the cycle collector frees: till it runs they would
-        keep the call's tensors (optimizer state, activations) alive after the program let go."""
-        for frame in self.frames:
-            frame.locals, frame.stack, frame.cells, frame.delegate = {}, [], {}, None
-        self.frames.clear()
-        self.generators.clear()
-        self.handled = OUTER_EXCEPTION
-        self.output.release()
-
-
 class Frame:
     def __init__(self, capture: Capture, code: types.CodeType, globals_: dict, parent: "Frame | None",
                  locals_: dict[str, Value], cells: dict[str, Any]) -> None:
@@ -197,7 +131,6 @@ class Frame:
 
     # -- running ------------------------------------------------------------------
     def run(self) -> Value:
-        from .opcodes import HANDLERS
         capture = self.capture
         while True:
             inst = self.instructions[self.ip]
@@ -329,7 +262,6 @@ class Frame:
 
     def getitem(self, obj: Value, index: Value) -> Value:
         """`obj[index]`, as BINARY_SUBSCR does it."""
-        from .opcodes import getitem  # opcodes.py imports this module
         return getitem(self, obj, index)
 
     def binary_op(self, op: Callable, a: Value, b: Value) -> Value:

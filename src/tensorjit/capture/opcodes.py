@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import operator
 import types
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from . import cpython
 from .breaks import GraphBreak
+from .capture_state import Return, handled_exception
 from .contextmanagers import Suspended
 from .cpython import CALL_ADAPTER, FROM_312, FROM_313, PY, PY311, PY312, PY313, PY314, UP_TO_312
 from .generators import GeneratorValue
-from .interpreter import Frame, Instruction, Return, handled_exception
 from .sources import TensorKeySource
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
@@ -31,6 +31,9 @@ from .values.objects import (NOT_PLAIN, GradModeValue, NNModuleValue, ObjectValu
 from .values.records import RecordValue
 from .values.subclass_instances import subscript_method
 from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
+
+if TYPE_CHECKING:
+    from .interpreter import Frame, Instruction
 
 HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}
 
