@@ -47,10 +47,11 @@ except ImportError:  # pragma: no cover - torch's wheels depend on numpy
     numpy = None
 
 
-def _tnp():
-    """torch._numpy, imported at first use (programs without NumPy code never pay for it)."""
-    import torch._numpy as tnp
-    return tnp
+def torch_numpy():
+    """torch._numpy, imported at first use (capture's one import of it: polyfills/numpy.py asks here)."""
+    # deferred: torch._numpy costs ~13 ms at import; programs without NumPy code never need it
+    import torch._numpy as module
+    return module
 
 
 def is_ndarray(obj: Any) -> bool:
@@ -164,7 +165,7 @@ class NumpyCall:
         self.__module__ = __name__
 
     def __call__(self, *values):
-        tnp = _tnp()
+        tnp = torch_numpy()
 
         def fill(leaf):
             if isinstance(leaf, _Slot):
@@ -201,14 +202,14 @@ _INT_TO_FLOAT = {operator.truediv, "__truediv__", "__rtruediv__"}
 
 
 def _int_to_float_functions() -> tuple:
-    tnp = _tnp()
+    tnp = torch_numpy()
     return (tnp.true_divide, tnp.divide, tnp.arctan2)
 
 
 def _as_float(argument):
     """An integer or bool array as float64 (NumPy's float for them), so that torch's integer
     division, which makes its default float dtype, makes NumPy's."""
-    tnp = _tnp()
+    tnp = torch_numpy()
     if isinstance(argument, tnp.ndarray) and not argument.tensor.is_floating_point() and \
             not argument.tensor.is_complex():
         return argument.astype(tnp.float64)
@@ -216,7 +217,7 @@ def _as_float(argument):
 
 
 def _holds_arrays(value) -> bool:
-    tnp = _tnp()
+    tnp = torch_numpy()
     return isinstance(value, (list, tuple)) and any(isinstance(leaf, tnp.ndarray) for leaf in pytree.tree_leaves(value))
 
 
@@ -248,14 +249,14 @@ def _stacked(items):
     """A nested sequence holding arrays as one array (`np.array([a, b])`): torch._numpy's constructor
     reads such a sequence item by item into Python, which the graph cannot do; stacked, the items
     keep NumPy's promotion of their dtypes."""
-    tnp = _tnp()
+    tnp = torch_numpy()
     arrays = [_stacked(i) if isinstance(i, (list, tuple)) else tnp.asarray(i) for i in items]
     dtype = tnp.result_type(*arrays)
     return tnp.stack([a.astype(dtype) for a in arrays])
 
 
 def _out_of_numpy(leaf):
-    tnp = _tnp()
+    tnp = torch_numpy()
     if isinstance(leaf, tnp.ndarray):
         return leaf.tensor
     if isinstance(leaf, tnp.DType):
@@ -272,7 +273,7 @@ def _template_constant(value: Any) -> Any:
     if isinstance(value, numpy.generic):
         return _Scalar(value.item(), value.dtype.name)
     if isinstance(value, type) and issubclass(value, numpy.generic):
-        tnp_type = getattr(_tnp(), value.__name__, None)
+        tnp_type = getattr(torch_numpy(), value.__name__, None)
         if tnp_type is None:
             raise GraphBreak("numpy", f"torch._numpy has no type {value.__name__}")
         return tnp_type
@@ -314,7 +315,7 @@ class NumpyArrayValue(TensorValue):
             return tx.wrap_constant_object(numpy.ndarray)
         if name in ("data", "base", "ctypes", "flags", "__array_interface__"):
             raise GraphBreak("numpy", f"ndarray.{name} is a run-time object of the array")
-        attribute = getattr(_tnp().ndarray, name, None)
+        attribute = getattr(torch_numpy().ndarray, name, None)
         if attribute is None:
             raise GraphBreak("numpy", f"ndarray.{name} has no torch._numpy counterpart",
                              exception=AttributeError(f"'numpy.ndarray' object has no attribute '{name}'")
@@ -505,7 +506,7 @@ def torch_call_on_arrays(tx, target, args: list[Value], kwargs: dict[str, Value]
         target = torch.minimum if bound == "max" else torch.maximum
     replacement = _BUILTIN_STAND_INS.get(target)
     if replacement is not None and not kwargs:
-        return record_numpy_call(tx, getattr(_tnp(), replacement), args, kwargs, replacement)
+        return record_numpy_call(tx, getattr(torch_numpy(), replacement), args, kwargs, replacement)
     raise GraphBreak("numpy", f"{getattr(target, '__qualname__', target)} given a NumPy array",
                      "convert it with torch.from_numpy first")
 

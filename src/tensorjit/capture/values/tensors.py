@@ -22,6 +22,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from ..breaks import GraphBreak
+from ..dynamic import symbolic_shapes
 from ..guards import Guard
 from ..sources import AttrSource
 from .base import DELETED, ConstantValue, Value
@@ -177,13 +178,13 @@ class SymbolicIntValue(Value):
     def constant(self):
         try:
             return self.python_type()(self.example)
-        except _symbolic_shapes().GuardOnDataDependentSymNode:
+        except symbolic_shapes().GuardOnDataDependentSymNode:
             raise _unbacked_branch(self.example) from None
 
     def truth(self, tx) -> bool:
         try:
             return bool(self.example)
-        except _symbolic_shapes().GuardOnDataDependentSymNode:
+        except symbolic_shapes().GuardOnDataDependentSymNode:
             raise _unbacked_branch(self.example) from None
 
     def unpack(self, tx):
@@ -426,7 +427,7 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
         raise
     except (torch._subclasses.fake_tensor.DataDependentOutputException,
             torch._subclasses.fake_tensor.DynamicOutputShapeException,
-            _symbolic_shapes().GuardOnDataDependentSymNode) as e:
+            symbolic_shapes().GuardOnDataDependentSymNode) as e:
         raise GraphBreak("data-dependent-op", f"{_describe(target)} has a data-dependent result ({type(e).__name__})")
     except NotImplementedError as e:
         raise GraphBreak("unsupported-op", f"{_describe(target)} cannot run on fake tensors: {e}")
@@ -454,7 +455,7 @@ def _new_unbacked_symbols(result) -> set:
     strings, devices...: torch 2.11's free_unbacked_symbols asserts on those)."""
     leaves = [leaf for leaf in pytree.tree_leaves(result)
               if isinstance(leaf, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool))]
-    return _symbolic_shapes().free_unbacked_symbols(leaves) if leaves else set()
+    return symbolic_shapes().free_unbacked_symbols(leaves) if leaves else set()
 
 
 def _describe(target) -> str:
@@ -486,13 +487,6 @@ def wrap_result(tx, node: torch.fx.Node, result: Any, args: list[Value]) -> Valu
         return ConstantValue(type(result)(result)) if isinstance(result, tuple) else ListValue(
             [ConstantValue(r) for r in result])
     raise GraphBreak("unsupported-result", f"graph operation returned {type(result).__name__}")
-
-
-def _symbolic_shapes():
-    """torch.fx.experimental.symbolic_shapes, imported at first use: it imports sympy (half a second),
-    which a process running warm-started entries never needs."""
-    import torch.fx.experimental.symbolic_shapes as symbolic_shapes
-    return symbolic_shapes
 
 
 from .containers import ListValue as _List, TupleValue as _Tuple  # noqa: E402  (they import this module)
