@@ -3,8 +3,8 @@
 `Capture` holds one capture's state (config, output graph, step count, the exception being
 handled); `Return` is raised by the return handlers (opcodes.py) and caught by the frame loop
 (interpreter.py), `StopCapture` by the loop at the step where the graph must end and caught
-by the converter (convert.py). It sits below opcodes.py and interpreter.py, so that the
-interpreter imports its handler table (opcodes.py) at module level and not the other way.
+by the converter (convert.py). It sits below opcodes.py and interpreter.py, so that opcodes.py
+imports nothing of the interpreter, which imports opcodes.py (at the first capture: it defers).
 """
 
 from __future__ import annotations

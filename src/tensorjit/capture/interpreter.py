@@ -29,7 +29,6 @@ from .breaks import GraphBreak, UserLocation
 from .capture_state import Capture, Return, StopCapture, chain_context
 from .calls import binary_op, bind_arguments, call_object, inline_function
 from .module_call import call_module
-from .opcodes import HANDLERS, getitem
 from .output import SideEffect
 from .regions import capture_region, is_compile_region, region_function
 from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
@@ -89,6 +88,13 @@ def cached_instructions(code: types.CodeType):
     return entry
 
 
+def _opcodes():
+    """opcodes.py, the handler table the frame loop runs (a layer below: it imports no interpreter)."""
+    # deferred: opcodes.py costs ~6 ms at import; a process running only warm-started entries never captures
+    from . import opcodes
+    return opcodes
+
+
 class Frame:
     def __init__(self, capture: Capture, code: types.CodeType, globals_: dict, parent: "Frame | None",
                  locals_: dict[str, Value], cells: dict[str, Any]) -> None:
@@ -131,6 +137,7 @@ class Frame:
 
     # -- running ------------------------------------------------------------------
     def run(self) -> Value:
+        handlers = _opcodes().HANDLERS
         capture = self.capture
         while True:
             inst = self.instructions[self.ip]
@@ -143,7 +150,7 @@ class Frame:
                     raise GraphBreak("too-long", f"more than {MAX_STEPS} bytecode steps in one graph")
             self.current = inst
             self.ip += 1
-            handler = HANDLERS.get(inst.opname)
+            handler = handlers.get(inst.opname)
             if handler is None:
                 raise GraphBreak("unsupported-bytecode", f"opcode {inst.opname} is not supported")
             try:
@@ -262,7 +269,7 @@ class Frame:
 
     def getitem(self, obj: Value, index: Value) -> Value:
         """`obj[index]`, as BINARY_SUBSCR does it."""
-        return getitem(self, obj, index)
+        return _opcodes().getitem(self, obj, index)
 
     def binary_op(self, op: Callable, a: Value, b: Value) -> Value:
         return binary_op(self, op, a, b)
