@@ -2,8 +2,9 @@
 inside functions, its import cycles, and the layers it should keep to.
 
 Takes: nothing (reads the source beside it). Returns: prints a markdown report (counts, cycles,
-the table of module-level edges per layer) that docs/architecture.md quotes; `graph()` and
-`LAYERS` serve tests/capture/test_layers.py.
+the table of module-level edges per layer, the imports inside functions with their reasons) that
+docs/architecture.md quotes; `graph()`, `inside_imports()`, `reaches_up()` and `LAYERS` serve
+tests/capture/test_layers.py.
 
     python tools/capture_imports.py
 """
@@ -18,16 +19,29 @@ CAPTURE = pathlib.Path(__file__).resolve().parent.parent / "src" / "tensorjit" /
 
 LAYERS = (
     ("records", ("breaks", "sources", "guard_kinds", "native_guards", "guards", "cpython")),
-    ("values", ("values.*", "output", "dynamic", "aliasing", "subgraphs", "codegen")),
+    ("graph", ("aliasing", "subgraphs", "dynamic")),
+    ("values", ("values.base", "values.lazy", "values.cells", "values.functions", "values.method_table",
+                "values.container_subclasses", "values.containers", "values.hooks", "values.tensors",
+                "values.container_methods", "values.subclass_instances", "values.objects", "values.torch_calls",
+                "values.records", "values.numpy", "values.builtins", "values")),
+    ("output", ("output", "codegen")),
     ("calls", ("skipfiles", "builder", "markers", "higher_order", "loops", "flex_attention", "regions", "autograd_function",
                "calls", "attributes", "module_call", "contextmanagers", "generators", "polyfills.*")),
-    ("interpreter", ("interpreter", "opcodes")),
+    ("interpreter", ("capture_state", "opcodes", "interpreter")),
     ("conversion", ("resume", "convert", "guard_filter", "__init__")),
 )
-"""capture/'s layers, bottom first. A module imports at module level only from its own layer
-and those below it; what a lower layer needs of an upper one it gets through a hook the upper
-layer installs when it is imported (`values/base.py`'s `interpreter` hooks), or, where that is
-not done yet, through an import inside the function that needs it."""
+"""capture/'s layers, bottom first. A module imports (at module level or inside a function) only
+from its own layer and those below it; in the ORDERED layers only from the members listed before
+it (values/ in one order, base first; opcodes before the interpreter that runs them). What a
+lower layer needs of an upper one it is handed: the frame (`tx.call`, `tx.wrap_constant_object`),
+the code generator (`cg`), an argument (hooks.py gets TensorValue), or a table the upper module
+registers into (method_table.py, containers.KEYED_BY_IDENTITY)."""
+
+ORDERED = frozenset({"values", "interpreter"})
+
+DEFERRAL = "# deferred:"
+"""What the comment on (or just above) an import inside a function starts with: why the import
+waits for the call, with the import time it saves (`python -X importtime`)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,37 @@ def _walk(tree: ast.AST, at_module_level: bool = True, type_checking: bool = Fal
             yield from _walk(node, inner)
 
 
+@dataclass(frozen=True)
+class InsideImport:
+    """An import statement inside a function, to anything (capture, tensorjit, torch)."""
+    module: str
+    line: int
+    text: str
+    reason: str | None  # the `# deferred:` comment, if any
+
+
+def _reason(lines: list[str], line: int) -> str | None:
+    """The `# deferred:` comment on the import's line, or above it (over a run of imports)."""
+    if DEFERRAL in lines[line - 1]:
+        return lines[line - 1][lines[line - 1].index(DEFERRAL):]
+    above = line - 2
+    while above >= 0 and lines[above].lstrip().startswith(("import ", "from ")):
+        above -= 1
+    text = lines[above].strip() if above >= 0 else ""
+    return text if text.startswith(DEFERRAL) else None
+
+
+def inside_imports() -> list[InsideImport]:
+    found = []
+    for name, path in _modules().items():
+        source = path.read_text()
+        lines = source.splitlines()
+        for node, at_module_level in _walk(ast.parse(source)):
+            if not at_module_level:
+                found.append(InsideImport(name, node.lineno, ast.unparse(node), _reason(lines, node.lineno)))
+    return found
+
+
 def graph() -> tuple[list[Edge], int]:
     """The edges between capture modules, and the number of import statements inside functions
     (to anything, capture or not)."""
@@ -105,12 +150,24 @@ def graph() -> tuple[list[Edge], int]:
     return edges, indented
 
 
-def layer_of(name: str) -> int:
+def _place(name: str) -> tuple[int, int]:
     for index, (_, members) in enumerate(LAYERS):
-        for member in members:
+        for position, member in enumerate(members):
             if name == member or member.endswith(".*") and (name == member[:-2] or name.startswith(member[:-1])):
-                return index
+                return index, position
     raise KeyError(f"capture module {name} is in no layer (tools/capture_imports.py LAYERS)")
+
+
+def layer_of(name: str) -> int:
+    return _place(name)[0]
+
+
+def reaches_up(edge: Edge) -> bool:
+    """Whether the import goes to a higher layer, or within an ordered layer to a later member."""
+    (importer_layer, importer_at), (imported_layer, imported_at) = _place(edge.importer), _place(edge.imported)
+    if importer_layer != imported_layer:
+        return imported_layer > importer_layer
+    return LAYERS[importer_layer][0] in ORDERED and imported_at > importer_at
 
 
 def cycles(edges: list[Edge]) -> list[list[str]]:
@@ -151,11 +208,13 @@ def report() -> str:
     edges, indented = graph()
     module_level = [e for e in edges if e.at_module_level]
     inside = [e for e in edges if not e.at_module_level]
-    upward = [e for e in module_level if layer_of(e.imported) > layer_of(e.importer)]
-    upward_inside = [e for e in inside if layer_of(e.imported) > layer_of(e.importer)]
+    upward = [e for e in module_level if reaches_up(e)]
+    upward_inside = [e for e in inside if reaches_up(e)]
+    deferred = inside_imports()
     all_cycles, module_cycles = cycles(edges), cycles(module_level)
     lines = [
-        f"- import statements inside functions (to anything): {indented}",
+        f"- import statements inside functions (to anything): {indented} "
+        f"({sum(i.reason is None for i in deferred)} without a `{DEFERRAL}` reason)",
         f"- imports of a capture module inside functions: {len(inside)} "
         f"({len(upward_inside)} of them reach up a layer)",
         f"- module-level imports of a capture module: {len(module_level)} ({len(upward)} reach up a layer)",
@@ -176,9 +235,9 @@ def report() -> str:
     if all_cycles:
         lines += ["", "Cycles closed by imports inside functions:", ""]
         lines += [f"- {' '.join(cycle)}" for cycle in all_cycles]
-    if inside:
-        lines += ["", "Imports of a capture module inside functions:", ""]
-        lines += [f"- {e.importer} -> {e.imported} (line {e.line})" for e in inside]
+    if deferred:
+        lines += ["", "Imports inside functions:", ""]
+        lines += [f"- {i.module}:{i.line} `{i.text}` {i.reason or '(no reason given)'}" for i in deferred]
     return "\n".join(lines)
 
 

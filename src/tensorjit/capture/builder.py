@@ -35,9 +35,10 @@ from .values.builtins import BuiltinValue, has_handler
 from .values.container_subclasses import neutral_dunder
 from .values.containers import DictValue, InputIteratorValue, ListValue, MappingProxyValue, SetValue, TupleValue
 from .values.numpy import constant_array, is_ndarray, is_numpy_constant, viewable, wrap_ndarray
-from .values.functions import FunctionValue, MethodValue, TorchFunctionValue, is_torch_operation
+from .values.functions import FunctionValue, MethodValue, is_torch_operation
 from .values.objects import EnvironValue, NNModuleValue, ObjectValue
 from .values.tensors import SymbolicIntValue, TensorValue
+from .values.torch_calls import TorchFunctionValue
 
 _CONSTANT_TYPES = (int, float, bool, str, type(None), bytes, complex, torch.dtype, torch.device,
                    range, slice, type(Ellipsis), enum.Enum, torch.memory_format, torch.layout)

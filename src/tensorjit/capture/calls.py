@@ -31,7 +31,7 @@ from .contextmanagers import HELPER_CODE, ContextManagerFactoryValue, GeneratorC
 from .generators import GeneratorValue
 from .skipfiles import check_inlinable
 from .sources import AttrSource, ReferentSource
-from .values.container_subclasses import container_base, instantiate as instantiate_container
+from .values.container_subclasses import container_base
 from .values.containers import (DictValue, IteratorValue, ListValue, MappingProxyValue, SequenceValue, TupleValue, SetValue,
                                hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
@@ -39,6 +39,7 @@ from .values.objects import (NOT_PLAIN, GlobalContextValue, GradModeValue, MadeM
                              NullContextValue, ObjectValue, PartialValue, UserObjectValue, WeakRefValue, is_not_implemented,
                              lookup_static, plain_object, type_form)
 from .values.records import RecordValue, is_record_class
+from .values.subclass_instances import instantiate as instantiate_container
 from .values.tensors import SymbolicIntValue, TensorValue, record_call
 
 CO_VARARGS, CO_VARKEYWORDS, CO_GENERATOR = 0x04, 0x08, 0x20

@@ -25,19 +25,20 @@ from ..config import Config
 from . import markers, native_guards
 from .aliasing import check_aliasing
 from .breaks import BreakReason, CaptureError, CompilerUsageError, GraphBreak, GraphBreakError
+from .capture_state import Capture, StopCapture
 from .codegen import RestoreFunction, build_restore
 from .generators import unclosed_protected
 from .guard_filter import filter_guards
 from .guards import GUARDED_INPUTS, CompiledGuards, global_state_guards, load_guards, saved_guards
-from .interpreter import Capture, Frame, StopCapture
+from .interpreter import Frame
 from .output import OutputGraph
 from .resume import Successor, TailCall, first_argument, hidden_parameters, resume_code, transformed_code
-from .dynamic import DynamicPolicy, may_vary, shape_guards
+from .dynamic import DynamicPolicy, may_vary, shape_guards, symbolic_shapes
 from .guards import Guard
 from .sources import LocalSource
 from .values.base import NULL, NullValue, Value
 from .values.lazy import LazyValue
-from .values.objects import CellValue, RealCellValue
+from .values.cells import CellValue, RealCellValue
 
 
 @dataclass
@@ -183,10 +184,8 @@ def _unclosed_generator(owner, capture: Capture, frame: Frame) -> bool:
 
 
 def _constraint_violation() -> type:
-    """torch's ConstraintViolationError, imported when first needed (its module imports sympy, which a
-    process running warm-started entries never needs)."""
-    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
-    return ConstraintViolationError
+    """torch's ConstraintViolationError, from symbolic_shapes imported when first needed (dynamic.py)."""
+    return symbolic_shapes().ConstraintViolationError
 
 
 def _break_is_error(e: GraphBreak, code) -> bool:

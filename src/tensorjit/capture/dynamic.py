@@ -30,11 +30,13 @@ from torch._guards import GuardSource, Source as TorchSource
 
 from .sources import AttrSource, ItemAheadSource, ItemSource, LocalSource, Source
 
-def _shapes():
-    """torch.fx.experimental.symbolic_shapes, imported at first use: it imports sympy (half a second),
-    which a process running entries from the warm-start cache (runtime/warm_start.py) never needs."""
-    import torch.fx.experimental.symbolic_shapes as symbolic_shapes
-    return symbolic_shapes
+def symbolic_shapes():
+    """torch.fx.experimental.symbolic_shapes, imported at first use (capture's one import of it:
+    values/tensors.py and convert.py ask here): it imports sympy, which a process running entries
+    from the warm-start cache (runtime/warm_start.py) never needs."""
+    # deferred: symbolic_shapes (sympy) costs ~0.6-0.75 s at import; only captures with symbolic sizes need it
+    import torch.fx.experimental.symbolic_shapes as module
+    return module
 
 
 
@@ -116,9 +118,9 @@ class DynamicPolicy:
         automatic = set(self.dims(source, tensor))
         marks = TensorMarks.of(tensor)
         kinds = [marks.kind(d, d in automatic) for d in range(tensor.dim())]
-        if all(kind is _shapes().DimDynamic.STATIC for kind in kinds):
+        if all(kind is symbolic_shapes().DimDynamic.STATIC for kind in kinds):
             return None
-        return _shapes().StatelessSymbolicContext(dynamic_sizes=kinds,
+        return symbolic_shapes().StatelessSymbolicContext(dynamic_sizes=kinds,
                                         constraint_sizes=[marks.constraint(d) for d in range(tensor.dim())])
 
     def any_possible(self, arguments: tuple = ()) -> bool:
@@ -158,12 +160,12 @@ class TensorMarks:
     def kind(self, dim: int, automatic: bool) -> DimDynamic:
         """Dynamo's precedence: unbacked, then mark_dynamic / maybe_mark_dynamic, then mark_static."""
         if dim in self.unbacked:
-            return _shapes().DimDynamic.UNBACKED
+            return symbolic_shapes().DimDynamic.UNBACKED
         if dim in self.dynamic or dim in self.weak:
-            return _shapes().DimDynamic.DYNAMIC
+            return symbolic_shapes().DimDynamic.DYNAMIC
         if dim in self.static or not automatic:
-            return _shapes().DimDynamic.STATIC
-        return _shapes().DimDynamic.DYNAMIC
+            return symbolic_shapes().DimDynamic.STATIC
+        return symbolic_shapes().DimDynamic.DYNAMIC
 
     def constraint(self, dim: int):
         """mark_dynamic is a promise: produce_guards raises if capture specialized the size."""
@@ -171,10 +173,11 @@ class TensorMarks:
             return None
         low, high = self.ranges.get(dim, (None, None))
         if low is None and high is None:
-            return _shapes().RelaxedUnspecConstraint(warn_only=False)
+            return symbolic_shapes().RelaxedUnspecConstraint(warn_only=False)
+        # deferred: torch.utils._sympy (sympy) costs ~0.7 s at import; only a mark_dynamic with bounds needs it
         from torch.utils._sympy.numbers import int_oo
         from torch.utils._sympy.value_ranges import ValueRanges
-        return _shapes().StrictMinMaxConstraint(vr=ValueRanges(lower=low if low is not None else 0,
+        return symbolic_shapes().StrictMinMaxConstraint(vr=ValueRanges(lower=low if low is not None else 0,
                                                      upper=high if high is not None else int_oo),
                                       warn_only=False)
 
@@ -202,7 +205,7 @@ def any_marked(value, depth: int = 3) -> bool:
 
 
 def new_shape_env() -> ShapeEnv:
-    return _shapes().ShapeEnv()
+    return symbolic_shapes().ShapeEnv()
 
 
 def shape_guards(shape_env: ShapeEnv, fakes: list, sources: list[Source], contexts: list | None = None) -> list[str]:
@@ -228,14 +231,14 @@ def name_sizes_for_messages(shape_env: ShapeEnv, source: Source, rank: int) -> N
 def symbolic_int(shape_env: ShapeEnv, value: int, source: Source) -> torch.SymInt:
     """A SymInt standing for the int argument read through `source` (hint: `value`)."""
     named = ExpressionSource(source.expression())
-    symbol = shape_env.create_symbol(value, named, dynamic_dim=_shapes().DimDynamic.DYNAMIC, positive=None)
+    symbol = shape_env.create_symbol(value, named, dynamic_dim=symbolic_shapes().DimDynamic.DYNAMIC, positive=None)
     return shape_env.create_symintnode(symbol, hint=value, source=named)
 
 
 def symbolic_float(shape_env: ShapeEnv, value: float, source: Source) -> torch.SymFloat:
     """A SymFloat standing for the float read through `source` (hint: `value`)."""
     named = ExpressionSource(source.expression())
-    symbol = shape_env.create_unspecified_symbol(value, named, dynamic_dim=_shapes().DimDynamic.DYNAMIC)
+    symbol = shape_env.create_unspecified_symbol(value, named, dynamic_dim=symbolic_shapes().DimDynamic.DYNAMIC)
     return shape_env.create_symfloatnode(symbol, hint=value, source=named)
 
 

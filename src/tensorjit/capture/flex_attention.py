@@ -27,6 +27,7 @@ import types
 from typing import Any, Callable
 
 import torch
+import torch.utils._pytree as pytree
 
 from .breaks import GraphBreak
 from .higher_order import RECOMPUTE, _real_function
@@ -176,7 +177,6 @@ class FlexAttentionValue(CallableConstant):
 
 def _record(tx, tensors: tuple, functions: list, tables: Value, options: tuple) -> Value:
     """The node of `blocked_flex_attention`, tagged to be recomputed in the backward."""
-    import torch.utils._pytree as pytree
     output = tx.output
     modules = [ElementwiseFunction(fn, _global_tensors(fn)) if fn is not None else None for fn in functions]
     nodes = [output.add_submodule(m, "flex_function") if m is not None else None for m in modules]

@@ -31,6 +31,7 @@ import types
 from . import cpython
 from .breaks import GraphBreak
 from .contextmanagers import Suspended
+from .output import _is_impure
 from .values.base import ConstantValue, Value
 from .values.containers import IteratorValue
 
@@ -185,7 +186,6 @@ class GeneratorValue(IteratorValue):
         Only when running its body again reaches the same state: nothing the call did is visible
         outside it (no side effects, no writes to tensors, no random draws in the graph), so the
         body reads what it read during capture, and it was only resumed by next()."""
-        from .output import _is_impure
         if not self.replayable or self.presented_type is not types.GeneratorType or self.frame.delegate is not None \
                 and not isinstance(self.frame.delegate, GeneratorValue):
             return False

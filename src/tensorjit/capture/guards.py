@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..runtime.persist import CompiledText, ModuleDict, NotPersistable, SavedCode, code_digest, dumps, loads
 from .guard_kinds import GLOBAL_STATE, GUARD_KINDS, MODULE_HOOK_TABLES, HeldWeakly, tensor_signature_text  # noqa: F401 (tensor_signature_text: re-exported)
 from . import native_guards
 from .sources import AttrSource, ItemSource, Source, is_literal_key
@@ -395,7 +396,6 @@ def saved_guards(guards: list[Guard], fn_globals: dict, closure):
     reference). An nn.Module instance has no such name: its guard becomes one on its class;
     what capture read from it (parameters, buffers, attributes, submodules) is guarded through
     its own sources, and the parameters are graph inputs, read from the live module each call."""
-    from ..runtime.persist import CompiledText, ModuleDict, NotPersistable, SavedCode, code_digest, dumps
     records = []
     try:
         for guard in guards:
@@ -442,7 +442,6 @@ _PLAIN_DEFAULTS = (type(None), bool, int, float, str)
 def _function_guards(source: Source, fn: types.FunctionType) -> list[tuple]:
     """An identity guard on a function no name reaches (a decorated method's original, a closure's
     inner function), saved as what identity stood for: its code, its module and its defaults."""
-    from ..runtime.persist import ModuleDict, NotPersistable, SavedCode, code_digest
     name = fn.__globals__.get("__name__")
     if fn.__closure__ or getattr(sys.modules.get(name), "__dict__", None) is not fn.__globals__:
         raise NotPersistable(f"a guard on the identity of function {fn.__qualname__} ({source})")
@@ -460,7 +459,6 @@ def _function_guards(source: Source, fn: types.FunctionType) -> list[tuple]:
 
 def load_guards(data: bytes, fn_globals: dict, closure, native: Callable | None = None) -> "CompiledGuards":
     """Guards saved by `saved_guards`, built again over this process's function."""
-    from ..runtime.persist import loads
     guard_set = GuardSet()
     records, check = loads(data)
     for source, kind, payload, other in records:

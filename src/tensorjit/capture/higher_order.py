@@ -24,6 +24,8 @@ import types
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import (CheckpointPolicy, SelectiveCheckpointContext, create_selective_checkpoint_contexts,
+                                    noop_context_fn)
 
 from .breaks import GraphBreak
 from .values.base import CallableConstant, ConstantValue, Value
@@ -131,7 +133,6 @@ class SelectivePolicy:
         self.policy = policy
 
     def saves(self, op, args, kwargs) -> bool:
-        from torch.utils.checkpoint import CheckpointPolicy, SelectiveCheckpointContext
         if isinstance(self.policy, (list, tuple, set)):
             return op in self.policy
         decision = self.policy(SelectiveCheckpointContext(is_recompute=False), op, *args, **kwargs)
@@ -142,7 +143,6 @@ def _checkpoint_tag(tx, context: Value | None):
     """True (recompute the whole region), or a SelectivePolicy for torch's selective checkpointing."""
     if context is None or context.is_constant() and context.constant() is _default_context():
         return True
-    from torch.utils.checkpoint import create_selective_checkpoint_contexts
     func = getattr(context, "func", None)
     arguments = getattr(context, "args", None)
     if getattr(func, "fn", None) is create_selective_checkpoint_contexts and arguments and \
@@ -162,7 +162,6 @@ def _checkpoint_tag(tx, context: Value | None):
 
 
 def _default_context():
-    from torch.utils.checkpoint import noop_context_fn
     return noop_context_fn
 
 

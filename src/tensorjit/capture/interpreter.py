@@ -22,37 +22,28 @@ from typing import Any, Callable
 
 import torch
 
-from ..config import Config
 from . import builder, cpython, polyfills
 from .attributes import delete_attribute, store_attribute
 from .autograd_function import applied_function, call_apply
 from .breaks import GraphBreak, UserLocation
+from .capture_state import Capture, Return, StopCapture, chain_context
 from .calls import binary_op, bind_arguments, call_object, inline_function
 from .module_call import call_module
-from .output import OutputGraph, SideEffect
+from .output import SideEffect
 from .regions import capture_region, is_compile_region, region_function
 from .sources import AttrSource, BuiltinSource, ClosureSource, GlobalSource, LocalSource, ModuleGlobalSource
 from .values.base import ConstantValue, NULL, NullValue, Value
 from .values.lazy import LazyValue
 from .values.builtins import BuiltinValue
+from .values.cells import CellValue
 from .values.containers import (DictValue, IteratorValue, ListValue, SequenceValue, SetValue, TupleValue,
                                 live_iterator)
-from .values.functions import FunctionValue, MethodValue, NestedFunctionValue, TorchFunctionValue
-from .values.objects import (CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue,
-                             SuperValue, UserObjectValue, lookup_static)
+from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
+from .values.objects import GradModeValue, NNModuleValue, ObjectValue, SuperValue, UserObjectValue, lookup_static
 from .values.records import RecordValue
 from .values.tensors import TensorValue, record_call
 
 MAX_STEPS = 200_000
-
-
-class Return(Exception):
-    def __init__(self, value: Value) -> None:
-        self.value = value
-
-
-class StopCapture(Exception):
-    """The root frame reached the step where the graph must end."""
 
 
 @dataclass
@@ -97,62 +88,11 @@ def cached_instructions(code: types.CodeType):
     return entry
 
 
-class _OuterException(ConstantValue):
-    """The exception the caller may be handling when the compiled function starts: unknown to capture.
-    It stands where PUSH_EXC_INFO saves the previous exception, and is None when rebuilt there."""
-
-    def __init__(self) -> None:
-        super().__init__(None)
-
-
-OUTER_EXCEPTION = _OuterException()
-
-
-def handled_exception(capture: "Capture") -> BaseException | None:
-    """The exception being handled now, when capture knows it (one raised during capture)."""
-    handled = capture.handled
-    if isinstance(handled, ObjectValue) and isinstance(handled.obj, BaseException):
-        return handled.obj
-    return None
-
-
-def chain_context(capture: "Capture", exception: BaseException | None) -> None:
-    """An exception raised while another is handled gets it as its __context__, as CPython does."""
-    handled = handled_exception(capture)
-    if exception is None or handled is None or handled is exception or exception.__context__ is not None:
-        return
-    context = handled
-    while context is not None:  # no cycle: CPython cuts the chain where it meets the new exception
-        if context.__context__ is exception:
-            context.__context__ = None
-            break
-        context = context.__context__
-    exception.__context__ = handled
-
-
-class Capture:
-    """State shared by all frames of one capture."""
-
-    def __init__(self, config: Config, output: OutputGraph, break_at: int | None) -> None:
-        self.config = config
-        self.output = output
-        self.break_at = break_at
-        self.steps = 0
-        self.generators: list = []  # every GeneratorValue made, checked for unclosed cleanup at the end
-        self.open_contexts: list = []  # autocast/inference_mode blocks entered for real and not yet left
-        self.handled = OUTER_EXCEPTION  # the exception being handled (sys.exc_info()), set by PUSH_EXC_INFO
-        self.frames: list["Frame"] = []  # every frame run, emptied by `release`
-
-    def release(self) -> None:
-        """Drop what the finished capture holds of the program's objects. Its frames, values and
-        graph form reference cycles, which only the cycle collector frees: till it runs they would
-        keep the call's tensors (optimizer state, activations) alive after the program let go."""
-        for frame in self.frames:
-            frame.locals, frame.stack, frame.cells, frame.delegate = {}, [], {}, None
-        self.frames.clear()
-        self.generators.clear()
-        self.handled = OUTER_EXCEPTION
-        self.output.release()
+def _opcodes():
+    """opcodes.py, the handler table the frame loop runs (a layer below: it imports no interpreter)."""
+    # deferred: opcodes.py costs ~6 ms at import; a process running only warm-started entries never captures
+    from . import opcodes
+    return opcodes
 
 
 class Frame:
@@ -197,7 +137,7 @@ class Frame:
 
     # -- running ------------------------------------------------------------------
     def run(self) -> Value:
-        from .opcodes import HANDLERS
+        handlers = _opcodes().HANDLERS
         capture = self.capture
         while True:
             inst = self.instructions[self.ip]
@@ -210,7 +150,7 @@ class Frame:
                     raise GraphBreak("too-long", f"more than {MAX_STEPS} bytecode steps in one graph")
             self.current = inst
             self.ip += 1
-            handler = HANDLERS.get(inst.opname)
+            handler = handlers.get(inst.opname)
             if handler is None:
                 raise GraphBreak("unsupported-bytecode", f"opcode {inst.opname} is not supported")
             try:
@@ -329,8 +269,7 @@ class Frame:
 
     def getitem(self, obj: Value, index: Value) -> Value:
         """`obj[index]`, as BINARY_SUBSCR does it."""
-        from .opcodes import getitem  # opcodes.py imports this module
-        return getitem(self, obj, index)
+        return _opcodes().getitem(self, obj, index)
 
     def binary_op(self, op: Callable, a: Value, b: Value) -> Value:
         return binary_op(self, op, a, b)

@@ -36,6 +36,7 @@ from typing import Callable
 import torch
 
 from .. import logs
+from ..runtime.disk_cache import cache_key, cache_root, get_or_build, is_valid
 
 MIN_TENSORS = 64
 """Tensor guards an entry needs before its check goes native (below, the Python checks cost at
@@ -289,7 +290,6 @@ class _Job:
         """Who waits for the build without blocking (`when_built`)."""
 
     def start(self, compiler_name: str | None, cache_dir: str | None) -> None:
-        from ..runtime.disk_cache import cache_key, cache_root, is_valid
         try:
             compiler = _find_compiler(compiler_name)
             suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
@@ -306,7 +306,6 @@ class _Job:
                          name="tensorjit native guards build").start()
 
     def load(self, compiler: str, key: tuple, suffix: str, cache_dir: str | None) -> None:
-        from ..runtime.disk_cache import get_or_build
         try:
             path = get_or_build(key, lambda out: _build(compiler, out), suffix=suffix, cache_dir=cache_dir)
             self.result = TensorChecks(_import(path))
@@ -333,14 +332,19 @@ def _place(config) -> tuple:
     return getattr(config, "cpp_compiler", None), getattr(config, "cache_dir", None)
 
 
+def _cpp_compiler():
+    """codegen/cpp/compiler.py, which finds and identifies the C++ compiler the code generator uses."""
+    # deferred: tensorjit.codegen.cpp.compiler costs ~5 ms at import; only a native guard build needs it
+    from ..codegen.cpp import compiler
+    return compiler
+
+
 def _find_compiler(name: str | None) -> str:
-    from ..codegen.cpp.compiler import find_compiler
-    return find_compiler(name)
+    return _cpp_compiler().find_compiler(name)
 
 
 def _compiler_version(compiler: str) -> str:
-    from ..codegen.cpp.compiler import compiler_version
-    return compiler_version(compiler)
+    return _cpp_compiler().compiler_version(compiler)
 
 
 _FAILURES = (RuntimeError, OSError, ImportError, subprocess.SubprocessError)
@@ -350,6 +354,7 @@ _lock = threading.RLock()  # re-entered: a job that fails at its start finishes 
 
 
 def _build(compiler: str, output: str) -> None:
+    # deferred: torch.utils.cpp_extension costs ~105 ms at import; only a native guard build needs it
     from torch.utils import cpp_extension
     includes = [f"-I{path}" for path in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
     library = cpp_extension.library_paths()[0]

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import operator
 import types
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from . import cpython
 from .breaks import GraphBreak
+from .capture_state import Return, handled_exception
 from .contextmanagers import Suspended
 from .cpython import CALL_ADAPTER, FROM_312, FROM_313, PY, PY311, PY312, PY313, PY314, UP_TO_312
 from .generators import GeneratorValue
-from .interpreter import Frame, Instruction, Return, handled_exception
 from .sources import TensorKeySource
 from .values.base import ConstantValue, NULL, NullValue, UNBOUND, Value
 from .values.lazy import LazyValue
@@ -26,11 +26,14 @@ from .values.builtins import BuiltinValue, object_text
 from .values.containers import (ContainerMethodValue, DictValue, IteratorValue, ListValue, SequenceValue,
                                 SetValue, SliceValue, TupleValue, hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
-from .values.objects import (NOT_PLAIN, CellValue, GradModeValue, NNModuleValue, ObjectValue, RealCellValue, SuperValue,
-                             UserObjectValue, lookup_static, plain_object)
-from .values.container_subclasses import subscript_method
+from .values.objects import (NOT_PLAIN, GradModeValue, NNModuleValue, ObjectValue, SuperValue, UserObjectValue,
+                             lookup_static, plain_object)
 from .values.records import RecordValue
+from .values.subclass_instances import subscript_method
 from .values.tensors import LazyTextValue, SymbolicIntValue, TensorValue, lazy_text, record_call
+
+if TYPE_CHECKING:
+    from .interpreter import Frame, Instruction
 
 HANDLERS: dict[str, Callable[[Frame, Instruction], None]] = {}
 

@@ -15,9 +15,9 @@ from typing import Any
 from ..breaks import GraphBreak
 from ..values.base import ConstantValue, Value
 from ..values.builtins import BuiltinValue
-from ..values.container_methods import method
 from ..values.container_subclasses import MADE_BY_KIND, subclass_attribute
 from ..values.containers import ContainerMethodValue, DictValue, ListValue, TupleValue, each_item
+from ..values.method_table import method
 from .registry import capture_rule
 
 NONE = ConstantValue(None)

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..breaks import GraphBreak
 from ..values.base import Value
-from ..values.numpy import constant_array, is_ndarray, numpy, record_numpy_call
+from ..values.numpy import constant_array, is_ndarray, numpy, record_numpy_call, torch_numpy
 from ..values.tensors import TensorValue
 from .registry import Polyfill, family
 
@@ -41,7 +41,7 @@ def table() -> dict[Any, tuple[str, Any]]:
     """numpy callable -> (its qualified name, the torch._numpy callable of that name)."""
     if numpy is None:
         return {}
-    import torch._numpy as tnp
+    tnp = torch_numpy()
     pairs: dict[Any, tuple[str, Any]] = {}
     for module_name in _MODULES:
         ours = getattr(tnp, module_name) if module_name else tnp
@@ -100,7 +100,7 @@ def _torch_random_twin(target: Any, args: tuple) -> tuple[Any, tuple]:
     for numpy.random's module functions, which are methods of its global RandomState (called bound,
     or unbound with that state first); (None, args) for anything else. The twin is undecorated: its
     wrapper asks torch._dynamo's config at every call which stream to use."""
-    import torch._numpy.random as torch_random
+    torch_random = torch_numpy().random  # torch._numpy imports its random module
     name = getattr(target, "__name__", "")
     state = numpy.random.mtrand._rand
     if getattr(target, "__self__", None) is state:

@@ -21,6 +21,14 @@ if TYPE_CHECKING:
     from ..interpreter import Frame
 
 
+def lookup_static(cls: type, name: str) -> tuple[Any, type | None]:
+    """The class attribute `name` from the MRO without running descriptors."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name], klass
+    return None, None
+
+
 class Value:
     source: Source | None = None
 

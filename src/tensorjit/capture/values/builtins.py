@@ -24,11 +24,11 @@ from ..breaks import GraphBreak
 from ..guards import Guard
 from ..sources import AttrSource, ItemSource, SubclassesSource
 from .base import CallableConstant, ConstantValue, NULL, Value
-from .container_subclasses import empty
 from .containers import (ContainerMethodValue, DictValue, DictViewValue, IteratorValue, ListValue, SequenceValue, SetValue,
                          SliceValue, TupleValue)
 from .functions import FunctionValue, MethodValue
 from .objects import BuiltinMethodOfObject, DictReadValue, ObjectValue, SuperValue, UserObjectValue, lookup_static
+from .subclass_instances import empty
 from .tensors import SymbolicIntValue, TensorValue, lazy_text, record_call
 
 _HANDLERS: dict[Any, Callable] = {}

@@ -6,6 +6,10 @@ methods behave as the base's, and an attribute the subclass defines in Python (a
 property, a class constant) is found first, as Python's lookup finds it. `super().add(v)` or
 `set.add(self, v)` inside such a method reaches the base's implementation.
 
+This module holds what the subclass defines (whether it is a plain subclass, its Python
+attributes) and sits below containers.py, which asks it; subclass_instances.py, above the
+containers, makes the instances (`cls(...)`, `base.__new__(cls)`).
+
 A dict subclass's `__getitem__`, `__setitem__` and `__delitem__` written in Python are inlined
 where Python calls them (subscripts; dict's C methods bypass them). Subclasses that change the
 base's behaviour through other dunder methods (`__iter__`, `__eq__`, a `__getattr__` ...) or a
@@ -21,11 +25,8 @@ import types
 from typing import Any, Callable
 
 from ..breaks import GraphBreak
-from .base import Value
-from .container_methods import call_container_method
-from .containers import DictValue, SetValue, TupleValue
+from .base import Value, lookup_static
 from .functions import FunctionValue, MethodValue
-from .objects import lookup_static
 
 _BASES = (dict, set, frozenset, tuple)
 
@@ -76,11 +77,6 @@ _MODELLED_KINDS = (collections.OrderedDict,)
 """Types between a subclass and its builtin base whose behaviour a symbolic value models."""
 
 
-def _empty_dict(cls: type) -> Value:
-    kind = next((k for k in cls.__mro__ if k in MADE_BY_KIND), None)
-    return MADE_BY_KIND[kind](cls) if kind is not None else DictValue({}, cls)
-
-
 def container_base(cls: type) -> type | None:
     """The builtin container `cls` derives from, when it is a plain subclass of one defined in Python."""
     if not isinstance(cls, type) or cls in _BASES or type(cls) not in (type, abc.ABCMeta):
@@ -107,15 +103,6 @@ _SUBSCRIPT_DUNDERS = {"__getitem__", "__setitem__", "__delitem__"}
 update() and the constructor among them, do not): written in Python, they are inlined there."""
 
 
-def subscript_method(value: Value, name: str):
-    """The Python `name` (a subscript dunder) of a dict subclass instance made in the function, or None."""
-    from .objects import lookup_static
-    if not isinstance(value, DictValue) or value.cls is dict or name not in _SUBSCRIPT_DUNDERS:
-        return None
-    method, owner = lookup_static(value.cls, name)
-    return method if isinstance(method, types.FunctionType) and owner not in _BASES else None
-
-
 def new_container(cls: type, items, attributes=None) -> Any:
     """An instance of the subclass `cls` holding `items` (and `attributes`, written in the function),
     made without running its Python __new__ or __init__."""
@@ -136,48 +123,6 @@ def new_container(cls: type, items, attributes=None) -> Any:
     else:
         set.update(obj, items)
     return obj
-
-
-def instantiate(tx, cls: type, base: type, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    """`cls(*args, **kwargs)`: the base's __new__ (which fills immutable ones), then __init__."""
-    new = lookup_static(cls, "__new__")[0]
-    if isinstance(new, staticmethod) and isinstance(new.__func__, types.FunctionType):
-        # a Python __new__ (which calls the base's: `empty`), then __init__ when it made a `cls`
-        instance = tx.call(FunctionValue(new.__func__), [tx.wrap_constant_object(cls), *args], kwargs)
-        made = instance.python_type()
-        if isinstance(made, type) and issubclass(made, cls):
-            _initialize(tx, cls, base, instance, args, kwargs)
-        return instance
-    if base in (tuple, frozenset):
-        if kwargs or len(args) > 1:
-            raise GraphBreak("unsupported-call", f"{cls.__name__}() with arguments besides one iterable")
-        items = tx.iterate(args[0]).unpack(tx) if args else []
-        instance = TupleValue(items, cls) if base is tuple else SetValue(items, cls)
-    else:
-        instance = _empty_dict(cls) if base is dict else SetValue([], cls)
-    _initialize(tx, cls, base, instance, args, kwargs)
-    return instance
-
-
-def _initialize(tx, cls: type, base: type, instance: Value, args, kwargs) -> None:
-    init = lookup_static(cls, "__init__")[0]
-    if isinstance(init, types.FunctionType):
-        tx.call(FunctionValue(init), [instance, *args], kwargs)
-    elif base in (dict, set):
-        call_container_method(tx, instance, "__init__", list(args), dict(kwargs))
-
-
-def empty(tx, base: type, cls: type, args: list[Value]) -> Value:
-    """`base.__new__(cls, ...)` for a builtin container `base` and `cls` itself or a plain subclass:
-    dict and set come out empty (their __init__ fills them), tuple and frozenset hold the iterable."""
-    if cls is not base and container_base(cls) is not base:
-        raise GraphBreak("unsupported-call", f"{base.__name__}.__new__ of {cls.__name__}")
-    if base in (tuple, frozenset):
-        if cls is base and args and type(args[0]) in (TupleValue, SetValue) and args[0].python_type() is base:
-            return args[0]  # immutable: CPython hands back an exact tuple or frozenset itself
-        items = tx.iterate(args[0]).unpack(tx) if args else []
-        return TupleValue(items, cls) if base is tuple else SetValue(items, cls)
-    return _empty_dict(cls) if base is dict else SetValue([], cls)
 
 
 def subclass_attribute(tx, value: Value, name: str) -> Value | None:

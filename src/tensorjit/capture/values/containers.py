@@ -16,8 +16,10 @@ import torch
 
 from ..breaks import GraphBreak
 from ..sources import AttrSource, ItemSource
-from .base import ConstantValue, Value
+from .base import ConstantValue, Value, lookup_static
+from .container_subclasses import container_base, new_container, python_getattr, routed_attribute, subclass_attribute
 from .functions import FunctionValue, MethodValue
+from .method_table import call_container_method, has_operator_dunder
 
 
 def _record_mutation(container, tx) -> None:
@@ -76,7 +78,7 @@ class TupleValue(SequenceValue):
         if self.cls is torch.Size:
             return torch.Size(values)
         if _subclass(self.cls):
-            return _new_container(self.cls, values)
+            return new_container(self.cls, values)
         return self.cls(*values)
 
     def rebuild(self, items):
@@ -95,7 +97,7 @@ class TupleValue(SequenceValue):
         fields = _field_names(self.cls)
         if name in fields:
             return self.items[fields.index(name)]
-        if name in ("count", "index") or name == "numel" and self.cls is _torch_size():
+        if name in ("count", "index") or name == "numel" and self.cls is torch.Size:
             return ContainerMethodValue(self, name)
         if name == "_asdict" or name == "_replace":
             return ContainerMethodValue(self, name)
@@ -121,7 +123,6 @@ class TupleValue(SequenceValue):
 
 def _class_attribute(tx, value: TupleValue, name: str) -> Value:
     """A method, property or constant of a tuple subclass (`class P(namedtuple(...))` with its own methods)."""
-    from .objects import lookup_static
     attr, owner = lookup_static(value.cls, name)
     if owner not in (None, tuple, object):
         if isinstance(attr, types.FunctionType):
@@ -130,13 +131,12 @@ def _class_attribute(tx, value: TupleValue, name: str) -> Value:
             return tx.call(FunctionValue(attr.fget), [value], {})
         if isinstance(attr, (int, float, str, bool, tuple, type(None))):
             return tx.wrap_constant_object(attr)
-    if _has_operator_dunder(value, name):
+    if has_operator_dunder(value, name):
         return ContainerMethodValue(value, name)
     raise _attribute_break(value, name)
 
 
 def _subclass(cls: type) -> bool:
-    from .container_subclasses import container_base
     return container_base(cls) is not None
 
 
@@ -167,33 +167,25 @@ def _subclass_attribute(tx, value: Value, name: str) -> Value | None:
     from_outside = isinstance(value, DictValue) and getattr(value, "instance_attributes", None) is not None
     if not _subclass(value.python_type()) and not from_outside:
         return None
-    from .container_subclasses import subclass_attribute
     return subclass_attribute(tx, value, name)
 
 
-def _torch_size() -> type:
-    import torch
-    return torch.Size
-
-
-def _written_namespace(tx, value: Value):
-    from .objects import written_namespace
-    return written_namespace(tx, value)
+def written_namespace(tx, value: Value) -> DictValue | None:
+    """The object's __dict__ as capture holds it, once the function wrote to it (`obj.__dict__[k] = v`)."""
+    if value.source is None:
+        return None
+    known = tx.output.wrapped.get(AttrSource(value.source, "__dict__"))
+    if known is None or not isinstance(known[1], DictValue) or not known[1].mutated:
+        return None
+    return known[1]
 
 
 def _python_getattr(cls: type):
-    from .container_subclasses import python_getattr
     return python_getattr(cls) if cls is not dict else None
 
 
 def _routed_attribute(cls: type, dunder: str) -> str | None:
-    from .container_subclasses import routed_attribute
     return routed_attribute(cls, dunder) if cls is not dict else None
-
-
-def _new_container(cls: type, items) -> Any:
-    from .container_subclasses import new_container
-    return new_container(cls, items)
 
 
 def _attribute_break(value: Value, name: str) -> GraphBreak:
@@ -203,11 +195,6 @@ def _attribute_break(value: Value, name: str) -> GraphBreak:
         error = AttributeError(f"{cls.__name__!r} object has no attribute {name!r}")
         return GraphBreak("attribute-error", str(error), exception=error)
     return GraphBreak("getattr", f"{cls.__name__} attribute {name!r}")
-
-
-def _has_operator_dunder(value: Value, name: str) -> bool:
-    from .container_methods import has_operator_dunder
-    return has_operator_dunder(value, name)
 
 
 def _field_names(cls: type) -> tuple:
@@ -239,7 +226,7 @@ class ListValue(SequenceValue):
     def getattr(self, tx, name: str) -> Value:
         if name in _LIST_METHODS:
             return ContainerMethodValue(self, name)
-        if _has_operator_dunder(self, name):
+        if has_operator_dunder(self, name):
             return ContainerMethodValue(self, name)
         raise _attribute_break(self, name)
 
@@ -276,7 +263,7 @@ class DictValue(Value):
 
     def constant(self) -> Any:
         pairs = [(k, v.constant()) for k, v in self.items.items()]
-        return _new_container(self.cls, pairs) if _subclass(self.cls) else self.cls(pairs)
+        return new_container(self.cls, pairs) if _subclass(self.cls) else self.cls(pairs)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
@@ -295,7 +282,7 @@ class DictValue(Value):
         if attributes is not None:
             if name == "__dict__":  # its namespace: writes to it are replayed, and read back below
                 return tx.wrap(attributes, AttrSource(self.source, "__dict__"))
-            namespace = _written_namespace(tx, self)
+            namespace = written_namespace(tx, self)
             if not _class_data_descriptor(self.cls, name):
                 if namespace is not None and name in namespace.items:
                     return namespace.items[name]
@@ -306,7 +293,7 @@ class DictValue(Value):
             return found
         if name in _DICT_METHODS:
             return ContainerMethodValue(self, name)
-        if _has_operator_dunder(self, name):
+        if has_operator_dunder(self, name):
             return ContainerMethodValue(self, name)
         routed = _routed_attribute(self.cls, "__getattr__") if not hasattr(self.cls, name) else None
         if routed is not None:  # `__getattr__ = dict.get`: the item of that name
@@ -406,7 +393,7 @@ class SetValue(Value):
     def constant(self) -> Any:
         if _holds_tensors(self.items):
             raise GraphBreak("not-constant", "a set holding tensors is not a compile-time constant")
-        return _new_container(self.cls, self.items) if _subclass(self.cls) else self.cls(self.items)
+        return new_container(self.cls, self.items) if _subclass(self.cls) else self.cls(self.items)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
@@ -422,7 +409,7 @@ class SetValue(Value):
             return found
         if name in _SET_METHODS and hasattr(self.cls, name):  # a frozenset has no mutating methods
             return ContainerMethodValue(self, name)
-        if _has_operator_dunder(self, name):
+        if has_operator_dunder(self, name):
             return ContainerMethodValue(self, name)
         raise _attribute_break(self, name)
 
@@ -464,10 +451,14 @@ class TensorKey:
         return isinstance(other, TensorKey) and other.example is self.example
 
 
+KEYED_BY_IDENTITY: set[type] = set()
+"""Value classes (exactly these, not subclasses) whose set members are their example's identity:
+tensors.py adds TensorValue. (NumPy arrays, its subclass, are unhashable, as in Python.)"""
+
+
 def set_key(value: Value) -> Any:
     """The key `value` is a member of a set under: a tensor by identity, anything else as a dict key."""
-    from .tensors import TensorValue
-    if type(value) is TensorValue:  # (NumPy arrays are unhashable, as in Python)
+    if type(value) in KEYED_BY_IDENTITY:
         return TensorKey(value.example)
     return identity_key(value)
 
@@ -723,5 +714,4 @@ class ContainerMethodValue(Value):
         return super().getattr(tx, name)
 
     def call(self, tx, args, kwargs) -> Value:
-        from .container_methods import call_container_method
         return call_container_method(tx, self.owner, self.name, args, kwargs)

@@ -16,7 +16,8 @@ import torch
 
 from ..breaks import GraphBreak
 from ..sources import AttrSource, DefaultSource
-from .base import CallableConstant, ConstantValue, Value
+from .base import ConstantValue, Value
+from .cells import RealCellValue
 
 _TORCH_PYTHON_NAMESPACES = (
     "torch.nn.functional", "torch.functional", "torch._tensor", "torch.random",
@@ -107,7 +108,6 @@ class FunctionValue(Value):
         return {k: tx.wrap(v, DefaultSource(self.source, 0, k) if self.source else None) for k, v in values.items()}
 
     def closure_cells(self, tx) -> list:
-        from .objects import RealCellValue
         cells = self.fn.__closure__ or ()
         return [RealCellValue(cell, self.source, i) for i, cell in enumerate(cells)]
 
@@ -188,12 +188,11 @@ class NestedFunctionValue(Value):
         elif name == "__dict__" or hasattr(types.FunctionType, name):  # __defaults__, __code__: what calls read
             raise GraphBreak("store-attr", f"setting {name} of a nested function")
         else:
-            self._namespace().items[name] = value
+            self._namespace(tx).items[name] = value
 
-    def _namespace(self):
-        from .containers import DictValue
-        if self.namespace is None:
-            self.namespace = DictValue({})
+    def _namespace(self, tx):
+        if self.namespace is None:  # an empty dict, made by the frame (containers sit above this module)
+            self.namespace = tx.wrap_constant_object({})
         return self.namespace
 
     def defaults(self, tx) -> list[Value]:
@@ -219,13 +218,12 @@ class NestedFunctionValue(Value):
             cells = tuple(types.CellType() for _ in self.code.co_freevars) or None
             return ConstantValue(types.FunctionType(self.code, {}, closure=cells).__doc__)
         if name == "__annotations__":  # none given to MAKE_FUNCTION: an empty dict, made once
-            from .containers import DictValue
-            self.written[name] = DictValue({})
+            self.written[name] = tx.wrap_constant_object({})
             return self.written[name]
         if name == "__type_params__" and hasattr(types.FunctionType, name):  # 3.12+: none without PEP 695
             return ConstantValue(())
         if name == "__dict__":
-            return self._namespace()
+            return self._namespace(tx)
         if self.namespace is not None and name in self.namespace.items:
             return self.namespace.items[name]
         if name not in _FUNCTION_SLOTS and not hasattr(types.FunctionType, name):
@@ -279,18 +277,3 @@ class MethodValue(Value):
 
     def __repr__(self) -> str:
         return f"MethodValue({self.function!r} of {self.owner!r})"
-
-
-class TorchFunctionValue(CallableConstant):
-    """A torch operation: calls with symbolic tensors become graph nodes."""
-
-    def call(self, tx, args, kwargs) -> Value:
-        from .torch_calls import call_torch_function
-        return call_torch_function(tx, self.fn, args, kwargs)
-
-    def getattr(self, tx, name: str) -> Value:
-        try:
-            found = getattr(self.fn, name)
-        except AttributeError as error:  # the program's own exception (functools.wraps catches it)
-            raise GraphBreak("attribute-error", str(error), exception=error) from None
-        return tx.wrap(found, AttrSource(self.source, name) if self.source else None)

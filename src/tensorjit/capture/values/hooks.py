@@ -28,14 +28,15 @@ from ..subgraphs import external_inputs, pure, subgraph_module, visible_effects
 from .base import ConstantValue, Value
 
 
-def register_tensor_hook(tx, tensor: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    """`tensor.register_hook(hook)` on a tensor that requires grad."""
+def register_tensor_hook(tx, tensor: Value, args: list[Value], kwargs: dict[str, Value], tensor_value: type) -> Value:
+    """`tensor.register_hook(hook)` on a tensor that requires grad. `tensor_value` is TensorValue,
+    handed down by tensors.py (which imports this module) to make the stand-in gradient."""
     if not tensor.example.requires_grad:
         raise GraphBreak("data-dependent-op", "register_hook on a tensor that does not require grad raises")
     if kwargs or len(args) != 1:
         raise GraphBreak("unsupported-call", "Tensor.register_hook takes one hook")
     if tensor.source is None:
-        return _hook_in_backward(tx, tensor, args[0])
+        return _hook_in_backward(tx, tensor, args[0], tensor_value)
     handle = HookHandleValue(tensor, args[0])
     tx.output.record_hook(handle)
     return handle
@@ -90,7 +91,7 @@ def apply_backward_hooks(tensor, hooks, inputs):
 apply_backward_hooks.autograd_function = BackwardHooks  # the autograd stage traces it under plain autograd
 
 
-def _hook_in_backward(tx, tensor, hook: Value) -> Value:
+def _hook_in_backward(tx, tensor, hook: Value, tensor_value: type) -> Value:
     """Trace `hook` on a stand-in gradient into a submodule, and add it to the tensor's hooks."""
     output = tx.output
     graph = output.graph
@@ -98,14 +99,14 @@ def _hook_in_backward(tx, tensor, hook: Value) -> Value:
     if made_at.target is not apply_backward_hooks:
         _check_own_storage(graph, made_at)
     effects, before = visible_effects(output), set(graph.nodes)
-    grad = _gradient_stand_in(tx, tensor)
+    grad = _gradient_stand_in(tx, tensor, tensor_value)
     result = tx.call(hook, [grad], {})
     made = [n for n in graph.nodes if n not in before and n.op != "placeholder"]
     body = [n for n in made if n is not grad.node]
     if visible_effects(output) != effects or not all(pure(n) for n in body):
         raise GraphBreak("hook", "a hook on a tensor made in the function has side effects or writes in place",
                          "it runs eagerly")
-    returned = _returned_gradient(result, tensor)
+    returned = _returned_gradient(result, tensor, tensor_value)
     inputs = [n for n in external_inputs(body) if n is not grad.node]
     order = {node: index for index, node in enumerate(graph.nodes)}
     if any(order[n] > order[made_at] for n in inputs):
@@ -137,20 +138,18 @@ def _check_own_storage(graph, node) -> None:
         raise GraphBreak("hook", "a hook on a view made in the function", "it runs eagerly")
 
 
-def _gradient_stand_in(tx, tensor) -> Value:
-    from .tensors import TensorValue
+def _gradient_stand_in(tx, tensor, tensor_value: type) -> Value:
     node = tx.output.graph.call_function(torch.empty_like, (tensor.node,))
     with tx.output.fake_mode:
         example = torch.empty_like(tensor.example, requires_grad=False)
     node.meta["example_value"] = example
-    return TensorValue(node, example)
+    return tensor_value(node, example)
 
 
-def _returned_gradient(result: Value, tensor) -> torch.fx.Node | None:
-    from .tensors import TensorValue
+def _returned_gradient(result: Value, tensor, tensor_value: type) -> torch.fx.Node | None:
     if isinstance(result, ConstantValue) and result.constant() is None:
         return None
-    if not isinstance(result, TensorValue):
+    if not isinstance(result, tensor_value):
         raise GraphBreak("hook", "a tensor hook returned something other than a tensor or None", "it runs eagerly")
     got, want = result.example, tensor.example
     if got.shape != want.shape or got.dtype != want.dtype or got.device != want.device:

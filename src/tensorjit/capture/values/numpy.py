@@ -34,11 +34,12 @@ from torch.utils import _pytree as pytree
 
 from ..aliasing import storage_key
 from ..breaks import GraphBreak
+from ..guards import Guard
 from ..sources import Source
 from .base import ConstantValue, Value
-from .containers import ListValue, TupleValue
+from .containers import DictValue, ListValue, SliceValue, TupleValue
 from . import tensors
-from .tensors import SymbolicIntValue, TensorValue
+from .tensors import SymbolicIntValue, TensorValue, record_call
 
 try:
     import numpy
@@ -46,10 +47,11 @@ except ImportError:  # pragma: no cover - torch's wheels depend on numpy
     numpy = None
 
 
-def _tnp():
-    """torch._numpy, imported at first use (programs without NumPy code never pay for it)."""
-    import torch._numpy as tnp
-    return tnp
+def torch_numpy():
+    """torch._numpy, imported at first use (capture's one import of it: polyfills/numpy.py asks here)."""
+    # deferred: torch._numpy costs ~13 ms at import; programs without NumPy code never need it
+    import torch._numpy as module
+    return module
 
 
 def is_ndarray(obj: Any) -> bool:
@@ -163,7 +165,7 @@ class NumpyCall:
         self.__module__ = __name__
 
     def __call__(self, *values):
-        tnp = _tnp()
+        tnp = torch_numpy()
 
         def fill(leaf):
             if isinstance(leaf, _Slot):
@@ -200,14 +202,14 @@ _INT_TO_FLOAT = {operator.truediv, "__truediv__", "__rtruediv__"}
 
 
 def _int_to_float_functions() -> tuple:
-    tnp = _tnp()
+    tnp = torch_numpy()
     return (tnp.true_divide, tnp.divide, tnp.arctan2)
 
 
 def _as_float(argument):
     """An integer or bool array as float64 (NumPy's float for them), so that torch's integer
     division, which makes its default float dtype, makes NumPy's."""
-    tnp = _tnp()
+    tnp = torch_numpy()
     if isinstance(argument, tnp.ndarray) and not argument.tensor.is_floating_point() and \
             not argument.tensor.is_complex():
         return argument.astype(tnp.float64)
@@ -215,7 +217,7 @@ def _as_float(argument):
 
 
 def _holds_arrays(value) -> bool:
-    tnp = _tnp()
+    tnp = torch_numpy()
     return isinstance(value, (list, tuple)) and any(isinstance(leaf, tnp.ndarray) for leaf in pytree.tree_leaves(value))
 
 
@@ -247,14 +249,14 @@ def _stacked(items):
     """A nested sequence holding arrays as one array (`np.array([a, b])`): torch._numpy's constructor
     reads such a sequence item by item into Python, which the graph cannot do; stacked, the items
     keep NumPy's promotion of their dtypes."""
-    tnp = _tnp()
+    tnp = torch_numpy()
     arrays = [_stacked(i) if isinstance(i, (list, tuple)) else tnp.asarray(i) for i in items]
     dtype = tnp.result_type(*arrays)
     return tnp.stack([a.astype(dtype) for a in arrays])
 
 
 def _out_of_numpy(leaf):
-    tnp = _tnp()
+    tnp = torch_numpy()
     if isinstance(leaf, tnp.ndarray):
         return leaf.tensor
     if isinstance(leaf, tnp.DType):
@@ -271,7 +273,7 @@ def _template_constant(value: Any) -> Any:
     if isinstance(value, numpy.generic):
         return _Scalar(value.item(), value.dtype.name)
     if isinstance(value, type) and issubclass(value, numpy.generic):
-        tnp_type = getattr(_tnp(), value.__name__, None)
+        tnp_type = getattr(torch_numpy(), value.__name__, None)
         if tnp_type is None:
             raise GraphBreak("numpy", f"torch._numpy has no type {value.__name__}")
         return tnp_type
@@ -313,7 +315,7 @@ class NumpyArrayValue(TensorValue):
             return tx.wrap_constant_object(numpy.ndarray)
         if name in ("data", "base", "ctypes", "flags", "__array_interface__"):
             raise GraphBreak("numpy", f"ndarray.{name} is a run-time object of the array")
-        attribute = getattr(_tnp().ndarray, name, None)
+        attribute = getattr(torch_numpy().ndarray, name, None)
         if attribute is None:
             raise GraphBreak("numpy", f"ndarray.{name} has no torch._numpy counterpart",
                              exception=AttributeError(f"'numpy.ndarray' object has no attribute '{name}'")
@@ -374,7 +376,6 @@ def involves_array(args: list[Value], kwargs: dict[str, Value]) -> bool:
 
 
 def _leaves(values: list[Value]) -> list[Value]:
-    from .containers import ListValue, TupleValue, DictValue
     out = []
     for v in values:
         if isinstance(v, (ListValue, TupleValue)):
@@ -388,7 +389,6 @@ def _leaves(values: list[Value]) -> list[Value]:
 
 def _template_of(tx, value: Value, nodes: list) -> Any:
     """`value` as NumpyCall's template: graph values become slots (their nodes collected)."""
-    from .containers import ListValue, TupleValue, SliceValue, DictValue
     if isinstance(value, (TensorValue, SymbolicIntValue)):
         nodes.append(value.node)
         return _Slot(len(nodes) - 1)
@@ -411,7 +411,6 @@ def _template_of(tx, value: Value, nodes: list) -> Any:
 def record_numpy_call(tx, function: Callable | str, args: list[Value], kwargs: dict[str, Value],
                       name: str) -> Value:
     """Put `function(*args, **kwargs)` under NumPy's rules into the graph; its arrays are NumpyArrayValues."""
-    from .tensors import record_call
     nodes: list = []
     template = (tuple(_template_of(tx, a, nodes) for a in args),
                 {k: _template_of(tx, v, nodes) for k, v in kwargs.items()})
@@ -507,7 +506,7 @@ def torch_call_on_arrays(tx, target, args: list[Value], kwargs: dict[str, Value]
         target = torch.minimum if bound == "max" else torch.maximum
     replacement = _BUILTIN_STAND_INS.get(target)
     if replacement is not None and not kwargs:
-        return record_numpy_call(tx, getattr(_tnp(), replacement), args, kwargs, replacement)
+        return record_numpy_call(tx, getattr(torch_numpy(), replacement), args, kwargs, replacement)
     raise GraphBreak("numpy", f"{getattr(target, '__qualname__', target)} given a NumPy array",
                      "convert it with torch.from_numpy first")
 
@@ -518,7 +517,6 @@ for arrays: the same elementwise reading the builtins get for tensors."""
 
 
 def _to_tensor(tx, target, array: NumpyArrayValue, kwargs: dict[str, Value]) -> Value:
-    from .tensors import record_call
     tensor = TensorValue(array.node, array.example)
     if array.source is not None:
         tensor.source = NumpyTensorSource(array.source, array.read_only)
@@ -530,7 +528,6 @@ def _to_tensor(tx, target, array: NumpyArrayValue, kwargs: dict[str, Value]) -> 
 
 def tensor_to_array(tx, tensor: TensorValue, kwargs: dict[str, Value]) -> Value:
     """`tensor.numpy(force=...)`: the same data seen as an array (a detached view in the graph)."""
-    from .tensors import record_call
     force = kwargs.pop("force", ConstantValue(False)).constant()
     if kwargs:
         raise GraphBreak("numpy", f"Tensor.numpy() given {sorted(kwargs)}")
@@ -562,7 +559,6 @@ _NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.complex64, t
 def wrap_ndarray(tx, array, source: Source) -> Value | None:
     """An ndarray read through `source`: a graph input (guarded as the tensor viewing it), or
     None where torch cannot view it."""
-    from ..guards import Guard
     if not viewable(array):
         return None
     tx.output.guard(Guard(source, "type", numpy.ndarray))
@@ -580,7 +576,6 @@ def wrap_ndarray(tx, array, source: Source) -> Value | None:
 def constant_array(tx, array) -> Value:
     """An ndarray made at capture time (a folded NumPy call): a constant of the graph, copied on
     each call so that the program may write to the array it gets."""
-    from .tensors import record_call
     if not viewable(array):
         raise GraphBreak("numpy", f"an array of dtype {array.dtype} has no tensor counterpart",
                          "it is made eagerly")

@@ -23,19 +23,10 @@ import torch
 
 from ..breaks import GraphBreak
 from ..guards import Guard
-from ..sources import AttrSource, CellSource, ClosureSource, EnvironSource, ItemSource
-from .base import DELETED, ConstantValue, NULL, Value
-from .containers import ContainerMethodValue, DictValue, SetValue, TupleValue
+from ..sources import AttrSource, EnvironSource, ItemSource
+from .base import DELETED, ConstantValue, NULL, Value, lookup_static
+from .containers import ContainerMethodValue, DictValue, ListValue, SetValue, TupleValue, written_namespace
 from .functions import FunctionValue, MethodValue
-from .lazy import LazyValue
-
-
-def lookup_static(cls: type, name: str) -> tuple[Any, type | None]:
-    """The class attribute `name` from the MRO without running descriptors."""
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            return klass.__dict__[name], klass
-    return None, None
 
 
 def python_getattr(cls: type):
@@ -149,16 +140,6 @@ def _class_member_source(value: ObjectValue, owner, name, suffix=""):
     if value.source is None or owner is None:
         return None
     return AttrSource(AttrSource(value.source, "__class__"), name) if not suffix else None
-
-
-def written_namespace(tx, value: "ObjectValue") -> DictValue | None:
-    """The object's __dict__ as capture holds it, once the function wrote to it (`obj.__dict__[k] = v`)."""
-    if value.source is None:
-        return None
-    known = tx.output.wrapped.get(AttrSource(value.source, "__dict__"))
-    if known is None or not isinstance(known[1], DictValue) or not known[1].mutated:
-        return None
-    return known[1]
 
 
 def _python_data_getter(attribute) -> types.FunctionType | None:
@@ -328,66 +309,6 @@ class WeakRefValue(Value):
 
     def reconstruct(self, cg) -> str:
         return f"{cg.constant(weakref.ref)}({self.referent.reconstruct(cg)})"
-
-
-class CellValue(Value):
-    """A closure cell created while capturing (a cell variable of an inlined frame)."""
-
-    def __init__(self, contents: Value | None = None) -> None:
-        self.contents = contents
-
-    def load(self, tx) -> Value:
-        if self.contents is None:
-            raise GraphBreak("unbound-cell", "free variable referenced before assignment")
-        if type(self.contents) is LazyValue:
-            self.contents = self.contents.realize(tx)
-        return self.contents
-
-    def store(self, tx, value: Value) -> None:
-        self.contents = value
-
-    def reconstruct_cell(self, cg) -> str:
-        return f"{cg.helper('CellType')}({cg.value(self.contents) if self.contents else ''})"
-
-
-class RealCellValue(Value):
-    """A closure cell that exists at run time: of the compiled function or a function it reached."""
-
-    def __init__(self, cell: types.CellType, function_source, index: int, name: str = "",
-                 cell_source=None) -> None:
-        self.cell = cell
-        self.function_source = function_source
-        self.index = index
-        self.name = name
-        self.cell_source = cell_source  # where the cell object itself is read (a resume function's argument)
-
-    def contents_source(self):
-        if self.cell_source is not None:
-            return AttrSource(self.cell_source, "cell_contents")
-        if self.function_source is None:
-            return None
-        if self.function_source == "root":
-            return ClosureSource(self.index, self.name)
-        return CellSource(self.function_source, self.index)
-
-    def load(self, tx) -> Value:
-        written = tx.output.attribute_overlay.get((id(self.cell), "cell_contents"))
-        if written is not None:
-            return written
-        try:
-            contents = self.cell.cell_contents
-        except ValueError:
-            raise GraphBreak("unbound-cell", "free variable referenced before assignment")
-        return tx.wrap(contents, self.contents_source())
-
-    def store(self, tx, value: Value) -> None:
-        if self.contents_source() is None:
-            raise GraphBreak("cell-write", "write to a closure cell with no source")
-        tx.output.record_attribute_write(ObjectValue(self.cell, None), "cell_contents", value,
-                                         target_source=self.contents_source())
-
-    def reconstruct_cell(self, cg) -> str:
-        return cg.source(self.cell_source) if self.cell_source is not None else cg.constant(self.cell)
 
 
 class SuperValue(Value):
@@ -736,7 +657,6 @@ NOT_PLAIN = object()
 def plain_object(value: Value) -> Any:
     """The Python object a value known at capture stands for: a constant, an object wrapped as it
     is, a list or tuple of those (typing forms subscripted, type unions); else NOT_PLAIN."""
-    from .containers import ListValue
     if type(value) is ObjectValue:
         return value.obj
     if type(value) is ListValue or type(value) is TupleValue and value.cls is tuple:

@@ -22,10 +22,11 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from ..breaks import GraphBreak
+from ..dynamic import symbolic_shapes
 from ..guards import Guard
 from ..sources import AttrSource
 from .base import DELETED, ConstantValue, Value
-from .containers import DictValue, ListValue, SliceValue, TupleValue
+from .containers import KEYED_BY_IDENTITY, DictValue, ListValue, SliceValue, TupleValue
 from .hooks import register_tensor_hook
 
 # Tensor methods whose result feeds Python with data: they end the graph.
@@ -142,6 +143,9 @@ class TensorValue(Value):
         return f"TensorValue({self.node.name}, {tuple(self.example.shape)}, {self.example.dtype})"
 
 
+KEYED_BY_IDENTITY.add(TensorValue)  # a tensor is a set member by identity, as Python hashes it
+
+
 def _is_method(name: str) -> bool:
     """Whether Tensor.`name` is a method (not a data attribute such as grad_fn or _version)."""
     static = inspect.getattr_static(torch.Tensor, name)
@@ -174,13 +178,13 @@ class SymbolicIntValue(Value):
     def constant(self):
         try:
             return self.python_type()(self.example)
-        except _symbolic_shapes().GuardOnDataDependentSymNode:
+        except symbolic_shapes().GuardOnDataDependentSymNode:
             raise _unbacked_branch(self.example) from None
 
     def truth(self, tx) -> bool:
         try:
             return bool(self.example)
-        except _symbolic_shapes().GuardOnDataDependentSymNode:
+        except symbolic_shapes().GuardOnDataDependentSymNode:
             raise _unbacked_branch(self.example) from None
 
     def unpack(self, tx):
@@ -312,7 +316,7 @@ class TensorMethodValue(Value):
     def call(self, tx, args, kwargs) -> Value:
         name = self.name
         if name == "register_hook":
-            return register_tensor_hook(tx, self.tensor, args, kwargs)
+            return register_tensor_hook(tx, self.tensor, args, kwargs, TensorValue)
         if name == "__iter__" and not args and not kwargs:  # x.__iter__() is iter(x): its rows
             return tx.iterate(self.tensor)
         if name in _DATA_DEPENDENT_METHODS:
@@ -423,7 +427,7 @@ def record_call(tx, target: Callable | str, args: list[Value], kwargs: dict[str,
         raise
     except (torch._subclasses.fake_tensor.DataDependentOutputException,
             torch._subclasses.fake_tensor.DynamicOutputShapeException,
-            _symbolic_shapes().GuardOnDataDependentSymNode) as e:
+            symbolic_shapes().GuardOnDataDependentSymNode) as e:
         raise GraphBreak("data-dependent-op", f"{_describe(target)} has a data-dependent result ({type(e).__name__})")
     except NotImplementedError as e:
         raise GraphBreak("unsupported-op", f"{_describe(target)} cannot run on fake tensors: {e}")
@@ -451,7 +455,7 @@ def _new_unbacked_symbols(result) -> set:
     strings, devices...: torch 2.11's free_unbacked_symbols asserts on those)."""
     leaves = [leaf for leaf in pytree.tree_leaves(result)
               if isinstance(leaf, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool))]
-    return _symbolic_shapes().free_unbacked_symbols(leaves) if leaves else set()
+    return symbolic_shapes().free_unbacked_symbols(leaves) if leaves else set()
 
 
 def _describe(target) -> str:
@@ -483,13 +487,6 @@ def wrap_result(tx, node: torch.fx.Node, result: Any, args: list[Value]) -> Valu
         return ConstantValue(type(result)(result)) if isinstance(result, tuple) else ListValue(
             [ConstantValue(r) for r in result])
     raise GraphBreak("unsupported-result", f"graph operation returned {type(result).__name__}")
-
-
-def _symbolic_shapes():
-    """torch.fx.experimental.symbolic_shapes, imported at first use: it imports sympy (half a second),
-    which a process running warm-started entries never needs."""
-    import torch.fx.experimental.symbolic_shapes as symbolic_shapes
-    return symbolic_shapes
 
 
 from .containers import ListValue as _List, TupleValue as _Tuple  # noqa: E402  (they import this module)

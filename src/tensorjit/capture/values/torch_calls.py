@@ -1,4 +1,5 @@
-"""Calls of torch functions: fold queries, manage global-state switches, record the rest."""
+"""Calls of torch functions (`TorchFunctionValue`): fold queries, manage global-state switches,
+record the rest."""
 
 from __future__ import annotations
 
@@ -6,9 +7,24 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..breaks import GraphBreak
-from .base import ConstantValue, Value
+from ..sources import AttrSource
+from .base import CallableConstant, ConstantValue, Value
 from .functions import _TORCH_EFFECTFUL, _TORCH_QUERIES, COMPILING_QUERIES
 from .tensors import CAPTURE_SCALAR_HINT, _DATA_DEPENDENT_FUNCTIONS, TensorValue, _example_of, record_call, to_node_argument
+
+
+class TorchFunctionValue(CallableConstant):
+    """A torch operation: calls with symbolic tensors become graph nodes."""
+
+    def call(self, tx, args, kwargs) -> Value:
+        return call_torch_function(tx, self.fn, args, kwargs)
+
+    def getattr(self, tx, name: str) -> Value:
+        try:
+            found = getattr(self.fn, name)
+        except AttributeError as error:  # the program's own exception (functools.wraps catches it)
+            raise GraphBreak("attribute-error", str(error), exception=error) from None
+        return tx.wrap(found, AttrSource(self.source, name) if self.source else None)
 
 
 def call_torch_function(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
