@@ -625,3 +625,9 @@ def test_set_enable_guard_collectives_and_load_compiled_function():
     assert compiler.set_enable_guard_collectives(False) is True
     with pytest.raises(NotImplementedError, match="save_cache_artifacts"):
         compiler.load_compiled_function(None)
+
+
+def test_precompile_is_refused_with_what_to_use_instead():
+    with pytest.raises(NotImplementedError, match="warm-start cache.*save_cache_artifacts"):
+        compiler.precompile(lambda x: x + 1, torch.ones(2))
+    assert issubclass(compiler.PrecompileError, RuntimeError)

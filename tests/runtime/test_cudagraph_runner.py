@@ -618,3 +618,23 @@ def test_inference_graphs_of_one_launch_run_unrecorded():
     assert isinstance(wrap(GeneratedGraph("mm", "gelu"), "inference"), CudaGraphRunner)
     assert isinstance(wrap(one, "forward"), CudaGraphRunner)  # its backward reads its saved outputs in place
     assert isinstance(wrap(lambda x: (x,), "inference"), CudaGraphRunner)  # launches unknown: recorded
+
+
+def test_a_warm_up_marked_incomplete_runs_eagerly_and_warms_up_again():
+    requests = ["one more warm-up"]  # an autotuner wanting a second look (torch.compiler's name for it)
+
+    def function(x):
+        if requests:
+            requests.pop()
+            tensorjit.compiler.cudagraph_mark_warmup_incomplete()
+        return (x * 2,)
+
+    runner = FakeDeviceRunner(function)
+    x = torch.ones(3)
+    torch.testing.assert_close(runner(x)[0], x * 2)
+    assert not runner.recordings and runner.eager_calls == 1  # nothing recorded, the call ran eagerly
+    torch.testing.assert_close(runner(x)[0], x * 2)  # warmed up again, then recorded
+    assert len(runner.recordings) == 1 and runner.shapes == {cudagraphs.shape_of(next(iter(runner.recordings))): 1}
+    tensorjit.compiler.cudagraph_mark_warmup_incomplete()  # outside a warm-up: nothing
+    torch.testing.assert_close(runner(x)[0], x * 2)
+    assert runner.replays == 2 and runner.eager_calls == 1

@@ -20,14 +20,18 @@ from .markers import (allow_in_graph, assume_constant_result, disable, error_on_
                       is_compiling, is_dynamo_compiling, is_exporting, nested_compile_region, nonstrict_trace,
                       substitute_in_graph, wrap_numpy)
 from .options import list_mode_options, list_options
-from .runtime_hooks import cudagraph_mark_step_begin, load_compiled_function, set_enable_guard_collectives
+from .runtime_hooks import (
+    PrecompileError, cudagraph_mark_step_begin, cudagraph_mark_warmup_incomplete, load_compiled_function, precompile,
+    set_enable_guard_collectives,
+)
 from .stance import set_stance
 
 __all__ = [
     # torch.compiler.__all__ (torch 2.13 / 2.14), in its order
     "compile", "config", "assume_constant_result", "reset", "allow_in_graph", "substitute_in_graph",
     "list_backends", "disable", "set_default_backend", "get_default_backend", "set_stance",
-    "set_enable_guard_collectives", "cudagraph_mark_step_begin", "load_compiled_function", "wrap_numpy",
+    "set_enable_guard_collectives", "cudagraph_mark_step_begin", "cudagraph_mark_warmup_incomplete",
+    "load_compiled_function", "precompile", "PrecompileError", "wrap_numpy",
     "is_compiling", "is_dynamo_compiling", "is_exporting", "save_cache_artifacts", "load_cache_artifacts",
     "keep_portable_guards_unsafe", "skip_guard_on_inbuilt_nn_modules_unsafe",
     "skip_guard_on_all_nn_modules_unsafe", "keep_tensor_guards_unsafe", "skip_guard_on_globals_unsafe",

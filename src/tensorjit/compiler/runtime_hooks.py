@@ -15,6 +15,28 @@ def cudagraph_mark_step_begin() -> None:
         mark()
 
 
+def cudagraph_mark_warmup_incomplete() -> None:
+    """Ask for another warm-up of the CUDA-graph function warming up now (called from inside its
+    warm-up, by an autotuner say): this call runs eagerly and the next one warms up again instead
+    of recording. Nothing outside a warm-up."""
+    from ..runtime import cudagraphs
+    cudagraphs.mark_warmup_incomplete()
+
+
+def precompile(fn: Callable, *example_inputs, backend: str = "inductor", tracer: str = "make_fx",
+               decompositions: dict | None = None):
+    """Not available: torch 2.14's ahead-of-time precompile to a self-contained Python source."""
+    raise NotImplementedError(
+        "tensorjit.compiler.precompile: tensorjit does not precompile a function ahead of time into a "
+        "Python source artifact; tensorjit.compile keeps compiled functions in its warm-start cache across "
+        "processes, and save_cache_artifacts/load_cache_artifacts move that cache between machines")
+
+
+class PrecompileError(RuntimeError):
+    """torch.compiler.PrecompileError's name (torch 2.14); tensorjit's precompile raises
+    NotImplementedError instead, so nothing raises this one."""
+
+
 def set_enable_guard_collectives(enabled: bool) -> bool:
     """Accepted for torch.compiler's API; tensorjit runs no distributed guard collectives. Returns the old flag."""
     previous = _guard_collectives[0]

@@ -105,6 +105,19 @@ class Settings:
 _step = 0
 
 
+_warm_ups: list[bool] = []
+"""One entry per warm-up under way (innermost last): whether it asked for another."""
+_WARM_UP_AGAIN = "warm up again"
+
+
+def mark_warmup_incomplete() -> None:
+    """`torch.compiler.cudagraph_mark_warmup_incomplete`: the warm-up under way (called from
+    inside it, by an autotuner say) is not enough. Its call then runs eagerly and records
+    nothing, and the next call of the same inputs warms up again. Outside a warm-up: nothing."""
+    if _warm_ups:
+        _warm_ups[-1] = True
+
+
 def mark_step_begin() -> None:
     """Declare a new step: results of earlier replays are no longer needed.
 
@@ -439,7 +452,10 @@ class CudaGraphRunner:
         recording = self.recordings.get(key, _MISSING)
         if recording is _MISSING:
             in_place = in_place_of(key, self.static_input_indices or self.saved_input_indices or frozenset())
-            recording = self.recordings[key] = self._new_recording(key, inputs, in_place)
+            recording = self._new_recording(key, inputs, in_place)
+            if recording is _WARM_UP_AGAIN:  # nothing kept: the next call of this key warms up again
+                return self._eager(inputs, None)
+            self.recordings[key] = recording
         if recording is None:
             return self._eager(inputs, None)
         if recording.lease is not None and any(recording.lease.aliases(inputs[i]) for i in recording.mutated):
@@ -516,12 +532,17 @@ class CudaGraphRunner:
                         f"{self.settings.max_recordings_per_shape} times for one input shape")
             return None
         self.shapes[shape] = self.shapes.get(shape, 0) + 1
-        return self._record(inputs, in_place)
+        recording = self._record(inputs, in_place)
+        if recording is _WARM_UP_AGAIN:
+            self.shapes[shape] -= 1
+        return recording
 
     def _record(self, inputs: Sequence[Any], in_place: Sequence[bool]) -> Recording | None:
         pool = choose_pool(self.kind, [v for v, fixed in zip(inputs, in_place) if fixed],
                            self._runner_pool, self._new_pool)
         mutated, reason = self._warm_up(inputs, in_place, pool)
+        if reason is _WARM_UP_AGAIN:
+            return _WARM_UP_AGAIN
         if reason is not None:
             self.refuse(reason)
             return None
@@ -644,7 +665,13 @@ class CudaGraphRunner:
             copies = [static_copy(v) if isinstance(v, torch.Tensor) else v for v in inputs]
         versions = [v._version if isinstance(v, torch.Tensor) else 0 for v in copies]
         with self._warm_up_place(pool):
-            outputs = self._run_warm_up_calls(copies)
+            _warm_ups.append(False)
+            try:
+                outputs = self._run_warm_up_calls(copies)
+            finally:
+                incomplete = _warm_ups.pop()
+            if incomplete:
+                return [], _WARM_UP_AGAIN
             mutated = [i for i, v in enumerate(copies) if isinstance(v, torch.Tensor) and v._version != versions[i]]
             refusal = warm_up_refusal(in_place, mutated, flatten(outputs)[0], self.device_type)
             del outputs
