@@ -232,3 +232,21 @@ def test_an_attribute_found_missing_is_guarded_missing():
     torch.testing.assert_close(compiled(x, obj), fn(x, obj))
     obj.z = True
     torch.testing.assert_close(compiled(x, obj), fn(x, obj))
+
+
+def test_a_c_classmethod_read_from_its_class_is_guarded_by_class_and_name():
+    """A C classmethod read from its class (`torch._C._FunctionBase.apply`, which is what a custom
+    autograd.Function's `apply` is from torch 2.14) is bound anew at every read: an identity guard
+    on it failed at every call and captured again (3 graphs for 3 calls)."""
+    base = torch._C._FunctionBase
+
+    def f(x):
+        return x + 1, base.apply
+
+    backend = CountingBackend()
+    compiled = tensorjit.compile(f, backend=backend)
+    for _ in range(3):
+        out, method = compiled(torch.ones(2))
+        torch.testing.assert_close(out, torch.full((2,), 2.0))
+        assert method == base.apply
+    assert backend.graph_count == 1
