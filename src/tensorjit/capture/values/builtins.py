@@ -356,7 +356,7 @@ def _next(tx, it: Value, default: Value | None = None) -> Value:
 def _enumerate(tx, iterable: Value, start: Value = ConstantValue(0)) -> Value:
     items = tx.iterate(iterable).unpack(tx)
     first = start.constant()
-    return IteratorValue([TupleValue([ConstantValue(first + i), v]) for i, v in enumerate(items)])
+    return IteratorValue([TupleValue([ConstantValue(first + i), v]) for i, v in enumerate(items)], kind=py.enumerate)
 
 
 @builtin(py.zip)
@@ -364,7 +364,7 @@ def _zip(tx, *iterables: Value, strict: Value = ConstantValue(False)) -> Value:
     lists = [tx.iterate(i).unpack(tx) for i in iterables]
     if strict.constant() and len({len(x) for x in lists}) > 1:
         raise GraphBreak("op-error", "zip() arguments have different lengths")
-    return IteratorValue([TupleValue(list(group)) for group in zip(*lists)])
+    return IteratorValue([TupleValue(list(group)) for group in zip(*lists)], kind=py.zip)
 
 
 @builtin(py.reversed)
@@ -380,15 +380,15 @@ def _reversed(tx, seq: Value) -> Value:
 @builtin(py.map)
 def _map(tx, fn: Value, *iterables: Value) -> Value:
     lists = [tx.iterate(i).unpack(tx) for i in iterables]
-    return IteratorValue([tx.call(fn, list(group), {}) for group in zip(*lists)])
+    return IteratorValue([tx.call(fn, list(group), {}) for group in zip(*lists)], kind=py.map)
 
 
 @builtin(py.filter)
 def _filter(tx, fn: Value, iterable: Value) -> Value:
     items = tx.iterate(iterable).unpack(tx)
     if fn.is_constant() and fn.constant() is None:
-        return IteratorValue([v for v in items if v.truth(tx)])
-    return IteratorValue([v for v in items if tx.call(fn, [v], {}).truth(tx)])
+        return IteratorValue([v for v in items if v.truth(tx)], kind=py.filter)
+    return IteratorValue([v for v in items if tx.call(fn, [v], {}).truth(tx)], kind=py.filter)
 
 
 @builtin(py.list)

@@ -471,6 +471,13 @@ def _set_algebra(tx, s: SetValue, *others: Value) -> Value:
 @method(IteratorValue, "__iter__")
 def _iterator_iter(tx, it: IteratorValue) -> Value:
     return it
+@method(IteratorValue, "__length_hint__")
+def _length_hint(tx, it: IteratorValue) -> Value:
+    if it.over is None:  # zip, map, enumerate... have no __length_hint__; a tuple's iterator is not modelled
+        raise GraphBreak("container-method", "__length_hint__ of this iterator is not supported")
+    return ConstantValue(it.length_hint())
+
+
 @method(IteratorValue, "__next__")
 def _next(tx, it: IteratorValue) -> Value:
     value = it.next()
