@@ -256,7 +256,7 @@ class ListValue(SequenceValue):
 
 
 _LIST_METHODS = {"append", "extend", "pop", "insert", "clear", "copy", "count", "index", "remove",
-                 "reverse", "sort", "__len__", "__getitem__"}
+                 "reverse", "sort", "__len__", "__getitem__", "__setitem__", "__delitem__"}
 
 
 class DictValue(Value):
