@@ -70,3 +70,13 @@ def test_list_from_outside_is_written_back():
     fn(x, expected)
     tensorjit.compile(fn, backend="eager", fullgraph=True)(x, got)
     assert got == expected
+
+
+def test_list_new_makes_an_empty_list():
+    def fn(x):
+        made = list.__new__(list)
+        made.append(1)
+        return x + 1, made, list.__new__(list, [1, 2], extra="ignored")
+
+    x = torch.ones(2)
+    assert tensorjit.compile(fn, backend="eager", fullgraph=True)(x)[1:] == fn(x)[1:] == ([1], [])

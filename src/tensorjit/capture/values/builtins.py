@@ -600,6 +600,15 @@ def _container_new(tx, cls: Value, *args: Value, **kwargs: Value) -> Value:
     return empty(tx, base, cls.constant(), list(args))
 
 
+@builtin(py.list.__new__)
+def _list_new(tx, cls: Value, *args: Value, **kwargs: Value) -> Value:
+    """list.__new__(list, ...): an empty list; like CPython's it ignores the arguments (list.__init__
+    fills it). Subclasses of list are not modelled: they break."""
+    if cls.constant() is not py.list:
+        raise GraphBreak("unsupported-call", f"list.__new__ of {getattr(cls.constant(), '__name__', cls)}")
+    return ListValue([])
+
+
 @builtin(py.object.__setattr__)
 def _object_setattr(tx, obj: Value, name: Value, value: Value) -> Value:
     tx.store_attribute(obj, name.constant(), value, custom=False)

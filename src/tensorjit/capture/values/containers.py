@@ -77,10 +77,16 @@ class TupleValue(SequenceValue):
             return torch.Size(values)
         if _subclass(self.cls):
             return _new_container(self.cls, values)
+        if hasattr(self.cls, "n_sequence_fields") and not _is_namedtuple(self.cls):  # a C struct sequence
+            try:
+                return self.cls(values)
+            except TypeError:  # sys.version_info's type makes no instances: a tuple compares and hashes alike
+                return tuple(values)
         return self.cls(*values)
 
     def rebuild(self, items):
-        return TupleValue(items, tuple if _is_namedtuple(self.cls) else self.cls)
+        plain = _is_namedtuple(self.cls) or hasattr(self.cls, "n_sequence_fields")  # their slices are tuples
+        return TupleValue(items, tuple if plain else self.cls)
 
     def getattr(self, tx, name: str) -> Value:
         written = tx.output.attribute_overlay.get((id(self), name))  # assigned in the function
