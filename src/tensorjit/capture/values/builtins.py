@@ -14,6 +14,7 @@ import itertools
 import math
 import operator
 import inspect
+import re
 import types
 import typing
 from typing import Any, Callable
@@ -119,7 +120,9 @@ def _subclasses(tx, cls: type, source) -> Value:
     return ListValue([tx.wrap(c, ItemSource(listed, i)) for i, c in enumerate(found)])
 
 
-_IMMUTABLE = (str, int, float, bytes, tuple, frozenset, complex)
+_IMMUTABLE = (str, int, float, bytes, tuple, frozenset, complex, re.Pattern, re.Match)
+"""Objects whose C methods compute from the object and the arguments alone: a compiled regular
+expression and a match are immutable too (`pattern.search(text)` in unittest's assertRaisesRegex)."""
 _CONTAINER_TYPES = (list, tuple, dict, set, frozenset)
 
 
