@@ -306,7 +306,7 @@ _SEQUENCE_PROTOCOL = ("__getitem__", "__iter__", "__len__", "__contains__", "__r
 
 
 def _is_struct_sequence(obj: Any) -> bool:
-    """A C struct sequence read from outside whose fields are all items (sys.version_info,
+    """A C struct sequence read from outside whose fields are all items (the interpreter's version,
     torch.return_types.max): read as the tuple it is, its fields by name through the items. Ones
     with fields beyond the items (os.stat_result, time.struct_time) stay objects."""
     cls = type(obj)

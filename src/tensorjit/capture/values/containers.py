@@ -80,7 +80,7 @@ class TupleValue(SequenceValue):
         if hasattr(self.cls, "n_sequence_fields") and not _is_namedtuple(self.cls):  # a C struct sequence
             try:
                 return self.cls(values)
-            except TypeError:  # sys.version_info's type makes no instances: a tuple compares and hashes alike
+            except TypeError:  # the interpreter version record's type makes no instances: a tuple compares and hashes alike
                 return tuple(values)
         return self.cls(*values)
 
