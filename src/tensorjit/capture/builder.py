@@ -89,7 +89,8 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
         array = wrap_ndarray(tx, obj, source)
         if array is not None:
             return array
-    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple, torch.Size) or _is_namedtuple(obj):
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple, torch.Size) or _is_namedtuple(obj) \
+            or _is_struct_sequence(obj):
         guard(Guard(source, "type", type(obj)))
         guard(Guard(source, "length", len(obj)))
         with _items_of(tx, source, obj):
@@ -308,6 +309,15 @@ def _is_namedtuple(obj: Any) -> bool:
 
 
 _SEQUENCE_PROTOCOL = ("__getitem__", "__iter__", "__len__", "__contains__", "__reversed__")
+
+
+def _is_struct_sequence(obj: Any) -> bool:
+    """A C struct sequence read from outside whose fields are all items (the interpreter's version,
+    torch.return_types.max): read as the tuple it is, its fields by name through the items. Ones
+    with fields beyond the items (os.stat_result, time.struct_time) stay objects."""
+    cls = type(obj)
+    return cls.__mro__[1:] == (tuple, object) and isinstance(getattr(cls, "n_sequence_fields", None), int) \
+        and getattr(cls, "n_fields", None) == cls.n_sequence_fields and getattr(cls, "n_unnamed_fields", 0) == 0
 
 
 def wrap_constant_object(tx, obj: Any) -> Value:

@@ -35,6 +35,7 @@ from .values.container_subclasses import container_base
 from .values.containers import (DictValue, IteratorValue, ListValue, MappingProxyValue, SequenceValue, TupleValue, SetValue,
                                hash_key)
 from .values.functions import FunctionValue, MethodValue, NestedFunctionValue
+from .values.torch_calls import TorchFunctionValue
 from .values.objects import (NOT_PLAIN, GlobalContextValue, GradModeValue, MadeModuleValue, NNModuleValue,
                              NullContextValue, ObjectValue, PartialValue, UserObjectValue, WeakRefValue, is_not_implemented,
                              lookup_static, plain_object, type_form)
@@ -280,6 +281,10 @@ def _instantiate(tx, value: ObjectValue, cls: type, args, kwargs) -> Value:
                 and cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return tx.wrap_constant_object(cls(*[a.constant() for a in args]))
         made = _stateless_module(tx, cls, args, kwargs) if issubclass(cls, torch.nn.Module) else None
+        if type(cls) is type(torch.FloatTensor) and len(args) == 1 and not kwargs \
+                and isinstance(args[0], (ListValue, TupleValue)):  # torch.LongTensor([..]): torch.tensor's copy
+            made = TorchFunctionValue(torch.tensor).call(tx, args, {
+                "dtype": ConstantValue(cls.dtype), "device": ConstantValue("cuda" if cls.is_cuda else "cpu")})
         if made is not None:
             return made
         raise GraphBreak("unsupported-call", f"creating a {cls.__name__} inside a compiled function")

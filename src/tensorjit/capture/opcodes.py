@@ -453,13 +453,8 @@ def setitem(f: Frame, obj: Value, index: Value, value: Value) -> None:
         record_call(f, operator.setitem, [obj, index, value], {})
     elif subscript_method(obj, "__setitem__") is not None:
         f.call_dunder(obj, "__setitem__", [index, value])
-    elif isinstance(obj, ListValue):
-        key = index.constant()
-        obj.mutate(f)
-        if isinstance(key, slice):
-            obj.items[key] = value.unpack(f)
-        else:
-            obj.items[key] = value
+    elif isinstance(obj, ListValue):  # list.__setitem__ (container_methods.py): CPython's errors too
+        obj.getattr(f, "__setitem__").call(f, [index, value], {})
     elif isinstance(obj, DictValue):
         key = hash_key(index, False)  # an unhashable key raises TypeError for the program
         obj.mutate(f)
@@ -490,7 +485,9 @@ def DELETE_SUBSCR(f, i):
     obj = f.pop()
     if subscript_method(obj, "__delitem__") is not None:
         f.call_dunder(obj, "__delitem__", [index])
-    elif isinstance(obj, (ListValue, DictValue)):
+    elif isinstance(obj, ListValue):
+        obj.getattr(f, "__delitem__").call(f, [index], {})
+    elif isinstance(obj, DictValue):
         obj.mutate(f)
         del obj.items[index.constant()]
     else:

@@ -8,4 +8,4 @@ package loads them all.
 
 from . import registry
 from .registry import call, capture_rule, entries, family, find, polyfill
-from . import iterators, itertools, builtins, functools, operator, collections, sets, tracebacks, numpy, typing_module, warnings_module, copy_module  # noqa: F401
+from . import iterators, itertools, builtins, functools, operator, collections, sets, tracebacks, numpy, typing_module, warnings_module, copy_module, re_module  # noqa: F401

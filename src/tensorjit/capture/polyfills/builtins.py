@@ -169,6 +169,33 @@ def sorted_(iterable, *, key=None, reverse=False):
     return result
 
 
+def _sorts_with_key(args, kwargs) -> bool:
+    """Whether list.sort gets a key function (the handler sorts constants by their own order only)."""
+    key = kwargs.get("key")
+    return key is not None and not (key.is_constant() and key.constant() is None)
+
+
+@polyfill(list.sort, applies=_sorts_with_key,
+          samples=[Sample([3, -1, 2], key=abs), Sample(["bb", "a", "cc"], key=len, reverse=True),
+                   Sample([1, 2], key=None), Sample([1, "a"], key=str)])
+def list_sort(self, *, key=None, reverse=False):
+    """list.sort with a key, as CPython's: the keys are computed once, in order, while the list
+    looks empty (a key reading it sees no items); then a stable sort comparing with < only. A list
+    changed meanwhile gets its sorted items back and the sort raises ValueError; one whose key or
+    comparison raises gets its items back as they were."""
+    items = self[:]
+    self.clear()
+    try:
+        ordered = sorted_(items, key=key, reverse=reverse)
+    except BaseException:
+        self[:] = items
+        raise
+    modified = len(self) != 0
+    self[:] = ordered
+    if modified:
+        raise ValueError("list modified during sort")
+
+
 @polyfill(dict.fromkeys, samples=[("abc",), ([1, 2], 0), ([],)])
 def dict_fromkeys(iterable, value=None):
     result = {}

@@ -14,6 +14,7 @@ from ..guards import Guard
 from ..sources import AttrSource
 from ..values.base import Value
 from ..values.containers import DictValue, TupleValue
+from ..values.functions import FunctionValue
 from ..values.objects import PartialValue
 from .registry import capture_rule
 
@@ -54,3 +55,42 @@ def _partial(tx, func: Value, *args: Value, **kwargs: Value) -> Value:
     if type(func) is CapturedPartialValue:  # partial(partial(f, a), b) is partial(f, a, b)
         return CapturedPartialValue(func.func, [*func.args, *args], {**func.kwargs, **kwargs})
     return CapturedPartialValue(func, list(args), dict(kwargs))
+
+
+class ComparisonKey:
+    """What the key of functools.cmp_to_key wraps an item in: ordered by the comparison function,
+    as CPython's C `functools.KeyWrapper` is (unhashable, `obj` the item)."""
+
+    __hash__ = None
+
+    def __init__(self, obj, compare):
+        self.obj = obj
+        self.compare = compare
+
+    def __lt__(self, other):
+        return self.compare(self.obj, other.obj) < 0
+
+    def __gt__(self, other):
+        return self.compare(self.obj, other.obj) > 0
+
+    def __le__(self, other):
+        return self.compare(self.obj, other.obj) <= 0
+
+    def __ge__(self, other):
+        return self.compare(self.obj, other.obj) >= 0
+
+    def __eq__(self, other):
+        return self.compare(self.obj, other.obj) == 0
+
+
+def comparison_key(compare):
+    def key(obj):
+        return ComparisonKey(obj, compare)
+    return key
+
+
+@capture_rule(functools.cmp_to_key)
+def _cmp_to_key(tx, compare: Value) -> Value:
+    """functools.cmp_to_key(compare): a key function made in Python and inlined (the C one's key
+    objects are opaque to capture; these compare through `compare` the same way)."""
+    return tx.call(FunctionValue(comparison_key), [compare], {})

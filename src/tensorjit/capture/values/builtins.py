@@ -14,6 +14,7 @@ import itertools
 import math
 import operator
 import inspect
+import re
 import types
 import typing
 from typing import Any, Callable
@@ -119,7 +120,9 @@ def _subclasses(tx, cls: type, source) -> Value:
     return ListValue([tx.wrap(c, ItemSource(listed, i)) for i, c in enumerate(found)])
 
 
-_IMMUTABLE = (str, int, float, bytes, tuple, frozenset, complex)
+_IMMUTABLE = (str, int, float, bytes, tuple, frozenset, complex, re.Pattern, re.Match)
+"""Objects whose C methods compute from the object and the arguments alone: a compiled regular
+expression and a match are immutable too (`pattern.search(text)` in unittest's assertRaisesRegex)."""
 _CONTAINER_TYPES = (list, tuple, dict, set, frozenset)
 
 
@@ -356,7 +359,7 @@ def _next(tx, it: Value, default: Value | None = None) -> Value:
 def _enumerate(tx, iterable: Value, start: Value = ConstantValue(0)) -> Value:
     items = tx.iterate(iterable).unpack(tx)
     first = start.constant()
-    return IteratorValue([TupleValue([ConstantValue(first + i), v]) for i, v in enumerate(items)])
+    return IteratorValue([TupleValue([ConstantValue(first + i), v]) for i, v in enumerate(items)], kind=py.enumerate)
 
 
 @builtin(py.zip)
@@ -364,7 +367,7 @@ def _zip(tx, *iterables: Value, strict: Value = ConstantValue(False)) -> Value:
     lists = [tx.iterate(i).unpack(tx) for i in iterables]
     if strict.constant() and len({len(x) for x in lists}) > 1:
         raise GraphBreak("op-error", "zip() arguments have different lengths")
-    return IteratorValue([TupleValue(list(group)) for group in zip(*lists)])
+    return IteratorValue([TupleValue(list(group)) for group in zip(*lists)], kind=py.zip)
 
 
 @builtin(py.reversed)
@@ -380,15 +383,15 @@ def _reversed(tx, seq: Value) -> Value:
 @builtin(py.map)
 def _map(tx, fn: Value, *iterables: Value) -> Value:
     lists = [tx.iterate(i).unpack(tx) for i in iterables]
-    return IteratorValue([tx.call(fn, list(group), {}) for group in zip(*lists)])
+    return IteratorValue([tx.call(fn, list(group), {}) for group in zip(*lists)], kind=py.map)
 
 
 @builtin(py.filter)
 def _filter(tx, fn: Value, iterable: Value) -> Value:
     items = tx.iterate(iterable).unpack(tx)
     if fn.is_constant() and fn.constant() is None:
-        return IteratorValue([v for v in items if v.truth(tx)])
-    return IteratorValue([v for v in items if tx.call(fn, [v], {}).truth(tx)])
+        return IteratorValue([v for v in items if v.truth(tx)], kind=py.filter)
+    return IteratorValue([v for v in items if tx.call(fn, [v], {}).truth(tx)], kind=py.filter)
 
 
 @builtin(py.list)
@@ -598,6 +601,15 @@ def _container_new(tx, cls: Value, *args: Value, **kwargs: Value) -> Value:
                           f"{base.__name__}() takes no keyword arguments")
         raise GraphBreak("op-error", str(error), exception=error)
     return empty(tx, base, cls.constant(), list(args))
+
+
+@builtin(py.list.__new__)
+def _list_new(tx, cls: Value, *args: Value, **kwargs: Value) -> Value:
+    """list.__new__(list, ...): an empty list; like CPython's it ignores the arguments (list.__init__
+    fills it). Subclasses of list are not modelled: they break."""
+    if cls.constant() is not py.list:
+        raise GraphBreak("unsupported-call", f"list.__new__ of {getattr(cls.constant(), '__name__', cls)}")
+    return ListValue([])
 
 
 @builtin(py.object.__setattr__)

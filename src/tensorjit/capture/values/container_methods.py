@@ -91,6 +91,43 @@ def _remove(tx, lst: ListValue, value: Value) -> Value:
     raise GraphBreak("op-error", str(error), exception=error)
 
 
+def _list_error(op, size: int, key, *value) -> None:
+    """Raise, as the program's exception, what `op` raises on a list of `size` items (an index out
+    of range, a float index, a non-iterable or wrongly sized value for a slice), before the
+    symbolic list is touched."""
+    probe = list(range(size))
+    try:
+        op(probe, key, *value)
+    except Exception as error:
+        raise GraphBreak("op-error", f"{type(error).__name__}: {error}", exception=error) from None
+
+
+@method(ListValue, "__setitem__")
+def _list_setitem(tx, lst: ListValue, index: Value, value: Value) -> Value:
+    key = index.constant()
+    if isinstance(key, slice):
+        if value.is_constant() and not isinstance(value.constant(), (list, tuple, str, range, dict, set, frozenset)):
+            _list_error(operator.setitem, len(lst.items), key, value.constant())  # not iterable: TypeError
+        items = tx.iterate(value).unpack(tx)
+        _list_error(operator.setitem, len(lst.items), key, [None] * len(items))  # extended slice sizes
+        lst.mutate(tx)
+        lst.items[key] = items
+    else:
+        _list_error(operator.setitem, len(lst.items), key, None)
+        lst.mutate(tx)
+        lst.items[key] = value
+    return NONE
+
+
+@method(ListValue, "__delitem__")
+def _list_delitem(tx, lst: ListValue, index: Value) -> Value:
+    key = index.constant()
+    _list_error(operator.delitem, len(lst.items), key)
+    lst.mutate(tx)
+    del lst.items[key]
+    return NONE
+
+
 @method(ListValue, "sort")
 def _sort(tx, lst: ListValue, key: Value = NONE, reverse: Value = ConstantValue(False)) -> Value:
     if key.constant() is not None:
@@ -388,6 +425,13 @@ def _set_algebra(tx, s: SetValue, *others: Value) -> Value:
 @method(IteratorValue, "__iter__")
 def _iterator_iter(tx, it: IteratorValue) -> Value:
     return it
+@method(IteratorValue, "__length_hint__")
+def _length_hint(tx, it: IteratorValue) -> Value:
+    if it.over is None:  # zip, map, enumerate... have no __length_hint__; a tuple's iterator is not modelled
+        raise GraphBreak("container-method", "__length_hint__ of this iterator is not supported")
+    return ConstantValue(it.length_hint())
+
+
 @method(IteratorValue, "__next__")
 def _next(tx, it: IteratorValue) -> Value:
     value = it.next()

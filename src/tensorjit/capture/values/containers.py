@@ -79,10 +79,16 @@ class TupleValue(SequenceValue):
             return torch.Size(values)
         if _subclass(self.cls):
             return new_container(self.cls, values)
+        if hasattr(self.cls, "n_sequence_fields") and not _is_namedtuple(self.cls):  # a C struct sequence
+            try:
+                return self.cls(values)
+            except TypeError:  # the interpreter version record's type makes no instances: a tuple compares and hashes alike
+                return tuple(values)
         return self.cls(*values)
 
     def rebuild(self, items):
-        return TupleValue(items, tuple if _is_namedtuple(self.cls) else self.cls)
+        plain = _is_namedtuple(self.cls) or hasattr(self.cls, "n_sequence_fields")  # their slices are tuples
+        return TupleValue(items, tuple if plain else self.cls)
 
     def getattr(self, tx, name: str) -> Value:
         written = tx.output.attribute_overlay.get((id(self), name))  # assigned in the function
@@ -243,7 +249,7 @@ class ListValue(SequenceValue):
 
 
 _LIST_METHODS = {"append", "extend", "pop", "insert", "clear", "copy", "count", "index", "remove",
-                 "reverse", "sort", "__len__", "__getitem__"}
+                 "reverse", "sort", "__len__", "__getitem__", "__setitem__", "__delitem__"}
 
 
 class DictValue(Value):
@@ -565,11 +571,12 @@ class IteratorValue(Value):
     iterator does; over a dict, set or dict view it fails, as Python does, when the
     size changed since it was made. Otherwise its items are fixed at capture time."""
 
-    def __init__(self, items: list[Value] | None, over: Value | None = None) -> None:
+    def __init__(self, items: list[Value] | None, over: Value | None = None, kind: type | None = None) -> None:
         self._items = items
         self.over = over
         self.size = _size(over) if over is not None else None
         self.position = 0
+        self.kind = kind  # the class of the C iterator it stands for (zip, map...), when not a list's
 
     @property
     def items(self) -> list[Value]:
@@ -585,7 +592,7 @@ class IteratorValue(Value):
         return over.current() if isinstance(over, DictViewValue) else over.unpack(None)
 
     def python_type(self) -> type:
-        return type(iter([]))
+        return self.kind or type(iter([]))
 
     def next(self) -> Value | None:
         items = self.items
@@ -602,9 +609,21 @@ class IteratorValue(Value):
         return rest
 
     def getattr(self, tx, name):
-        if name in ("__next__", "__iter__"):
+        if name in ("__next__", "__iter__") or name == "__length_hint__" and self.over is not None:
             return ContainerMethodValue(self, name)
+        if not hasattr(self.python_type(), name):  # C iterators have no attributes of their own
+            error = AttributeError(f"'{self.python_type().__name__}' object has no attribute '{name}'")
+            raise GraphBreak("attribute-error", str(error), exception=error)
         return super().getattr(tx, name)
+
+    def length_hint(self) -> int:
+        """What `__length_hint__` answers for an iterator over a list, dict, set or dict view: the
+        items not yet taken (a list's length now, as its iterator reads the list at each step); 0
+        for a dict or set whose size changed, which CPython's iterator reports instead of raising."""
+        over = self.over
+        if isinstance(over, ListValue):
+            return max(len(over.items) - self.position, 0)
+        return self.size - self.position if _size(over) == self.size else 0
 
     def reconstruct(self, cg) -> str:
         if isinstance(self.over, ListValue):  # over the same list, so it sees later appends

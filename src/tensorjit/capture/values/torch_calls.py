@@ -9,6 +9,7 @@ from torch.utils import _pytree as pytree
 from ..breaks import GraphBreak
 from ..sources import AttrSource
 from .base import CallableConstant, ConstantValue, Value
+from .containers import ListValue, TupleValue
 from .functions import _TORCH_EFFECTFUL, _TORCH_QUERIES, COMPILING_QUERIES
 from .tensors import CAPTURE_SCALAR_HINT, _DATA_DEPENDENT_FUNCTIONS, TensorValue, _example_of, record_call, to_node_argument
 
@@ -45,7 +46,51 @@ def call_torch_function(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> 
     if fn in (torch.Tensor.item, torch.Tensor.tolist):
         raise GraphBreak("data-dependent-op", f"{fn.__qualname__} reads a tensor's value into Python",
                          CAPTURE_SCALAR_HINT if fn is torch.Tensor.item else "")
+    if fn is torch.tensor and len(args) == 1:
+        made = tensor_of_items(tx, args[0], kwargs)
+        if made is not None:
+            return made
     return record_call(tx, fn, args, kwargs)
+
+
+def tensor_of_items(tx, data: Value, kwargs: dict[str, Value]) -> Value | None:
+    """torch.tensor([a, 1, b]) with 0-d tensors among the items (NumPy scalars read from arrays
+    too): the items detached, made one dtype and stacked, as eager reads their values. The dtype
+    is the one torch.tensor infers (it is not type promotion: [int32 tensor, 2] is int64), found by
+    calling it on zeros of the items' dtypes. Other forms (nested lists, requires_grad=True, items
+    on another device) return None and take the ordinary path."""
+    if not isinstance(data, (ListValue, TupleValue)) or set(kwargs) - {"dtype", "device"} \
+            or not all(v.is_constant() for v in kwargs.values()):
+        return None
+    items = data.items
+    if not any(isinstance(v, TensorValue) for v in items):
+        return None
+    samples = []
+    for v in items:
+        if isinstance(v, TensorValue):
+            example = v.example
+            if example.dim() != 0 or example.device.type != "cpu":
+                return None
+            samples.append(torch.zeros((), dtype=example.dtype))
+        elif v.is_constant() and type(v.constant()) in (bool, int, float):
+            samples.append(v.constant())
+        else:
+            return None
+    options = {k: v.constant() for k, v in kwargs.items()}
+    dtype = torch.tensor(samples, dtype=options.get("dtype")).dtype
+    parts = []
+    for v in items:
+        if not isinstance(v, TensorValue):
+            parts.append(record_call(tx, torch.tensor, [v], {"dtype": ConstantValue(dtype)}))
+            continue
+        if type(v) is not TensorValue:  # an array (NumPy's scalar): its data as a tensor first
+            v = record_call(tx, torch.as_tensor, [v], {})
+        detached = record_call(tx, torch.Tensor.detach, [v], {})
+        parts.append(record_call(tx, torch.Tensor.to, [detached], {"dtype": ConstantValue(dtype)}))
+    made = record_call(tx, torch.stack, [ListValue(parts)], {})
+    if options.get("device") is not None:
+        made = record_call(tx, torch.Tensor.to, [made], {"device": kwargs["device"]})
+    return made
 
 
 # torch._check and its kin: assertions on a condition, with an optional message callable.
