@@ -23,6 +23,14 @@ def _remembered_hash():
     return field(default=None, init=False, repr=False, compare=False)
 
 
+def _remembered():
+    """The field that holds what a pass computes of a kernel once (`memory.names_read`): kernels
+    are frozen, so the answer never changes, and passes ask it of the same kernels many times.
+    Excluded from equality, repr and `__init__` (`dataclasses.replace` builds a new kernel
+    without it)."""
+    return field(default=None, init=False, repr=False, compare=False)
+
+
 def _hash_once(node, key: tuple) -> int:
     value = node._hash
     if value is None:
@@ -315,6 +323,7 @@ class Pointwise:
     variables: tuple[IndexVar, ...]
     scatter: Scatter | None = None
     store: Index | None = None
+    _reads: frozenset | None = _remembered()
 
     def __str__(self) -> str:
         loops = ", ".join(f"{v} < {r}" for v, r in zip(self.variables, self.ranges))
@@ -356,6 +365,7 @@ class Reduction:
     reduction_variables: tuple[IndexVar, ...]
     dtype: str
     divisor: int = 1  # mean/var: the stored value is the reduced value / divisor
+    _reads: frozenset | None = _remembered()
 
     def __str__(self) -> str:
         loops = ", ".join(f"{v} < {r}" for v, r in zip(self.variables, self.ranges))
@@ -404,6 +414,7 @@ class LoopGroup:
     variables: tuple[IndexVar, ...]
     members: tuple[Union[Pointwise, Reduction], ...]
     local: tuple[str, ...] = ()
+    _reads: frozenset | None = _remembered()
 
     @property
     def outputs(self) -> tuple[str, ...]:
