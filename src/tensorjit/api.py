@@ -207,7 +207,7 @@ class CompiledFunction:
     def _add_entry(self, entry: CacheEntry) -> None:
         self.entries.append(entry)
         if len(self.entries) == 1:
-            self.fast = _fast_path(self.fn, entry) or _always_miss
+            self.fast = self._first_entry_fast_path()
             if entry.guards.native_built is not None:  # built while the fast path was: settle now
                 self.settle_guards_at_next_call()
         closure_entries.record(self, entry)
@@ -312,6 +312,29 @@ class CompiledFunction:
         self.unsettled = True
         self.fast = _fast_path_at_next_call(self)
 
+    def _first_entry_fast_path(self) -> Callable:
+        """The fast path of the first entry; while an entry checks its tensors in Python because the
+        native check is not built and no build was asked for, one that counts calls up to
+        `native_guards.HOT_CALLS` and then asks for it (`_hot`)."""
+        if not self.entries:
+            return _always_miss
+        hot = self._hot if self._awaits_native() else None
+        return _fast_path(self.fn, self.entries[0], hot) or _always_miss
+
+    def _awaits_native(self) -> bool:
+        return not native_guards.requested(self.config) and \
+            any(entry.guards.upgrade is not None for _, entry in self.all_entries())
+
+    def _hot(self) -> None:
+        """The first entry was called HOT_CALLS times with Python tensor checks: build the native
+        check (in the background, or load it where another process built it since), have every
+        entry take it when done, and count no more."""
+        native_guards.checker(self.config)
+        for owner, entry in self.all_entries():
+            native_guards.settle_when_built(self.config, owner, entry.guards)
+        if not self.unsettled:  # not built at once: the fast path without the count meanwhile
+            self.fast = self._first_entry_fast_path()
+
     def settle_guards(self) -> None:
         self.unsettled = False  # first: a check built from here on asks again
         for entry in self.entries:
@@ -339,7 +362,7 @@ def _always_miss(*args, **kwargs):
     return _MISS
 
 
-def _fast_path(fn: types.FunctionType, entry: CacheEntry) -> Callable | None:
+def _fast_path(fn: types.FunctionType, entry: CacheEntry, hot: Callable | None = None) -> Callable | None:
     """One generated function for the common case: bind, check the first entry's guards, run it.
 
     It has fn's signature (so CPython binds the arguments) and the guard statements
@@ -347,7 +370,7 @@ def _fast_path(fn: types.FunctionType, entry: CacheEntry) -> Callable | None:
     does when a guard raises (an attribute or key it reads is gone: the general path
     then reads that as a failed guard). The graph inputs the guards read are handed
     to the entry's restore function, which would otherwise read each through its
-    source again."""
+    source again. hot: called once, at the native_guards.HOT_CALLS-th call."""
     run = getattr(entry, "run_bound", None)
     check = entry.guards.check
     if run is None:
@@ -359,9 +382,10 @@ def _fast_path(fn: types.FunctionType, entry: CacheEntry) -> Callable | None:
     body = ["    " + line.replace("return False", "return _MISS") for line in body
             if line.strip() and line.strip() != "return True"]
     header, returned = binder_text.split("\n")[0], binder_text.split("\n")[1].replace("return", "L =", 1)
-    text = "\n".join([header, returned, "    try:", *(body or ["        pass"]), "    except Exception:",
+    count = [] if hot is None else [f"    if _count() == {native_guards.HOT_CALLS}: _hot()"]
+    text = "\n".join([header, returned, *count, "    try:", *(body or ["        pass"]), "    except Exception:",
                       "        return _MISS", f"    return _run(L{_read_inputs(entry)})"]) + "\n"
-    env.update(binder_env, _MISS=_MISS, _run=run)
+    env.update(binder_env, _MISS=_MISS, _run=run, _count=itertools.count(1).__next__, _hot=hot)
     namespace: dict = {}
     exec(builtins.compile(text, f"<tensorjit fast path of {fn.__qualname__}>", "exec"), env, namespace)
     return namespace["bind"]
@@ -383,7 +407,7 @@ def _fast_path_at_next_call(compiled: CompiledFunction) -> Callable:
     def build_then_call(*args, **kwargs):
         if compiled.unsettled:
             compiled.settle_guards()
-        compiled.fast = (_fast_path(compiled.fn, compiled.entries[0]) if compiled.entries else None) or _always_miss
+        compiled.fast = compiled._first_entry_fast_path()
         return compiled.fast(*args, **kwargs)
     return build_then_call
 

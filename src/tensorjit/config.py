@@ -55,9 +55,10 @@ class Config:
     process runs them without capturing, tracing or generating code again (runtime/warm_start.py).
     TENSORJIT_WARM_START=0 turns it off."""
     native_guards: bool = True
-    """Check the tensors of an entry with many (capture/native_guards.py: 16 or more) in one C++
-    call instead of five Python getters each; the extension is built once per machine with
-    `cpp_compiler`. Without a compiler the guards stay Python. TENSORJIT_NATIVE_GUARDS=0 turns it off."""
+    """Check the tensors of an entry in one C++ call instead of five Python getters each
+    (capture/native_guards.py); the extension is built once per machine with `cpp_compiler`, in the
+    background, when an entry with 64 or more tensor guards is captured or a smaller one is called
+    1000 times. Without a compiler the guards stay Python. TENSORJIT_NATIVE_GUARDS=0 turns it off."""
     compile_threads: int = 0
     """Worker processes that compile kernels in parallel; 0 picks from the CPU count."""
     max_autotune: bool = False

@@ -76,6 +76,7 @@ def slow_build(checks, monkeypatch):
     monkeypatch.setattr(native_guards, "_jobs", {})
     monkeypatch.setattr(native_guards._Job, "start", lambda self, compiler, cache_dir: None)
     monkeypatch.setattr(native_guards, "MIN_TENSORS", 1)
+    monkeypatch.setattr(native_guards, "BUILD_TENSORS", 1)  # capture asks for the build
 
     def finish():
         (job,) = native_guards._jobs.values()
@@ -133,3 +134,72 @@ def test_every_entry_and_resume_function_takes_the_check(slow_build):
     for flag in (2, 3):
         torch.testing.assert_close(compiled(x, flag), f(x, flag))
     assert counter.graph_count > graphs
+
+
+def small_net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+
+
+def test_a_small_entry_takes_a_check_the_cache_holds(checks, monkeypatch):
+    """A process whose cache holds the built check (another process built it): an entry with
+    a few tensor guards loads it at capture, and asks for no build."""
+    import tensorjit
+    monkeypatch.setattr(native_guards, "_jobs", {})  # as in a fresh process
+    monkeypatch.setattr(native_guards, "_cached", {})
+    built = []
+    monkeypatch.setattr(native_guards, "_build", lambda compiler, output: built.append(output))
+    net, counter = small_net(), CountingBackend()
+    compiled = tensorjit.compile(net, backend=counter)
+    x = torch.randn(3, 4)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), net(x))
+    text = compiled._compiled_forward.entries[0].guards.source_text
+    assert "_tensors_match(" in text and "_empty_entries(" in text and ".requires_grad" not in text
+    assert native_guards.requested(default_config) and not built
+    net[0].bias.requires_grad_(False)  # five tensors checked natively: a flip still recompiles
+    torch.testing.assert_close(compiled(x), net(x))
+    assert counter.graph_count == 2
+
+
+def test_a_small_entry_asks_for_the_build_once_it_is_called_often(checks, monkeypatch):
+    """Where the check is neither built nor in the cache, capturing a small entry starts no build
+    (a short process never pays for one); its fast path counts calls, and at HOT_CALLS asks for
+    the build, stops counting, and takes the check once it is built."""
+    import tensorjit
+    monkeypatch.setattr(native_guards, "_jobs", {})
+    monkeypatch.setattr(native_guards, "_in_cache", lambda place: False)
+    monkeypatch.setattr(native_guards._Job, "start", lambda self, compiler, cache_dir: None)  # a slow build
+    monkeypatch.setattr(native_guards, "HOT_CALLS", 5)
+    net, counter = small_net(), CountingBackend()
+    compiled = tensorjit.compile(net, backend=counter)
+    function = compiled._compiled_forward
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(compiled(x), net(x))  # captured: Python checks, no build asked for
+    entry = function.entries[0]
+    assert ".requires_grad" in entry.guards.source_text and not native_guards.requested(default_config)
+    assert "_count" in function.fast.__code__.co_names
+    for _ in range(native_guards.HOT_CALLS - 1):
+        torch.testing.assert_close(compiled(x), net(x))
+    assert not native_guards.requested(default_config)
+    torch.testing.assert_close(compiled(x), net(x))  # the HOT_CALLS-th call on the fast path
+    assert native_guards.requested(default_config)
+    assert "_count" not in function.fast.__code__.co_names  # counts no more while the build runs
+    (job,) = native_guards._jobs.values()
+    job.result = checks
+    job.finish()
+    torch.testing.assert_close(compiled(x), net(x))
+    assert "_tensors_match(" in entry.guards.source_text and counter.graph_count == 1
+    net[2].weight.data = torch.randn(4, 2).t()  # same shape, transposed strides: seen natively
+    torch.testing.assert_close(compiled(x), net(x))
+    assert counter.graph_count == 2
+
+
+def test_no_check_is_asked_for_where_it_is_off_or_its_build_failed(monkeypatch):
+    monkeypatch.setattr(native_guards, "_jobs", {})
+    monkeypatch.setattr(native_guards, "_cached", {})
+    assert native_guards.for_config(Config(native_guards=False)) is None
+    config = Config(cpp_compiler="tensorjit-no-such-compiler")
+    assert native_guards.for_config(config)(1) is None  # no compiler: not in the cache, no build
+    assert native_guards.checker(config, wait=True) is None
+    assert native_guards.for_config(config) is None  # failed: capture emits no upgrade for it

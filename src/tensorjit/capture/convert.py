@@ -217,7 +217,7 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
         guard_set = filter_guards(guard_set, output.wrapped, owner.config.guard_filter_fn)
     guards = guard_set.build(fn.__globals__, fn.__closure__, in_instance_dict=_instance_attributes(output, guard_set),
                              captured=lambda source: output.wrapped.get(source, (None,))[0],
-                             native=lambda: native_guards.checker(owner.config))
+                             native=native_guards.for_config(owner.config))
     native_guards.settle_when_built(owner.config, owner, guards)  # where it is still being built
     guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__)  # now: no Guard outlives capture
     if isinstance(guards.saved, BaseException):  # the reason it cannot be saved, kept without its traceback
@@ -327,7 +327,7 @@ def rebuilt_entry(function, kind: str, guard_data: bytes, restore: tuple | None 
     for a break, the transformed code and the resume functions it continues in."""
     fn = function.fn
     guards = load_guards(guard_data, fn.__globals__, fn.__closure__,
-                         native=lambda: native_guards.checker(function.config))
+                         native=native_guards.for_config(function.config))
     native_guards.settle_when_built(function.config, function, guards)  # where it is still being built
     if kind == "eager":
         return eager_entry(fn, guards)

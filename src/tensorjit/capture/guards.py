@@ -198,12 +198,12 @@ class GuardSet:
         check, text, weak, read, pending = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict,
                                                            native)
         guards = CompiledGuards(check, text, None if with_parts else [], weak, read=read)
+        kept = _held_weakly(ordered) if with_parts or pending else []
         if with_parts:
-            kept = _held_weakly(ordered)
             guards.build_parts = lambda: [(g.describe(), _compile_checks([g], fn_globals, closure)[0],
                                            _explainer(g, fn_globals, closure)) for g in kept]
         if pending:
-            guards.upgrade = _native_upgrade(ordered, fn_globals, closure, in_instance_dict)
+            guards.upgrade = _native_upgrade(kept, fn_globals, closure, in_instance_dict)
         return guards
 
 
@@ -312,32 +312,40 @@ def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None, 
                     native: Callable | None = None):
     """saved: the check's CompiledText from the warm-start cache, used when the text is the same.
     in_instance_dict: which attributes to read from their object's __dict__ (`_Emitter.reads_dict`).
-    native: () -> the native tensor check or None, asked where enough tensors are guarded.
+    native: (number of tensor guards it could check) -> the native tensor check, or None where it
+    is not built (yet); asked where `native_guards.MIN_TENSORS` or more tensors are guarded.
     Returns the check, its text, its weak references, what it reads, and whether the native check
     was wanted but is not built yet (the check is then Python: `_native_upgrade`)."""
+    em, pending = _emit_checks(guards, in_instance_dict, native)
+    check, text = _compile_function(em, fn_globals, closure, "check", _CHECK_ENDING, saved)
+    return check, text, em.weak, dict(em.cached), pending
+
+
+def _emit_checks(guards: list[Guard], in_instance_dict, native: Callable | None) -> tuple["_Emitter", bool]:
     tensors = sum(g.kind == "tensor" and native_guards.eligible(g.payload) for g in guards)
     wanted = native is not None and tensors >= native_guards.MIN_TENSORS
-    em = _Emitter(in_instance_dict, native() if wanted else None)
+    em = _Emitter(in_instance_dict, native(tensors) if wanted else None)
     for guard in guards:
         _emit_guard(em, guard)
     _emit_native(em)
-    check, text = _compile_function(em, fn_globals, closure, "check", _CHECK_ENDING, saved)
-    return check, text, em.weak, dict(em.cached), wanted and em.native is None
+    return em, wanted and em.native is None
 
 
 def _native_upgrade(guards: list[Guard], fn_globals: dict, closure, in_instance_dict) -> Callable:
     """checks -> the check rebuilt with the native tensor check, for an entry captured while the
-    extension was still being built (`CompiledGuards.settle`). in_instance_dict reads capture's
-    objects, which must not outlive capture: its answers are taken now, by emitting the native
-    form once with a stand-in check. The guards themselves are kept until the upgrade."""
+    extension was not built (`CompiledGuards.settle`). in_instance_dict reads capture's objects,
+    which must not outlive capture: its answers are taken now, by emitting the native form once
+    with a stand-in check (not compiled: most such entries are never upgraded). The guards are
+    kept until the upgrade, the objects of identity guards weakly (`_held_weakly`), as the check
+    holds them."""
     answers: dict = {}
 
     def record(source) -> bool:
         answers[source] = in_instance_dict is not None and in_instance_dict(source)
         return answers[source]
-    _compile_checks(guards, fn_globals, closure, None, record, lambda: native_guards.STAND_IN)
+    _emit_checks(guards, record, lambda tensors: native_guards.STAND_IN)
     return lambda checks: _compile_checks(guards, fn_globals, closure, None,
-                                          lambda source: answers.get(source, False), lambda: checks)[:4]
+                                          lambda source: answers.get(source, False), lambda tensors: checks)[:4]
 
 
 _CHECK_ENDING = "    return True\n"

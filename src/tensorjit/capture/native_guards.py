@@ -2,23 +2,28 @@
 
 A guard function checks each tensor it reads (type, dtype, device, requires_grad,
 sizes, strides). In Python that is five getters of torch's bindings per tensor,
-about 300 ns (docs/performance.md): two thirds of a call's guard time on models
-with hundreds of parameters and buffers, whose metadata can change with no event
-Python sees (`p.data = ...`, `requires_grad_()` bump no version and leave every
-dict as it was), so each must be read on every call. Here the check reads them
-from the C++ tensor: `match(spec, (t0, t1, ...))`, about 10 ns a tensor. The same entries
-test their modules' hook tables empty in one call too (`empty_entries`).
+about 300 ns (docs/performance.md), 3,900 instructions: two thirds of a call's guard
+time on models with hundreds of parameters and buffers, and of a small module's
+(the 4-layer MLP of bench/overhead.py: 34k of its guards' 56k instructions), whose
+metadata can change with no event Python sees (`p.data = ...`, `requires_grad_()`
+bump no version and leave every dict as it was), so each must be read on every
+call. Here the check reads them from the C++ tensor: `match(spec, (t0, t1, ...))`,
+about 10 ns a tensor, one call of ~1,000 instructions. The same entries test their
+modules' hook tables empty in one call too (`empty_entries`).
 
 The extension is built once per machine and torch version with the C++ toolchain
-of the CPU backend, into the disk cache (`runtime/disk_cache.get_or_build`), only
-for entries with `MIN_TENSORS` or more tensor guards (below, Python checks cost
-little; a process that compiles only small functions never builds it). A build
-costs seconds (g++ over torch's headers): `tensorjit.compile` of a module with that
-much state starts it in a background thread (`prepare`), so that it overlaps the
-capture. An entry captured before it is built checks its tensors in Python until the
-build is done, then takes the native check at its next call (`when_built`,
-`CompiledGuards.settle`): nothing waits for the compiler. Without a compiler, or where
-the build or import fails, the guards stay Python; one log line says why.
+of the CPU backend, into the disk cache (`runtime/disk_cache.get_or_build`). Every
+entry with `MIN_TENSORS` or more tensor guards takes it where it is built (a
+dlopen where the cache holds it); what starts a build (seconds of g++ over torch's
+headers, in a background thread: nothing waits for it) is an entry with
+`BUILD_TENSORS` or more (`tensorjit.compile` of a module with that much state starts
+it before capture: `prepare`), or a smaller entry called `HOT_CALLS` times (api.py's
+fast path counts), so that a process that compiles and calls a few small functions
+(the test suite's subprocesses, each with a cache of its own) never builds it. An
+entry captured before it is built checks its tensors in Python until the build is
+done, then takes the native check at its next call (`when_built`,
+`CompiledGuards.settle`). Without a compiler, or where the build or import fails, the
+guards stay Python; one log line says why.
 """
 
 from __future__ import annotations
@@ -38,9 +43,19 @@ import torch
 from .. import logs
 from ..runtime.disk_cache import cache_key, cache_root, get_or_build, is_valid
 
-MIN_TENSORS = 64
-"""Tensor guards an entry needs before its check goes native (below, the Python checks cost at
-most ~20 us a call, and a build of seconds would not pay in a short process)."""
+MIN_TENSORS = 1
+"""Tensor guards an entry needs to take the native check where it is built. One tensor checked in
+Python costs about 3,900 instructions, the native call about 1,000 plus 150 a tensor: it pays
+from the first (docs/performance.md, "Per-call overhead: small modules")."""
+
+BUILD_TENSORS = 64
+"""Tensor guards of an entry (or parameters and buffers of a module given to `tensorjit.compile`)
+that start the build at capture: below, the Python checks cost at most ~20 us a call, and a
+build of seconds would not pay in a short process."""
+
+HOT_CALLS = 1000
+"""Calls of a compiled function's first entry, checked in Python because the extension was not
+built, after which the build starts (in the background; the fast path stops counting)."""
 
 SOURCE = r"""
 #include <Python.h>
@@ -232,24 +247,55 @@ def prepare(target, config) -> None:
     """Start building the check, without waiting, when `target` is a module with enough state."""
     if isinstance(target, torch.nn.Module) and getattr(config, "native_guards", True):
         state = itertools.chain(target.parameters(), target.buffers())
-        if sum(1 for _ in itertools.islice(state, MIN_TENSORS)) >= MIN_TENSORS:
+        if sum(1 for _ in itertools.islice(state, BUILD_TENSORS)) >= BUILD_TENSORS:
             checker(config)
 
 
-def checker(config, wait: bool = False) -> TensorChecks | None:
+def for_config(config) -> Callable[[int], "TensorChecks | None"] | None:
+    """What capture asks for an entry's native check (capture.guards `native`): (number of tensor
+    guards) -> the check where it is built or in the cache, starting the build where the entry has
+    `BUILD_TENSORS` or more; None where the check is off or could not be built in this process."""
+    if not getattr(config, "native_guards", True):
+        return None
+    job = _jobs.get(_place(config))
+    if job is not None and job.done.is_set() and job.result is None:
+        return None  # the build or import failed: logged once, the guards stay Python
+    return lambda tensors: checker(config, build=tensors >= BUILD_TENSORS)
+
+
+def checker(config, wait: bool = False, build: bool = True) -> TensorChecks | None:
     """The native tensor check for `config` (Config.native_guards, its compiler and cache), or None
-    while it is being built (wait=True waits for the build) and where it cannot be."""
+    while it is being built (wait=True waits for the build) and where it cannot be.
+    build=False: load it where the cache holds it, but start no build."""
     if not getattr(config, "native_guards", True):
         return None
     place = _place(config)
     with _lock:
         job = _jobs.get(place)
         if job is None:
+            if not build and not _in_cache(place):
+                return None
             job = _jobs[place] = _Job()
             job.start(*place)
     if wait:
         job.done.wait()
     return job.result
+
+
+def requested(config) -> bool:
+    """Whether this process has loaded the check for `config`, or started (or failed) its build."""
+    return _place(config) in _jobs
+
+
+def _in_cache(place: tuple) -> bool:
+    """Whether the disk cache holds the built check (asked once per place and process: it runs
+    the compiler for its version)."""
+    if place not in _cached:
+        try:
+            _cached[place] = _is_built(*_artifact(*place))
+        except _FAILURES:
+            _cached[place] = False
+    return _cached[place]
 
 
 def when_built(config, callback: Callable[[TensorChecks], None]) -> None:
@@ -291,11 +337,8 @@ class _Job:
 
     def start(self, compiler_name: str | None, cache_dir: str | None) -> None:
         try:
-            compiler = _find_compiler(compiler_name)
-            suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-            key = (SOURCE, _compiler_version(compiler), torch.__version__, torch.__file__, sys.version, suffix)
-            digest = cache_key(key)
-            if is_valid(cache_root(cache_dir) / digest[:2] / f"{digest}{suffix}"):
+            compiler, key, suffix, cache_dir = _artifact(compiler_name, cache_dir)
+            if _is_built(compiler, key, suffix, cache_dir):
                 self.load(compiler, key, suffix, cache_dir)  # built before: a dlopen
                 return
         except _FAILURES as error:
@@ -339,6 +382,19 @@ def _cpp_compiler():
     return compiler
 
 
+def _artifact(compiler_name: str | None, cache_dir: str | None) -> tuple:
+    """(compiler, cache key, file suffix, cache directory) of the extension built for a place."""
+    compiler = _find_compiler(compiler_name)
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    key = (SOURCE, _compiler_version(compiler), torch.__version__, torch.__file__, sys.version, suffix)
+    return compiler, key, suffix, cache_dir
+
+
+def _is_built(compiler: str, key: tuple, suffix: str, cache_dir: str | None) -> bool:
+    digest = cache_key(key)
+    return is_valid(cache_root(cache_dir) / digest[:2] / f"{digest}{suffix}")
+
+
 def _find_compiler(name: str | None) -> str:
     return _cpp_compiler().find_compiler(name)
 
@@ -350,6 +406,8 @@ def _compiler_version(compiler: str) -> str:
 _FAILURES = (RuntimeError, OSError, ImportError, subprocess.SubprocessError)
 """What a missing compiler (CompilerMissing is a RuntimeError), a failed build or import raise."""
 _jobs: dict[tuple, _Job] = {}
+_cached: dict[tuple, bool] = {}
+"""Place -> whether the disk cache held the check when first asked (`_in_cache`)."""
 _lock = threading.RLock()  # re-entered: a job that fails at its start finishes under checker's hold
 
 
