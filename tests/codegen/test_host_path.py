@@ -209,3 +209,14 @@ def test_generated_wrappers_call_the_launch_itself():
     assert launches and all(direct for _, direct in launches), compiled.wrapper_source
     for got, want in zip(compiled(x), ((x * 0.5).exp().sum(1), x.sin())):
         torch.testing.assert_close(got, want)
+
+
+def test_launches_count_kernels_and_aten_calls_but_not_views():
+    """A linear layer's program is a view of the weight (the transpose) and one product: one launch
+    (runtime.cudagraphs records graphs of two launches or more)."""
+    from tensorjit.codegen.memory import launches
+
+    x, w, b = torch.randn(4, 8), torch.randn(6, 8), torch.randn(6)
+    linear = _compiled(lambda x, w, b: torch.nn.functional.linear(x, w, b), x, w, b)
+    assert len(linear.steps) == 2 and launches(linear) == 1
+    assert launches(_compiled(lambda x, w, b: torch.nn.functional.linear(x, w, b).relu() * 2, x, w, b)) == 2

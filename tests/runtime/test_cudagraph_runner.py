@@ -599,10 +599,10 @@ def test_mark_step_begin_is_exported():
 
 
 class GeneratedGraph:
-    """Stands for the code generator's runner: its program's steps are its launches."""
+    """Stands for the code generator's runner, which counts its launches (codegen.memory.launches)."""
 
     def __init__(self, *steps):
-        self.program = type("Program", (), {"steps": steps})()
+        self.launches = len(steps)
 
     def __call__(self, x):
         return (x + 1,)

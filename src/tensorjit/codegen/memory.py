@@ -18,6 +18,7 @@ import math
 from torch.utils._pytree import tree_leaves
 
 from . import ir
+from .externs import strided_view
 from .values import contiguous_strides, torch_dtype
 
 
@@ -84,6 +85,16 @@ def last_uses(program: ir.Program) -> list[list[str]]:
         if kinds.get(name) in ("temp", "extern") and name not in kept:
             frees[position].append(name)
     return frees
+
+
+def launches(program: ir.Program) -> int:
+    """The steps that launch device work: every kernel, and every ATen call but a view (a view,
+    ours or ATen's, makes a tensor over memory that is there and launches nothing)."""
+    return sum(1 for step in program.steps if not (isinstance(step, ir.Extern) and _is_view(step)))
+
+
+def _is_view(extern: ir.Extern) -> bool:
+    return extern.target is strided_view or bool(getattr(extern.target, "is_view", False))
 
 
 def may_alias(extern: ir.Extern) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from .. import logs
 from .graph import GraphLowering
+from .memory import launches
 from .report import timed
 from .schedule import fuse_loops
 from .squeeze import squeeze_unit_loops
@@ -52,5 +53,6 @@ def compile_graph(gm, example_inputs, config, emitter):
                           boxed=bool(gm.meta.get(BOXED_INPUTS)))
     logs.output_code(name, "Python wrapper", runner.wrapper_source)
     runner.program = program
+    runner.launches = launches(program)
     runner.hook = hook
     return runner

@@ -853,12 +853,12 @@ recorded against 0.021 direct)."""
 
 def too_few_launches(function: Callable[..., Any]) -> str | None:
     """Why recording `function` would cost host time instead of saving it, or None. Only
-    generated graphs know their launches (`codegen.pipeline`'s runner: one step, one launch)."""
-    program = getattr(function, "program", None)
-    steps = getattr(program, "steps", None)
-    if steps is None or len(steps) >= MIN_LAUNCHES:
+    generated graphs know their launches (`codegen.pipeline`'s runner: `launches`, its kernels
+    and ATen calls other than views)."""
+    count = getattr(function, "launches", None)
+    if not isinstance(count, int) or count >= MIN_LAUNCHES:
         return None
-    return (f"it launches {len(steps)} kernel{'s' if len(steps) != 1 else ''}; a replay costs more host "
+    return (f"it launches {count} kernel{'s' if count != 1 else ''}; a replay costs more host "
             f"time than that (graphs of {MIN_LAUNCHES} launches or more are recorded)")
 
 
