@@ -149,8 +149,9 @@ def _wrap_new(tx, obj: Any, source: Source) -> Value:
     if isinstance(obj, types.FunctionType) and obj.__closure__:
         _guard_closure(tx, obj, source)
     elif isinstance(obj, types.BuiltinMethodType) and isinstance(getattr(obj, "__self__", None), type):
-        # A C classmethod read from its class (`dict.fromkeys`; from torch 2.14 `MyFunction.apply`)
-        # is bound anew at every read: guarded by its class and name, not its identity.
+        # A C classmethod read from its class is bound anew at every read (`torch._C._FunctionBase.apply`,
+        # which is what a custom autograd.Function's `apply` is from torch 2.14): guarded by its class
+        # and name, not its identity.
         guard(Guard(AttrSource(source, "__self__"), "id", obj.__self__))
         guard(Guard(AttrSource(source, "__name__"), "constant", obj.__name__))
     else:

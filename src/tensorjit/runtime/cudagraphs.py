@@ -469,15 +469,13 @@ class CudaGraphRunner:
         return self._replay(recording, inputs)
 
     def _learn_saved_inputs(self, inputs: Sequence[Any], key: tuple) -> tuple:
-        """At a backward runner's first keyed call: the positions of the saved activations it
-        reads in place, keyed from then on by address in one pass (`recording_key`); the key of
-        this call in that form, so that the first recording is found by the later calls."""
-        saved = frozenset(i for i, fixed in enumerate(in_place_of(key))
-                          if fixed and inputs[i].data_ptr() in _saved_buffers) if self.kind == "backward" else None
-        self.saved_input_indices = saved or frozenset()
-        if not saved:
-            return key
-        return recording_key(inputs, self.static_input_indices, self.device_type, saved)
+        """At a backward runner's first keyed call (its key in the general form, one part per
+        input): the positions of the saved activations it reads in place, keyed from then on by
+        address in one pass (`recording_key`); the key of this call in that form, so that the
+        first recording is found by the later calls."""
+        saved = frozenset(i for i, part in enumerate(key[2:]) if type(part) is int and part in _saved_buffers)
+        self.saved_input_indices = saved
+        return recording_key(inputs, self.static_input_indices, self.device_type, saved) if saved else key
 
     def _call_structured(self, inputs: Sequence[Any]) -> Any:
         """Inputs holding tuples of tensors (a saved multi-output op, as graphs run as they are pass them):
