@@ -203,3 +203,22 @@ def test_no_check_is_asked_for_where_it_is_off_or_its_build_failed(monkeypatch):
     assert native_guards.for_config(config)(1) is None  # no compiler: not in the cache, no build
     assert native_guards.checker(config, wait=True) is None
     assert native_guards.for_config(config) is None  # failed: capture emits no upgrade for it
+
+
+def test_storages_unshared_natively_as_in_python(checks, monkeypatch):
+    from tensorjit.capture import guards
+    base, other = torch.randn(6), torch.randn(3)
+    cases = [
+        ((other,), (base, other)),                          # nothing shared
+        ((base[:3],), (base[:3], base[3:], other)),          # a written tensor shares with another
+        ((other,), (base[:3], base[3:], other)),             # only tensors not written share: fine
+        ((torch.empty(0),), (torch.empty(0), torch.empty(0))),  # no memory: nothing to share
+        ((torch.randn(2, device="meta"),), (torch.randn(2, device="meta"),) * 2),
+    ]
+    native = native_guards.storages_unshared
+    assert native is not None, "loading the extension hands its storages_unshared to the guards"
+    for written, tensors in cases:
+        monkeypatch.setattr(native_guards, "storages_unshared", None)
+        in_python = guards.storages_unshared(written, tensors)
+        assert native(written, tensors) is in_python, (written, tensors)
+    assert [native(*case) for case in cases] == [True, False, True, True, True]

@@ -12,6 +12,9 @@ import torch
 
 import tensorjit
 from tensorjit import logs
+from tensorjit.capture import native_guards
+from tensorjit.config import config as default_config
+from tensorjit.runtime.cudagraphs import CudaGraphRunner
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -38,22 +41,41 @@ def fresh_state():
     tensorjit.reset()
 
 
+@pytest.fixture(params=["handed-out", "cloned"])
+def gradients(request, monkeypatch):
+    """Gradients handed out of the pool (the native extension loaded) or cloned (before it is)."""
+    if request.param == "handed-out":
+        if native_guards.checker(default_config, wait=True) is None:
+            pytest.skip("no native extension on this machine (no C++ compiler)")
+    else:
+        monkeypatch.setattr(CudaGraphRunner, "hands_out_gradients", staticmethod(lambda: False))
+    return request.param
+
+
+def from_the_pool(tensor):
+    """Whether `tensor`'s memory is a CUDA graph pool's, handed out (not the caching allocator's own)."""
+    return not torch._C._has_Standard_Deleter(tensor.untyped_storage()._cdata)
+
+
 def recorded(kind):
     return [line for line in logs.recent("cudagraphs") if "recorded a CUDA graph" in line and f"({kind})" in line]
 
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=IDS)
-def test_training_steps_with_optimizer_match_eager(settings):
+def test_training_steps_with_optimizer_match_eager(settings, gradients):
     torch.manual_seed(0)
     model = Net().cuda()
     reference = copy.deepcopy(model)
     compiled = tensorjit.compile(model, **settings)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     reference_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2)
-    for _ in range(5):
+    for step in range(5):
         x = torch.randn(8, 16, 64, device="cuda")
         loss = compiled(x).square().mean()
         loss.backward()
+        if step:  # replayed: the gradients are the pool's own where handed out
+            assert [from_the_pool(p.grad) for p in model.parameters()] == \
+                [gradients == "handed-out"] * len(list(model.parameters()))
         optimizer.step()
         optimizer.zero_grad()
         expected = reference(x).square().mean()
@@ -133,7 +155,7 @@ def test_inputs_mutated_in_place(settings):
             torch.testing.assert_close(result, expected_x + y)
 
 
-def test_gradient_accumulation_over_two_forwards():
+def test_gradient_accumulation_over_two_forwards(gradients):
     torch.manual_seed(0)
     model = Net().cuda()
     reference = copy.deepcopy(model)
@@ -185,7 +207,7 @@ def full_float32_convolutions():
 
 
 @pytest.mark.parametrize("set_to_none", [True, False])
-def test_batched_gradient_copies_and_statistics_match_eager(set_to_none, full_float32_convolutions):
+def test_batched_gradient_copies_and_statistics_match_eager(set_to_none, full_float32_convolutions, gradients):
     """Ten parameters (gradients copied out in one batch) and batch-norm statistics (written back
     with one foreach copy), gradients accumulated over two steps and zeroed in place or dropped."""
     torch.manual_seed(0)

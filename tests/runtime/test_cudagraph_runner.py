@@ -20,7 +20,8 @@ import tensorjit
 from tensorjit import logs
 from tensorjit.autograd import aot_compile
 from tensorjit.backends.inductor import cudagraph_wrapper
-from tensorjit.config import MODES, Config
+from tensorjit.capture import native_guards
+from tensorjit.config import MODES, Config, config as default_config
 from tensorjit.runtime import cudagraphs
 from tensorjit.runtime.cudagraphs import (
     CudaGraphRunner, Settings, choose_pool, recording_key, shape_of, ungraphable_reason, warm_up_refusal,
@@ -30,6 +31,7 @@ from tensorjit.runtime.cudagraphs import (
 class FakeDeviceRunner(CudaGraphRunner):
     device_type = "cpu"
     hands_out = True
+    hands_out_gradients = staticmethod(lambda: False)  # HandingOutRunner: with the native extension
     pools_made = 0
 
     def __init__(self, *args, **kwargs):
@@ -65,11 +67,11 @@ class FakeDeviceRunner(CudaGraphRunner):
                     buffer.data.copy_(value)  # .data: a device write, which bumps no version counter
 
 
-def fake_wrapper(settings=Settings()):
+def fake_wrapper(settings=Settings(), runner_class=None):
     runners = []
 
     def wrap(compiled, kind, saved_outputs=0, kept_outputs=None):
-        runner = FakeDeviceRunner(compiled, kind=kind, saved_outputs=saved_outputs, kept_outputs=kept_outputs,
+        runner = (runner_class or FakeDeviceRunner)(compiled, kind=kind, saved_outputs=saved_outputs, kept_outputs=kept_outputs,
                                   settings=settings)
         runners.append(runner)
         return runner
@@ -566,6 +568,107 @@ def test_stale_backward_after_mark_step_begin_fails_loudly():
     second.backward()
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         first.backward()
+
+
+# -- gradients handed out in place ---------------------------------------------------------
+
+
+class HandingOutRunner(FakeDeviceRunner):
+    hands_out_gradients = staticmethod(lambda: True)
+
+
+@pytest.fixture
+def native_extension():
+    if native_guards.checker(default_config, wait=True) is None:
+        pytest.skip("no native extension on this machine (no C++ compiler)")
+
+
+def training_pair(runner_class=HandingOutRunner):
+    torch.manual_seed(0)
+    model = Net()
+    reference = copy.deepcopy(model)
+    wrap, runners = fake_wrapper(runner_class=runner_class)
+    return compiled_net(model, wrap), model, reference, runners
+
+
+def train_step(step, model, reference, x):
+    step(x)[0].square().mean().backward()
+    reference(x)[0].square().mean().backward()
+
+
+def static_gradient_addresses(runners):
+    backward = runners[1]
+    (recording,) = backward.recordings.values()
+    return recording, {v.untyped_storage().data_ptr() for v in recording.static_outputs if isinstance(v, torch.Tensor)}
+
+
+def test_gradients_are_handed_out_without_a_copy(native_extension):
+    step, model, reference, runners = training_pair()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(4):
+        train_step(step, model, reference, torch.randn(5, 8))
+        recording, static = static_gradient_addresses(runners)
+        assert {p.grad.untyped_storage().data_ptr() for p in model.parameters()} <= static  # the pool's own
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+        optimizer.step()
+        reference_optimizer.step()
+        optimizer.zero_grad()  # set to None: nothing outlives the step, nothing moves
+        reference_optimizer.zero_grad()
+    assert runners[1].replays == 4 and recording.gradients is not None and recording.gradients.moved == 0
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+@pytest.mark.parametrize("keep", ["accumulate", "zero_in_place"])
+def test_gradients_that_outlive_their_step_are_moved_before_the_next_replay(native_extension, keep):
+    # Without the move the next backward replay writes its gradient into the buffer a .grad
+    # still views, and accumulating into it doubles that gradient.
+    step, model, reference, runners = training_pair()
+    for _ in range(3):
+        train_step(step, model, reference, torch.randn(5, 8))
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+        if keep == "zero_in_place":
+            model.zero_grad(set_to_none=False)
+            reference.zero_grad(set_to_none=False)
+    recording, static = static_gradient_addresses(runners)
+    assert not {p.grad.untyped_storage().data_ptr() for p in model.parameters()} & static
+    assert recording.gradients is None, "after a move the recording clones its gradients"
+    assert any("outlived their step" in line for line in logs.recent("cudagraphs"))
+
+
+def test_a_view_of_a_handed_out_gradient_keeps_its_values(native_extension):
+    step, model, reference, runners = training_pair()
+    train_step(step, model, reference, torch.randn(5, 8))
+    weight = model.first.weight
+    view, expected = weight.grad.view(-1), weight.grad.clone().view(-1)
+    model.zero_grad()
+    train_step(step, model, reference, torch.randn(5, 8))  # replays write new gradients into the pool
+    torch.testing.assert_close(view, expected)
+    assert view.untyped_storage().data_ptr() not in static_gradient_addresses(runners)[1]
+
+
+def test_gradients_are_cloned_until_the_extension_is_loaded(native_extension):
+    loaded = [False]
+
+    class Later(FakeDeviceRunner):
+        hands_out_gradients = staticmethod(lambda: loaded[0])
+
+    step, model, reference, runners = training_pair(Later)
+    train_step(step, model, reference, torch.randn(5, 8))
+    model.zero_grad()
+    train_step(step, model, reference, torch.randn(5, 8))
+    recording, static = static_gradient_addresses(runners)
+    assert not {p.grad.untyped_storage().data_ptr() for p in model.parameters()} & static  # cloned
+    loaded[0] = True
+    model.zero_grad()
+    reference.zero_grad()
+    train_step(step, model, reference, torch.randn(5, 8))
+    assert {p.grad.untyped_storage().data_ptr() for p in model.parameters()} <= static
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
 
 
 # -- options and wiring --------------------------------------------------------------------

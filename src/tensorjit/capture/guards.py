@@ -29,6 +29,11 @@ from .sources import AttrSource, ItemSource, Source, is_literal_key
 
 def storages_unshared(written: tuple, tensors: tuple) -> bool:
     """No tensor of `written` shares its buffer with another of `tensors` (which holds them)."""
+    native = native_guards.storages_unshared
+    if native is not None:
+        answer = native(written, tensors)
+        if answer is not None:
+            return answer
     pointers = [t.untyped_storage().data_ptr() for t in tensors]
     if len(set(pointers)) == len(pointers):  # the usual case, in one pass
         return True

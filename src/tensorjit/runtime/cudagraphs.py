@@ -39,8 +39,11 @@ outputs the caller sees of inference and forward graphs are handed out in
 place, each replay's own tensors over the static buffers, and the next replay
 revokes those the caller still holds: reading one, or a view of it, raises an
 error that says to clone it (output_lease.py; torch.compile hands out its
-buffers too). Gradients are cloned (a parameter's .grad outlives the step), as
-is every output where torch cannot revoke a storage. The forward's saved
+buffers too). Gradients are handed out in place as well, and any still alive
+at the next replay of their pool (a parameter's .grad kept across steps) is
+first moved to memory of its own (gradient_lease.py); without the native
+extension that moves them, they are cloned. Every output is cloned where torch
+cannot revoke a storage. The forward's saved
 activations are handed out as they are: the backward reads them in place.
 Two rules keep that safe and loud:
   * a forward replay while the outputs or saved activations of its previous
@@ -76,6 +79,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from .. import logs
+from . import gradient_lease
+from .gradient_lease import GradientLease, PoolLeases
 from .output_lease import OutputLease, can_revoke, revoke_storage
 
 KINDS = ("inference", "forward", "backward")
@@ -359,6 +364,13 @@ class Recording:
     """How the outputs before `first_uncloned` that are not leased are copied out after each replay."""
     lease: OutputLease | None = None
     """The outputs before `first_uncloned` handed out in place (see output_lease.py)."""
+    gradients: GradientLease | None = None
+    """The gradients before `first_uncloned` handed out in place (see gradient_lease.py)."""
+    gradients_to_hand_out: list[int] | None = None
+    """A backward's gradients that will be handed out in place once the native extension is loaded
+    (cloned until then; None once settled)."""
+    pool_leases: PoolLeases | None = None
+    """The handed-out gradients of the pool's recordings, moved before any replay of the pool."""
     protected: list[int] = dataclasses.field(default_factory=list)
     """Of those, the ones a replay writes (not parameters): their version counters are bumped."""
     versioned: list[torch.Tensor] = dataclasses.field(default_factory=list)
@@ -560,12 +572,13 @@ class CudaGraphRunner:
                               first_uncloned=self._flat_index(outputs, self.kept_outputs, flat_outputs),
                               first_saved=self._flat_index(outputs, self._first_saved(outputs), flat_outputs))
         kept = flat_outputs[:recording.first_uncloned]
+        foreign = {v.untyped_storage().data_ptr() for v in static_inputs if isinstance(v, torch.Tensor)}
+        recording.pool_leases = gradient_lease.pool_leases(pool)
         if self.hands_out and self.kind != "backward":
-            # Gradients stay cloned: a parameter's .grad outlives the step the next backward overwrites.
-            foreign = {v.untyped_storage().data_ptr() for v in static_inputs if isinstance(v, torch.Tensor)}
             recording.lease = OutputLease.of(kept, foreign, self.name)
-            leased = recording.lease.positions
-            kept = [None if index in leased else value for index, value in enumerate(kept)]
+            kept = _without(kept, recording.lease.positions)
+        elif self.kind == "backward":
+            recording.gradients_to_hand_out = GradientLease.positions_of(kept, foreign)
         recording.clone_plan = ClonePlan.of(kept, batched=self.kind == "backward")
         self._protect(recording, static_inputs, in_place)
         leased = recording.lease is not None and bool(recording.lease.groups)
@@ -610,6 +623,12 @@ class CudaGraphRunner:
                 yield
         finally:  # also when warm-up raises: the copies it read are freed on the caller's stream
             torch.cuda.current_stream().wait_stream(stream)
+
+    @staticmethod
+    def hands_out_gradients() -> bool:
+        """Whether a backward recorded now hands its gradients out in place (the native extension
+        that moves them is loaded)."""
+        return gradient_lease.available()
 
     def _launch(self, recording: Recording, inputs: Sequence[Any]) -> None:
         recording.graph.replay()
@@ -678,6 +697,12 @@ class CudaGraphRunner:
     # -- replay --
 
     def _replay(self, recording: Recording, inputs: Sequence[Any]) -> Any:
+        if recording.pool_leases.pending:  # handed-out gradients still alive leave the pool first
+            recording.pool_leases.release()
+        if recording.gradients is not None and recording.gradients.moved:
+            self._clone_gradients(recording)
+        elif recording.gradients_to_hand_out is not None and self.hands_out_gradients():
+            self._hand_out_gradients(recording)
         static_inputs = recording.static_inputs
         for index in recording.copied:
             if static_inputs[index].data_ptr() != inputs[index].data_ptr():
@@ -697,11 +722,36 @@ class CudaGraphRunner:
         outputs = recording.clone_plan.copy(static_outputs[:recording.first_uncloned])
         if recording.lease is not None:
             recording.lease.hand_out(outputs)
+        elif recording.gradients is not None:
+            recording.gradients.hand_out(outputs)
         outputs += static_outputs[recording.first_uncloned:]
         if recording.awaits_backward:
             token = self._step_token = StepToken()
             recording.step_token = weakref.ref(token)
         return recording.rebuild(outputs)
+
+
+    @staticmethod
+    def _hand_out_gradients(recording: Recording) -> None:
+        """Hand the backward's gradients out in place from now on (the native extension is loaded)."""
+        positions, recording.gradients_to_hand_out = recording.gradients_to_hand_out, None
+        recording.gradients = GradientLease(positions, recording.static_outputs, recording.pool_leases)
+        kept = recording.static_outputs[:recording.first_uncloned]
+        recording.clone_plan = ClonePlan.of(_without(kept, set(positions)), batched=True)
+
+    def _clone_gradients(self, recording: Recording) -> None:
+        """Gradients of this recording outlived their step (moved out of the pool before a replay):
+        clone them from now on, as the move would at every step, in one batch."""
+        self._log("gradients outlived their step (accumulated, or kept by zero_grad(set_to_none=False)) and "
+                  "were moved out of the CUDA graph's memory pool: they are cloned after each replay from now on")
+        kept = recording.static_outputs[:recording.first_uncloned]
+        recording.clone_plan = ClonePlan.of(kept, batched=True)
+        recording.gradients = None
+
+
+def _without(values: list[Any], positions: set[int]) -> list[Any]:
+    """`values` with None at `positions` (handed out in place: not cloned)."""
+    return [None if index in positions else value for index, value in enumerate(values)]
 
 
 _MISSING = object()
