@@ -71,8 +71,9 @@ def fake_wrapper(settings=Settings(), runner_class=None):
     runners = []
 
     def wrap(compiled, kind, saved_outputs=0, kept_outputs=None):
-        runner = (runner_class or FakeDeviceRunner)(compiled, kind=kind, saved_outputs=saved_outputs, kept_outputs=kept_outputs,
-                                  settings=settings)
+        runner = (runner_class or FakeDeviceRunner)(compiled, kind=kind, saved_outputs=saved_outputs,
+                                                    kept_outputs=kept_outputs, settings=settings,
+                                                    pure=True)  # as wrap_compiled's: aot_compile's graphs
         runners.append(runner)
         return runner
 
@@ -669,6 +670,31 @@ def test_gradients_are_cloned_until_the_extension_is_loaded(native_extension):
     assert {p.grad.untyped_storage().data_ptr() for p in model.parameters()} <= static
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_a_pure_function_warms_up_on_its_inputs_and_any_other_on_copies():
+    seen = []
+
+    class Watching(FakeDeviceRunner):
+        def _run_warm_up_calls(self, copies):
+            seen.append(copies)
+            return super()._run_warm_up_calls(copies)
+
+    weight, x = torch.nn.Parameter(torch.randn(3)), torch.randn(3)
+    with torch.no_grad():
+        for pure in (True, False):
+            Watching(lambda w, v: (w * v,), static_input_indices=frozenset({0}), pure=pure)(weight, x)
+    (pure_inputs, copied_inputs) = seen
+    assert pure_inputs[0] is weight and pure_inputs[1] is x  # no copy of the parameters (GPT-2: 500 MB)
+    assert copied_inputs[0] is not weight and copied_inputs[1] is not x
+    assert copied_inputs[0].data_ptr() != weight.data_ptr()
+
+
+def test_compiled_graphs_are_wrapped_as_pure():
+    wrap = cudagraphs.wrap_compiled(Settings())
+    for kind in ("forward", "backward"):
+        assert wrap(lambda *a: a, kind).pure
+    assert cudagraphs.CudaGraphRunner(lambda x: x).pure is False  # any callable may write its inputs
 
 
 # -- options and wiring --------------------------------------------------------------------

@@ -419,7 +419,7 @@ class CudaGraphRunner:
 
     def __init__(self, function: Callable[..., Any], *, kind: str = "inference", saved_outputs: int = 0,
                  kept_outputs: int | None = None, static_input_indices: frozenset[int] = frozenset(),
-                 settings: Settings | None = None, name: str | None = None):
+                 settings: Settings | None = None, name: str | None = None, pure: bool = False):
         if kind not in KINDS:
             raise ValueError(f"tensorjit: unknown CUDA graph kind {kind!r}; valid kinds are: {', '.join(KINDS)}")
         self.function = function
@@ -434,6 +434,9 @@ class CudaGraphRunner:
         """A backward's inputs that are saved activations read in place, learned at its first call."""
         self.settings = settings or Settings()
         self.name = name or f"{kind} graph"
+        self.pure = pure
+        """`function` writes none of its inputs (aot_compile's graphs: the runtime writes mutated inputs
+        back from their outputs); its warm-up runs on the inputs themselves, without copies."""
         self.recordings: dict[tuple, Recording | None] = {}
         self.shapes: dict[tuple, int] = {}
         self.eager_calls = 0
@@ -505,7 +508,7 @@ class CudaGraphRunner:
 
             runner = self.structured[layout] = type(self)(call_flat, kind=self.kind, saved_outputs=self.saved_outputs,
                                                         kept_outputs=self.kept_outputs, settings=self.settings,
-                                                        name=self.name)
+                                                        name=self.name, pure=self.pure)
         result = runner(*flat)
         self._step_token = runner.take_step_token()
         return result
@@ -668,19 +671,25 @@ class CudaGraphRunner:
                                              if isinstance(outputs[i], torch.Tensor)])
 
     def _warm_up(self, inputs: Sequence[Any], in_place: Sequence[bool], pool: Any) -> tuple[list[int], str | None]:
-        """Run on copies of the inputs, in the recording's pool on its capture stream; return the
-        inputs it wrote and a refusal, if any.
+        """Run on the inputs, or copies of them, in the recording's pool on its capture stream;
+        return the inputs it wrote and a refusal, if any.
 
-        Copies, parameters included, so that warm-up never changes what the
-        caller sees; made outside inference mode so that their version
-        counters show which ones the function writes. They are made outside
-        the pool, on the caller's stream, whose later allocations reuse them
-        (in the pool they would stay reserved: a GPT-2 step's pool grew by its
-        parameters, 3.3 GB against 2.1). What the calls allocate is freed
-        before leaving the pool, for the capture to take."""
-        with torch.inference_mode(False):
-            copies = [static_copy(v) if isinstance(v, torch.Tensor) else v for v in inputs]
-        versions = [v._version if isinstance(v, torch.Tensor) else 0 for v in copies]
+        A pure function (`pure`: a graph compiled by aot_compile, which returns
+        the new values of the inputs it mutates) runs on the inputs themselves.
+        Any other runs on copies, parameters included, so that warm-up never
+        changes what the caller sees; made outside inference mode so that their
+        version counters show which ones the function writes. They are made
+        outside the pool, on the caller's stream, whose later allocations reuse
+        them (in the pool they would stay reserved: a GPT-2 step's pool grew by
+        its parameters, 3.3 GB against 2.1); but they stay reserved beside it
+        (GPT-2 training: its 500 MB of parameters). What the calls allocate is
+        freed before leaving the pool, for the capture to take."""
+        if self.pure:
+            copies, versions = list(inputs), None
+        else:
+            with torch.inference_mode(False):
+                copies = [static_copy(v) if isinstance(v, torch.Tensor) else v for v in inputs]
+            versions = [v._version if isinstance(v, torch.Tensor) else 0 for v in copies]
         with self._warm_up_place(pool):
             _warm_ups.append(False)
             try:
@@ -689,7 +698,8 @@ class CudaGraphRunner:
                 incomplete = _warm_ups.pop()
             if incomplete:
                 return [], _WARM_UP_AGAIN
-            mutated = [i for i, v in enumerate(copies) if isinstance(v, torch.Tensor) and v._version != versions[i]]
+            mutated = [] if versions is None else \
+                [i for i, v in enumerate(copies) if isinstance(v, torch.Tensor) and v._version != versions[i]]
             refusal = warm_up_refusal(in_place, mutated, flatten(outputs)[0], self.device_type)
             del outputs
         return mutated, refusal  # the copies are freed after the caller's stream waited for the calls
@@ -911,14 +921,15 @@ def too_few_launches(function: Callable[..., Any]) -> str | None:
 
 
 def runner_for(function: Callable[..., Any], *, name: str, settings: Settings,
-               static_input_indices: frozenset[int] = frozenset()) -> Callable[..., Any]:
+               static_input_indices: frozenset[int] = frozenset(), pure: bool = False) -> Callable[..., Any]:
     """An inference graph's runner: `function` itself where recording would not pay
     (`too_few_launches`, one "cudagraphs" log line), else a `CudaGraphRunner`."""
     reason = too_few_launches(function)
     if reason is not None:
         logs.emit("cudagraphs", f"{name}: runs without a CUDA graph: {reason}")
         return function
-    return CudaGraphRunner(function, static_input_indices=static_input_indices, settings=settings, name=name)
+    return CudaGraphRunner(function, static_input_indices=static_input_indices, settings=settings, name=name,
+                           pure=pure)
 
 
 def wrap_compiled(settings: Settings, name: str = "graph",
@@ -926,14 +937,16 @@ def wrap_compiled(settings: Settings, name: str = "graph",
     """The wrapper `autograd.aot_compile` applies to each compiled graph: a runner of that graph's kind.
 
     `static_input_indices` index the captured graph's inputs, which are the
-    inference and forward graphs' inputs too (not the backward's)."""
+    inference and forward graphs' inputs too (not the backward's). The graphs
+    are pure: aot_compile returns the new values of mutated inputs as outputs."""
 
     def wrap(compiled: Callable[..., Any], kind: str, saved_outputs: int = 0,
              kept_outputs: int | None = None) -> Callable[..., Any]:
         static = static_input_indices if kind != "backward" else frozenset()
         if kind == "inference":
-            return runner_for(compiled, name=f"{name} ({kind})", settings=settings, static_input_indices=static)
+            return runner_for(compiled, name=f"{name} ({kind})", settings=settings, static_input_indices=static,
+                              pure=True)
         return CudaGraphRunner(compiled, kind=kind, saved_outputs=saved_outputs, kept_outputs=kept_outputs,
-                               static_input_indices=static, settings=settings, name=f"{name} ({kind})")
+                               static_input_indices=static, settings=settings, name=f"{name} ({kind})", pure=True)
 
     return wrap
