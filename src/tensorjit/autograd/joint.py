@@ -151,9 +151,7 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: 
         grads = torch.autograd.grad(wanted, sources, tangents, allow_unused=True) if wanted and sources else ()
         return (*outs, *grads)
 
-    # Real zeros with the outputs' metadata: make_fx turns them into fake tangents.
-    tangents = [torch.zeros(outputs[i].shape, dtype=outputs[i].dtype, device=outputs[i].device)
-                for i in differentiable]
+    tangents = _fake_tangents([outputs[i] for i in differentiable])
     # The joint graph is only read (partitioned), never run: its Python code is generated if
     # something calls or prints it (a lazy graph module), not at once (a tenth of a second per
     # thousand nodes).
@@ -165,6 +163,19 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: 
     mutated = _lift_input_mutations(traced, num_primals, len(outputs))
     return TracedGraph(traced, num_primals, len(outputs), mutated, differentiable, grad_inputs,
                        num_tangents=len(tangents))
+
+
+def _fake_tangents(outputs: list) -> list:
+    """Zeros with the outputs' metadata, fake: make_fx traces in their fake mode (it takes the mode
+    of fake inputs) and fakes the real inputs in it. Real zeros allocated the outputs' size on
+    the device at every compile, and the caching allocator kept it (GPT-2 training's logits:
+    196 MB reserved for good)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    # static_shapes: as make_fx's own mode, which fakes each real input with its sizes.
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(), static_shapes=True)
+    with mode:
+        return [torch.zeros(out.shape, dtype=out.dtype, device=out.device) for out in outputs]
 
 
 def _own_leaf(example):
