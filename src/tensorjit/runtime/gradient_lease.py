@@ -188,12 +188,12 @@ class GradientLease:
 
     @staticmethod
     def positions_of(outputs: Sequence[Any], foreign_storages: set[int]) -> list[int]:
-        """The gradients among `outputs` that can be handed out: those whose memory is the
+        """The gradients among `outputs` that can be handed out: dense ones whose memory is the
         recording's own (one over an input's storage, an empty one or one that requires grad stays
         cloned)."""
         return [index for index, value in enumerate(outputs)
-                if isinstance(value, torch.Tensor) and not value.requires_grad and value.numel() > 0
-                and value.untyped_storage().data_ptr() not in foreign_storages]
+                if isinstance(value, torch.Tensor) and value.layout == torch.strided and not value.requires_grad
+                and value.numel() > 0 and value.untyped_storage().data_ptr() not in foreign_storages]
 
     def hand_out(self, outputs: list[Any]) -> None:
         """Put tensors aliasing the static gradients at their positions of `outputs`."""
