@@ -27,7 +27,12 @@ import torch
 import torch.fx
 
 MIN_BLOCK = 4
-"""Shortest block worth a separate trace: below it, a segment's own make_fx costs more than it saves."""
+"""Shortest block looked for."""
+MIN_SAVED = 64
+"""Fewest captured nodes the copies must hold (L x (k - 1)) for tracing by segments to pay: each
+segment's own make_fx costs a few milliseconds, and stamping a node about a tenth of tracing it.
+ResNet-18's two like blocks of 7 nodes traced in 0.25 s by segments against 0.22 s whole; GPT-2's
+12 blocks of 42, 0.17 against 0.36."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,9 @@ def find_repeats(gm: torch.fx.GraphModule) -> Repeats | None:
     found = _longest_period(codes)
     if found is None:
         return None
-    start, length, _, run = found
+    start, length, count, run = found
+    if length * (count - 1) < MIN_SAVED:
+        return None
     for shift in range(length):  # the first shift whose cuts are clean and whose blocks check
         first = start + shift
         count = (run - shift) // length + 1
