@@ -73,7 +73,10 @@ def _traced(model, inputs, reuse: bool, **compile_args):
 
 def _assert_same_graph(a: torch.fx.GraphModule, b: torch.fx.GraphModule) -> None:
     assert a.code == b.code
+    assert dict(a.named_buffers()).keys() == dict(b.named_buffers()).keys()
     for x, y in zip(a.graph.nodes, b.graph.nodes):
+        if x.op == "get_attr":
+            assert torch.equal(getattr(a, x.target), getattr(b, y.target))
         assert x.name == y.name and sorted(x.meta) == sorted(y.meta)
         vx, vy = x.meta.get("val"), y.meta.get("val")
         if isinstance(vx, torch.Tensor):
@@ -148,6 +151,40 @@ def test_random_ops_are_stamped_as_their_own_draws():
     randoms = [n for n in stamped.graph.nodes if n.op == "call_function"
                and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())]
     assert len(randoms) == DEPTH
+
+
+class Scaled(torch.nn.Module):
+    """Blocks that make a tensor constant each (`torch.tensor(2.0)`: make_fx lifts it), or that all read
+    one made before them (a value of constants alone crossing the cuts)."""
+
+    def __init__(self, shared: bool, depth: int = DEPTH):
+        super().__init__()
+        self.shared = shared
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(depth))
+
+    def forward(self, x):
+        shared = torch.tensor(2.0)
+        for layer in self.layers:
+            scale = shared if self.shared else torch.tensor(2.0)
+            x = torch.tanh(layer(x) * scale + 1.0).relu()
+        return x
+
+
+def test_constants_made_in_a_block_are_stamped_as_copies():
+    model, inputs = Scaled(shared=False), [torch.randn(2, 8)]
+    whole, stamped = _traced(model, inputs, reuse=False), _traced(model, inputs, reuse=True)
+    assert stamped.meta[REUSE].stamped_blocks == DEPTH - 1
+    _assert_same_graph(whole, stamped)
+    constants = [getattr(stamped, n.target) for n in stamped.graph.nodes if n.op == "get_attr"]
+    assert len(constants) == DEPTH and len({id(c) for c in constants}) == DEPTH
+    assert all(torch.equal(c, torch.tensor(2.0)) for c in constants)
+
+
+def test_a_constant_read_across_a_cut_is_traced_whole():
+    model, inputs = Scaled(shared=True, depth=16), [torch.randn(2, 8)]  # blocks of 5 nodes
+    stamped = _traced(model, inputs, reuse=True)
+    assert REUSE not in stamped.meta
+    _assert_same_graph(_traced(model, inputs, reuse=False), stamped)
 
 
 class Masks(torch.nn.Module):

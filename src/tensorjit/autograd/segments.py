@@ -18,13 +18,15 @@ nodes, same names, same code, values of the same metadata.
 Why the pieces trace alike: a traced op depends on its arguments' metadata and constants only, and
 the segments are traced under the same fake mode, decompositions and grad mode. What would carry
 state across a cut is refused, and the caller traces the whole graph as before (None):
-- a captured value that is not a tensor (a grad-mode switch returns None, `.item()` a scalar) or
-  requires grad, a symbolic size, a submodule call, a recompute tag;
+- a captured value that is not a tensor (a grad-mode or autocast switch is a node of value None,
+  `.item()` a scalar: either would carry state or data across a cut), a symbolic size, a submodule
+  call, a recompute tag;
 - a value crossing a cut that is not a plain tensor (`repeats._clean_cut`);
 - an in-place op left in a segment's trace, or an input written back (functionalization would then
   depend on which values alias across the cut);
-- a constant made by tracing (`get_attr`: make_fx knows the values of constants and folds ops on
-  them, which a cut would hide from the next segment), a custom op that writes its arguments;
+- a value computed from constants alone crossing a cut (make_fx knows the values of the tensors it
+  lifts, `get_attr`, and of ops on them alone, and may fold what reads them; a later segment would
+  see a placeholder), or a fake input carrying data; a custom op that writes its arguments;
 - a stamped value whose metadata differs from block 1's (checked node by node).
 """
 
@@ -74,7 +76,7 @@ def _segmentable(gm: torch.fx.GraphModule) -> bool:
         if node.op in ("call_function", "call_method"):
             value = example(node)
             values = value if isinstance(value, (tuple, list)) else (value,)
-            if not values or any(metadata(v) is None or v.requires_grad for v in values):
+            if not values or any(metadata(v) is None for v in values):
                 return False
     return True
 
@@ -96,9 +98,22 @@ def _trace(gm, inputs: list, decompositions: dict) -> torch.fx.GraphModule:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
                 and node.target._schema.is_mutable:
             raise _Refused(f"in-place op {node.target}")
-        if node.op == "get_attr":  # make_fx folds ops on constants it knows: a cut would hide one
-            raise _Refused("a constant made by tracing")
+    outputs = next(n for n in traced.graph.nodes if n.op == "output").args[0]
+    if _from_constants(traced) & set(outputs):
+        raise _Refused("a value computed from constants alone crosses a cut")
     return traced
+
+
+def _from_constants(traced: torch.fx.GraphModule) -> set:
+    """Nodes computed from constants alone (tensors make_fx lifted, `get_attr`, and ops on nothing
+    else). make_fx knows such values and may fold ops on them (`.item()` of a known constant is a
+    number, not a node): a later segment, seeing a placeholder, would not."""
+    derived = set()
+    for node in traced.graph.nodes:
+        inputs = node.all_input_nodes
+        if node.op == "get_attr" or node.op == "call_function" and inputs and all(n in derived for n in inputs):
+            derived.add(node)
+    return derived
 
 
 class _Tracer:
@@ -110,6 +125,7 @@ class _Tracer:
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
         self.env: dict[torch.fx.Node, torch.fx.Node] = {}   # captured node -> ATen node in `self.graph`
         self.count = ReuseCount(blocks=len(self.blocks))
+        self.constants = 0   # the next `_tensor_constant<i>` to try
 
     def run(self, example_inputs: list):
         self.module = self._trace_prefix(example_inputs)
@@ -145,6 +161,8 @@ class _Tracer:
 
     def _trace_segment(self, nodes, outside, exported) -> torch.fx.GraphModule:
         sub = _Segment(nodes, outside, exported)
+        if not _plain(self._values(outside)):
+            raise _Refused("a fake input carrying data")
         traced = _trace(sub, self._values(outside), self.decompositions)
         mapped = self._append(traced, [self.env[n] for n in outside])
         self.env.update(zip(exported, mapped))
@@ -173,6 +191,9 @@ class _Tracer:
                     continue
                 if node.op == "output":
                     return [local[n] if isinstance(n, torch.fx.Node) else n for n in node.args[0]]
+                if node.op == "get_attr":
+                    local[node] = self._constant(traced, node, stamp=template is not None)
+                    continue
                 args = torch.fx.node.map_arg(node.args, local.__getitem__)
                 kwargs = torch.fx.node.map_arg(node.kwargs, local.__getitem__)
                 new = self.graph.create_node(node.op, node.target, args, kwargs, name=self._name(node.target))
@@ -186,6 +207,29 @@ class _Tracer:
                 else:
                     self.count.traced_nodes += 1
         raise AssertionError("a traced graph ends with its output")
+
+    def _constant(self, traced: torch.fx.GraphModule, node: torch.fx.Node, stamp: bool) -> torch.fx.Node:
+        """A tensor constant a segment's trace lifted (`_tensor_constant0`), under the name make_fx gives
+        it in the whole graph: the first free `_tensor_constant<i>`. A stamped block gets a copy of its
+        own, as tracing it would have lifted one, with a fake value of its own."""
+        tensor = getattr(traced, node.target)
+        if stamp:
+            tensor = tensor.clone()
+        while hasattr(self.module, f"_tensor_constant{self.constants}"):
+            self.constants += 1
+        name = f"_tensor_constant{self.constants}"
+        setattr(self.module, name, tensor)
+        new = self.graph.create_node("get_attr", name)
+        new.meta = dict(node.meta)
+        if stamp:
+            original = node.meta["val"]
+            new.meta["val"] = original.fake_mode.from_tensor(tensor, static_shapes=True)
+            if not _same_metadata(new.meta["val"], original):
+                raise _Refused("a stamped constant differs from block 1's")
+            self.count.stamped_nodes += 1
+        else:
+            self.count.traced_nodes += 1
+        return new
 
     def _name(self, target) -> str | None:
         """The name make_fx gives a node of `target` in the whole graph (its operator's, numbered)."""
