@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import tensorjit
+from tensorjit import logs
 from tensorjit.autograd import aot_compile
 from tensorjit.autograd.joint import REUSE, trace_forward
 from tensorjit.autograd.repeats import find_repeats, metadata
@@ -120,6 +121,8 @@ def test_an_in_place_write_of_a_block_input_is_traced_whole():
     model, inputs = Stack(depth=DEPTH, inplace_input=True).eval(), [torch.randn(2, 8)]
     stamped = _traced(model, inputs, reuse=True)
     assert REUSE not in stamped.meta
+    assert f"autograd: {DEPTH} repeated blocks traced whole: in-place op aten.copy_.default" \
+        in logs.recent("compile_time")
     _assert_same_graph(_traced(model, inputs, reuse=False), stamped)
 
 

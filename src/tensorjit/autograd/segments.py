@@ -41,6 +41,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.func import functionalize
 
+from .. import logs
 from .repeats import Repeats, example, find_repeats, metadata
 
 
@@ -64,9 +65,14 @@ def trace_by_segments(gm: torch.fx.GraphModule, example_inputs: list, decomposit
     if repeats is None:
         return None
     try:
-        return _Tracer(gm, repeats, decompositions or {}).run(example_inputs)
-    except _Refused:
+        traced, count = _Tracer(gm, repeats, decompositions or {}).run(example_inputs)
+    except Exception as error:  # noqa: BLE001 - _Refused, or a gap of this path: the whole trace decides
+        reason = str(error) if isinstance(error, _Refused) else f"{type(error).__name__}: {error}"
+        logs.emit("compile_time", f"autograd: {len(repeats.blocks)} repeated blocks traced whole: {reason}")
         return None
+    logs.emit("compile_time", f"autograd: {count.blocks} repeated blocks, {count.stamped_blocks} stamped: "
+                              f"{count.traced_nodes} ATen nodes traced, {count.stamped_nodes} stamped")
+    return traced, count
 
 
 def _segmentable(gm: torch.fx.GraphModule) -> bool:
