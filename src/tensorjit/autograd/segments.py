@@ -32,6 +32,7 @@ state across a cut is refused, and the caller traces the whole graph as before (
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -144,9 +145,9 @@ class _Tracer:
                 self._stamp(template, block, outside)
                 continue
             exported = self._exported(block) if j > 0 else self._exported_by_any(block)
-            traced = self._trace_segment(block, outside, exported)
+            traced, recipes = self._trace_segment(block, outside, exported)
             if j == 0:
-                template = _Template(traced, self._values(outside), [block.index(n) for n in exported])
+                template = _Template(traced, recipes, self._values(outside), [block.index(n) for n in exported])
         if self.suffix:
             self._trace_segment(self.suffix, _outside(self.suffix), self._exported(self.suffix))
         self._finish()
@@ -165,17 +166,20 @@ class _Tracer:
         self.count.traced_nodes += sum(1 for n in traced.graph.nodes if n.op == "call_function")
         return traced
 
-    def _trace_segment(self, nodes, outside, exported) -> torch.fx.GraphModule:
+    def _trace_segment(self, nodes, outside, exported) -> tuple[torch.fx.GraphModule, dict]:
+        """The segment traced and appended. make_fx makes its own fake inputs, so the values its trace
+        gives views of them are rebuilt on the storages of the values they view here (`_recipes`)."""
         sub = _Segment(nodes, outside, exported)
         if not _plain(self._values(outside)):
             raise _Refused("a fake input carrying data")
         traced = _trace(sub, self._values(outside), self.decompositions)
-        mapped = self._append(traced, [self.env[n] for n in outside])
+        recipes = _recipes(traced)
+        mapped = self._append(traced, [self.env[n] for n in outside], recipes, stamped=False)
         self.env.update(zip(exported, mapped))
-        return traced
+        return traced, recipes
 
     def _stamp(self, template: "_Template", block, outside) -> None:
-        mapped = self._append(template.traced, [self.env[n] for n in outside], template)
+        mapped = self._append(template.traced, [self.env[n] for n in outside], template.recipes, stamped=True)
         by_position = dict(zip(template.exported_positions, mapped))
         for node in self._exported(block):
             position = block.index(node)
@@ -184,10 +188,10 @@ class _Tracer:
             self.env[node] = by_position[position]
         self.count.stamped_blocks += 1
 
-    def _append(self, traced: torch.fx.GraphModule, inputs: list, template: "_Template | None" = None) -> list:
-        """`traced`'s nodes appended before the output, placeholders read as `inputs`; its outputs.
-        With `template` (whose trace `traced` is), each node gets a value of its own."""
-        new_values: dict = {}   # template node -> its stamped value
+    def _append(self, traced: torch.fx.GraphModule, inputs: list, recipes: dict, stamped: bool) -> list:
+        """`traced`'s nodes appended before the output, placeholders read as `inputs`, each given a value
+        of its own by its recipe (`_recipes`); its outputs."""
+        new_values: dict = {}   # node of `traced` -> its value here
         input_values = [n.meta["val"] for n in inputs]
         local: dict[torch.fx.Node, object] = dict(zip((n for n in traced.graph.nodes if n.op == "placeholder"),
                                                       inputs))
@@ -198,17 +202,15 @@ class _Tracer:
                 if node.op == "output":
                     return [local[n] if isinstance(n, torch.fx.Node) else n for n in node.args[0]]
                 if node.op == "get_attr":
-                    local[node] = self._constant(traced, node, stamp=template is not None)
+                    local[node] = self._constant(traced, node, stamped)
+                    new_values[node] = local[node].meta["val"]
                     continue
                 args = torch.fx.node.map_arg(node.args, local.__getitem__)
                 kwargs = torch.fx.node.map_arg(node.kwargs, local.__getitem__)
                 new = self.graph.create_node(node.op, node.target, args, kwargs, name=self._name(node.target))
-                if template is None:
-                    new.meta = dict(node.meta)
-                else:
-                    new.meta = _stamped_meta(node, args, kwargs, template.recipes[node], new_values, input_values)
+                new.meta = _stamped_meta(node, args, kwargs, recipes[node], new_values, input_values)
                 local[node] = new
-                if template is not None:
+                if stamped:
                     self.count.stamped_nodes += 1
                 else:
                     self.count.traced_nodes += 1
@@ -266,8 +268,11 @@ class _Tracer:
 
     def _exported_by_any(self, block) -> list:
         """Block 1's nodes at every position that some block exports: what the stamped copies need."""
-        positions = sorted({i for b in self.blocks for i, n in enumerate(b) if n in set(self._exported(b))})
-        return [block[i] for i in positions]
+        positions = set()
+        for other in self.blocks:
+            exported = set(self._exported(other))
+            positions.update(i for i, n in enumerate(other) if n in exported)
+        return [block[i] for i in sorted(positions)]
 
 
 def _outside(nodes) -> list:
@@ -313,13 +318,12 @@ class _Template:
     """Block 1's trace, stamped for later blocks whose outside values have the same metadata and
     share storage among themselves as block 1's do."""
 
-    def __init__(self, traced: torch.fx.GraphModule, inputs: list, exported_positions: list[int]):
-        self.traced, self.exported_positions = traced, exported_positions
+    def __init__(self, traced: torch.fx.GraphModule, recipes: dict, inputs: list, exported_positions: list[int]):
+        self.traced, self.recipes, self.exported_positions = traced, recipes, exported_positions
         self.inputs = [metadata(v) for v in inputs]
         if any(m is None for m in self.inputs) or not _plain(inputs):
             raise _Refused("a block reads a value that is not a plain tensor, or a constant")
         self.sharing = _sharing(inputs)
-        self.recipes = _recipes(traced)
 
     def fits(self, values: list) -> bool:
         return [metadata(v) for v in values] == self.inputs and _plain(values) and _sharing(values) == self.sharing
@@ -358,34 +362,37 @@ def _recipes(traced: torch.fx.GraphModule) -> dict:
     for node in traced.graph.nodes:
         if node.op == "call_function":
             recipes[node] = _recipe(node, node.meta.get("val"), owners, (node, None))
+        elif node.op == "get_attr" and isinstance(node.meta.get("val"), torch.Tensor):
+            owners.setdefault(node.meta["val"].untyped_storage()._cdata, (node, None))
     return recipes
 
 
 def _recipe(node: torch.fx.Node, value, owners: dict, place: tuple) -> tuple:
-    import operator
     if node.target is operator.getitem and place[1] is None:
         parent = node.args[0].meta.get("val")
         if isinstance(parent, (tuple, list)) and parent[node.args[1]] is value:
             return ("item", node.args[1])
     if isinstance(value, (tuple, list)) and place[1] is None:
         return ("items", type(value), tuple(_recipe(node, v, owners, (node, i)) for i, v in enumerate(value)))
-    if not isinstance(value, FakeTensor) or value.constant is not None or value.requires_grad \
-            or metadata(value) is None:
+    if not isinstance(value, torch.Tensor):
         return ("run",)
     storage = value.untyped_storage()
-    owner = owners.setdefault(storage._cdata, place)
+    owner = owners.setdefault(storage._cdata, place)  # a value run, too, owns the storage it makes
+    if type(value) is not FakeTensor or value.constant is not None or value.requires_grad \
+            or metadata(value) is None:
+        return ("run",)
     if owner == place:
         return ("fresh", storage.nbytes())
     return ("alias", owner)
 
 
-def _stamped_value(recipe: tuple, original, new_values: dict, inputs: list, element=None):
+def _stamped_value(recipe: tuple, original, new_values: dict, inputs: list):
     """The stamped node's value by `recipe` (see above); None where it must run its op."""
     kind = recipe[0]
     if kind == "run":
         return None
     if kind == "items":
-        made = [_stamped_value(r, o, new_values, inputs, i) for i, (r, o) in enumerate(zip(recipe[2], original))]
+        made = [_stamped_value(r, o, new_values, inputs) for r, o in zip(recipe[2], original)]
         return None if any(v is None for v in made) else recipe[1](made)
     if kind == "fresh":
         storage = torch.UntypedStorage(recipe[1], device="meta")
