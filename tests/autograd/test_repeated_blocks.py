@@ -107,6 +107,18 @@ def test_blocks_are_found_in_the_captured_graph():
     assert find_repeats(gm) is None
 
 
+def test_blocks_match_only_on_the_same_objects():
+    """Constants are compared by value where they are plain (numbers, dtypes), else by identity: two
+    equal-looking tensors or callables are not proved to trace alike."""
+    from tensorjit.autograd.repeats import _constants
+    refer = str
+    assert _constants((1, 2.0, torch.float32, (None, slice(1, 2))), refer) == \
+        _constants((1, 2.0, torch.float32, (None, slice(1, 2))), refer)
+    assert _constants((1,), refer) != _constants((1.0,), refer) != _constants((True,), refer)
+    a, b = torch.zeros(3), torch.zeros(3)
+    assert _constants((a,), refer) == _constants((a,), refer) != _constants((b,), refer)
+
+
 def test_few_repeated_nodes_are_traced_whole():
     """Three blocks of six nodes: a segment's own make_fx would cost more than stamping saves."""
     gm, _ = _captured(Stack(depth=3), [torch.randn(2, 8)])

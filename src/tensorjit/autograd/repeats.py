@@ -66,21 +66,35 @@ def _output_metadata(node: torch.fx.Node):
     return metadata(value)
 
 
+_PLAIN = (int, float, bool, complex, str, type(None), type(Ellipsis), torch.dtype, torch.device, torch.layout,
+          torch.memory_format)
+
+
 def _constants(value, refer) -> str:
-    """The arguments printed with every node reference replaced by `refer(node)`."""
-    return repr(torch.fx.node.map_arg(value, lambda n: _Reference(refer(n))))
+    """The arguments as text, every node reference written as `refer(node)`. Numbers, strings, dtypes
+    and the like are written as they are; any other object (a tensor, a callable) by its identity, so
+    that two blocks match only where they hold the very same object."""
+    if isinstance(value, torch.fx.Node):
+        return f"<{refer(value)}>"
+    if type(value) in _PLAIN:
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, (tuple, list)):  # torch.Size too
+        inner = ",".join(_constants(v, refer) for v in value)
+        return f"{type(value).__name__}({inner})"
+    if isinstance(value, dict):
+        inner = ",".join(f"{k!r}:{_constants(v, refer)}" for k, v in value.items())
+        return f"{{{inner}}}"
+    if isinstance(value, slice):
+        return f"slice({_constants(value.start, refer)},{_constants(value.stop, refer)},{_constants(value.step, refer)})"
+    return f"<object {type(value).__name__} {id(value)}>"
 
 
-@dataclass(frozen=True)
-class _Reference:
-    where: object
-
-    def __repr__(self) -> str:
-        return f"<{self.where}>"
+def _target(node: torch.fx.Node) -> str:
+    return node.target if isinstance(node.target, str) else f"<{getattr(node.target, '__name__', '')} {id(node.target)}>"
 
 
 def _signature(node: torch.fx.Node) -> str:
-    return f"{node.op}|{node.target}|{_constants((node.args, node.kwargs), lambda n: '')}|{_output_metadata(node)}"
+    return f"{node.op}|{_target(node)}|{_constants((node.args, node.kwargs), lambda n: '')}|{_output_metadata(node)}"
 
 
 def _body(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
