@@ -85,12 +85,14 @@ def _constants(value, refer) -> str:
         inner = ",".join(f"{k!r}:{_constants(v, refer)}" for k, v in value.items())
         return f"{{{inner}}}"
     if isinstance(value, slice):
-        return f"slice({_constants(value.start, refer)},{_constants(value.stop, refer)},{_constants(value.step, refer)})"
+        parts = (value.start, value.stop, value.step)
+        return f"slice({','.join(_constants(part, refer) for part in parts)})"
     return f"<object {type(value).__name__} {id(value)}>"
 
 
 def _target(node: torch.fx.Node) -> str:
-    return node.target if isinstance(node.target, str) else f"<{getattr(node.target, '__name__', '')} {id(node.target)}>"
+    target = node.target
+    return target if isinstance(target, str) else f"<{getattr(target, '__name__', '')} {id(target)}>"
 
 
 def _signature(node: torch.fx.Node) -> str:
@@ -101,8 +103,9 @@ def _body(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
 
 
-def _longest_period(codes: numpy.ndarray) -> tuple[int, int, int] | None:
-    """(start, length, count) of the repetition saving the most nodes, or None."""
+def _longest_period(codes: numpy.ndarray) -> tuple[int, int, int, int] | None:
+    """(start, length, count, run) of the repetition saving the most nodes, or None: `run` nodes from
+    `start` on equal the node `length` after them."""
     best = None
     n = len(codes)
     for length in range(MIN_BLOCK, n // 2 + 1):
@@ -122,8 +125,8 @@ def _longest_period(codes: numpy.ndarray) -> tuple[int, int, int] | None:
 
 
 def _block_signature(block: list[torch.fx.Node], signatures: dict) -> list[str]:
-    """Each node's signature with references: ('local', offset) inside the block, ('outside', i) for
-    the block's i-th outside value by first use."""
+    """Each node's signature with its references: `local<p>` for the block's node p, `outside<i>` for
+    the block's i-th value from before it, by first use."""
     inside = {node: i for i, node in enumerate(block)}
     outside: dict[torch.fx.Node, int] = {}
 
@@ -161,7 +164,7 @@ def find_repeats(gm: torch.fx.GraphModule) -> Repeats | None:
             return None
         blocks = _checked_blocks(body, signatures, first, length, count)
         if blocks is not None:
-            return Repeats(blocks)
+            return Repeats(blocks) if length * (len(blocks) - 1) >= MIN_SAVED else None
     return None
 
 
