@@ -27,6 +27,8 @@ state across a cut is refused, and the caller traces the whole graph as before (
 - a value computed from constants alone crossing a cut (make_fx knows the values of the tensors it
   lifts, `get_attr`, and of ops on them alone, and may fold what reads them; a later segment would
   see a placeholder), or a fake input carrying data; a custom op that writes its arguments;
+- a traced value that requires grad (`requires_grad_()` in the graph: whether the graph needs
+  autograd is the whole trace's question, `autograd._traced_without_grad`);
 - a stamped value whose metadata differs from block 1's (checked node by node).
 """
 
@@ -105,6 +107,10 @@ def _trace(gm, inputs: list, decompositions: dict) -> torch.fx.GraphModule:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
                 and node.target._schema.is_mutable:
             raise _Refused(f"in-place op {node.target}")
+        values = node.meta.get("val")
+        if node.op == "call_function" and any(isinstance(v, torch.Tensor) and v.requires_grad for v in
+                                              (values if isinstance(values, (tuple, list)) else (values,))):
+            raise _Refused("a value requiring grad (requires_grad_() in the graph): the caller decides")
     outputs = next(n for n in traced.graph.nodes if n.op == "output").args[0]
     if _from_constants(traced) & set(outputs):
         raise _Refused("a value computed from constants alone crosses a cut")
