@@ -44,6 +44,9 @@ class Config:
     # -- autograd ------------------------------------------------------------
     partitioner: str = "min_cut"
     """How the joint graph is split: "min_cut" (recompute cheap ops) or "save_all"."""
+    reuse_repeated_blocks: bool = True
+    """Trace an inference graph's repeated blocks (transformer layers) once and stamp the copies
+    (autograd/segments.py): the same ATen graph, a fraction of the tracing. Off, every node is traced."""
 
     # -- code generation -----------------------------------------------------
     cpp_compiler: str | None = None

@@ -1,7 +1,8 @@
 """Ahead-of-time autograd: the AOTAutograd role.
 
     aot_compile(gm, example_inputs, *, fw_compiler, bw_compiler=None, inference_compiler=None,
-                decompositions=None, partitioner="min_cut", wrap_compiled=None) -> callable
+                decompositions=None, partitioner="min_cut", wrap_compiled=None,
+                reuse_repeated_blocks=False) -> callable
 
 takes a captured FX graph and returns a callable with the same inputs and outputs.
 When some output requires grad, as it would in eager (the call's grad mode, the inputs'
@@ -20,6 +21,9 @@ gradients), the ones after are new values of mutated inputs, which the runtime c
 once, and the forward's last `saved_outputs` are the values saved for the backward. CUDA
 graphs (mode="reduce-overhead") come in here, around the compiled graphs and not the
 `torch.autograd.Function`.
+
+`reuse_repeated_blocks` traces an inference graph's repeated blocks once and stamps the copies
+(`segments.py`), where it can prove them alike; the graph handed on is the one a whole trace gives.
 
 Without such a wrapper the backward is called boxed (`runtime/boxed.py`): its inputs, the
 saved values and the tangents, in one list the compiled code takes over, so each is freed
@@ -68,12 +72,12 @@ def _unwrapped(compiled: Callable, kind: str, saved_outputs: int, kept_outputs: 
 def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: Callable,
                 bw_compiler: Callable | None = None, inference_compiler: Callable | None = None,
                 decompositions: dict | None = None, partitioner: str = "min_cut",
-                wrap_compiled: Callable | None = None) -> Callable:
+                wrap_compiled: Callable | None = None, reuse_repeated_blocks: bool = False) -> Callable:
     bw_compiler = bw_compiler or fw_compiler
     wrap = wrap_compiled or _unwrapped
     inference_compiler = inference_compiler or fw_compiler
     if not torch.is_grad_enabled():
-        traced = _traced_without_grad(gm, example_inputs, decompositions)
+        traced = _traced_without_grad(gm, example_inputs, decompositions, reuse_repeated_blocks)
         if traced is not None:
             return _compile_inference(gm, traced, inference_compiler, wrap)
     try:
@@ -84,7 +88,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     if layouts:  # sparse tensors: functionalization and the partitioner know strided ones only
         return _eagerly(gm, f"tensors of layout {sorted(map(str, layouts))[0]}")
     if not differentiable_outputs(outputs):
-        return _inference(gm, example_inputs, inference_compiler, decompositions, wrap)
+        return _inference(gm, example_inputs, inference_compiler, decompositions, wrap, reuse_repeated_blocks)
     reason = untraceable(gm, example_inputs)
     if reason is not None:
         return _eagerly(gm, reason)
@@ -116,7 +120,7 @@ def _compile_backward(gm: torch.fx.GraphModule, bw_compiler: Callable, wrap: Cal
     return boxed_graph_module(bw_compiler(gm, _examples(gm)), gm)
 
 
-def _traced_without_grad(gm, example_inputs, decompositions) -> TracedGraph | None:
+def _traced_without_grad(gm, example_inputs, decompositions, reuse: bool) -> TracedGraph | None:
     """A call under no_grad or inference_mode (a model's inference): the inference graph, traced at
     once, where no output requires grad, which the trace itself shows (the graph's own
     `enable_grad` regions and `requires_grad_()` run while it traces). This spares running the graph
@@ -124,7 +128,7 @@ def _traced_without_grad(gm, example_inputs, decompositions) -> TracedGraph | No
     an output is not strided, or tracing fails: the general path decides, with its reasons."""
     outputs: list = []
     try:
-        traced = trace_forward(gm, example_inputs, decompositions, outputs)
+        traced = trace_forward(gm, example_inputs, decompositions, outputs, reuse_repeated_blocks=reuse)
     except Exception:  # noqa: BLE001 - the general path tries again and names the reason
         return None
     tensors = [t for t in [*example_inputs, *outputs] if isinstance(t, torch.Tensor)]
@@ -133,11 +137,11 @@ def _traced_without_grad(gm, example_inputs, decompositions) -> TracedGraph | No
     return traced
 
 
-def _inference(gm, example_inputs, inference_compiler, decompositions, wrap) -> Callable:
+def _inference(gm, example_inputs, inference_compiler, decompositions, wrap, reuse: bool) -> Callable:
     """No output requires grad (given the call's grad mode and the graph's own grad-mode
     regions): the functionalized forward alone, without autograd."""
     try:
-        traced = trace_forward(gm, example_inputs, decompositions)
+        traced = trace_forward(gm, example_inputs, decompositions, reuse_repeated_blocks=reuse)
     except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
         return _eagerly(gm, f"{type(error).__name__}: {error}")
     return _compile_inference(gm, traced, inference_compiler, wrap)

@@ -30,6 +30,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize
 
 from .custom_ops import functionalize_custom_ops
+from .segments import trace_by_segments
 
 
 @dataclass
@@ -189,10 +190,16 @@ def _own_leaf(example):
 
 
 def trace_forward(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None,
-                  outputs: list | None = None) -> TracedGraph:
+                  outputs: list | None = None, reuse_repeated_blocks: bool = False) -> TracedGraph:
     """The inference graph: functionalized ATen forward, no autograd. `outputs`, when given, receives
     the graph's fake outputs as traced (under the caller's grad mode when that is off already:
-    their `requires_grad` is then eager's, as `fake_outputs` gives it)."""
+    their `requires_grad` is then eager's, as `fake_outputs` gives it). `reuse_repeated_blocks`:
+    where `segments.trace_by_segments` can, one repeated block is traced and the others stamped from
+    it (the same graph; its `REUSE` meta counts what was traced and stamped)."""
+    if reuse_repeated_blocks and not calls_autograd_functions(gm):
+        segmented = trace_by_segments(gm, example_inputs, decompositions)
+        if segmented is not None:
+            return _segmented(*segmented, outputs)
     function = _functional(gm)
     if outputs is not None:
         def function(*args, _traced=function):
@@ -206,6 +213,19 @@ def trace_forward(gm: torch.fx.GraphModule, example_inputs: list, decompositions
     outputs = next(n for n in traced.graph.nodes if n.op == "output").args[0]
     mutated = _lift_input_mutations(traced, len(example_inputs), len(outputs))
     return TracedGraph(traced, len(example_inputs), len(outputs), mutated, [], [])
+
+
+REUSE = "repeated_blocks"
+"""The traced graph module's meta key for a segmented trace's `segments.ReuseCount`."""
+
+
+def _segmented(traced: torch.fx.GraphModule, count, outputs: list | None) -> TracedGraph:
+    """A segmented trace as `trace_forward` returns one (it holds no mutation: segments refuses them)."""
+    values = next(n for n in traced.graph.nodes if n.op == "output").args[0]
+    if outputs is not None:
+        outputs[:] = [v.meta["val"] for v in values]
+    traced.meta[REUSE] = count
+    return TracedGraph(traced, sum(1 for n in traced.graph.nodes if n.op == "placeholder"), len(values), [], [], [])
 
 
 def _mutations(traced: torch.fx.GraphModule) -> list[torch.fx.Node]:

@@ -88,7 +88,8 @@ def inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, config: Con
     try:
         with progress.stage("autograd"):
             return aot_compile(gm, example_inputs, fw_compiler=compiler, decompositions=decompositions,
-                               partitioner=config.partitioner, wrap_compiled=wrap)
+                               partitioner=config.partitioner, wrap_compiled=wrap,
+                               reuse_repeated_blocks=config.reuse_repeated_blocks)
     except IRError:  # raised only under Config.verify_ir (the tests): a code generator bug, shown
         raise
     except Exception as error:  # noqa: BLE001 - a compiler gap must not become a wrong answer
