@@ -95,16 +95,21 @@ def calls_autograd_functions(gm: torch.fx.GraphModule) -> bool:
                for node in gm.graph.nodes)
 
 
+def _fake_mode():
+    """A fake mode as make_fx's own: static shapes (each real input faked with its sizes), and a
+    shape environment, which operators whose outputs may have sizes only known at run time
+    (while_loop) want even with every input size static."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(), static_shapes=True)
+
+
 def fake_outputs(gm, example_inputs) -> tuple:
     """The graph's outputs on fake copies of the inputs, under the caller's grad mode: their
     `requires_grad` is eager's, whatever grad-mode regions (`enable_grad`, `no_grad`,
     `set_grad_enabled`, `inference_mode`, `detach`) the graph holds. The grad mode is
     restored even if the graph stops half-way through a region."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    # A shape environment, as make_fx's own fake mode has: operators whose outputs may have sizes
-    # only known at run time (while_loop) want one, even with every input size static.
-    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+    mode = _fake_mode()
     fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
     with mode, torch.set_grad_enabled(torch.is_grad_enabled()):
         return _functional(gm)(*fakes)
@@ -171,11 +176,7 @@ def _fake_tangents(outputs: list) -> list:
     of fake inputs) and fakes the real inputs in it. Real zeros allocated the outputs' size on
     the device at every compile, and the caching allocator kept it (GPT-2 training's logits:
     196 MB reserved for good)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    # static_shapes: as make_fx's own mode, which fakes each real input with its sizes.
-    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(), static_shapes=True)
-    with mode:
+    with _fake_mode():
         return [torch.zeros(out.shape, dtype=out.dtype, device=out.device) for out in outputs]
 
 

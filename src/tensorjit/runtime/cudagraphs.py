@@ -740,7 +740,6 @@ class CudaGraphRunner:
             recording.step_token = weakref.ref(token)
         return recording.rebuild(outputs)
 
-
     @staticmethod
     def _hand_out_gradients(recording: Recording) -> None:
         """Hand the backward's gradients out in place from now on (the native extension is loaded)."""

@@ -114,15 +114,6 @@ PyObject* hand_out(PyObject*, PyObject* statics) {
 
 Held* lease_of(PyObject* capsule) { return static_cast<Held*>(PyCapsule_GetPointer(capsule, kLease)); }
 
-// held(lease) -> int: the handed-out storages still alive.
-PyObject* held(PyObject*, PyObject* capsule) {
-  Held* storages = lease_of(capsule);
-  if (storages == nullptr) return nullptr;
-  long alive = 0;
-  for (const auto& weak : *storages) alive += weak.expired() ? 0 : 1;
-  return PyLong_FromLong(alive);
-}
-
 // move_held(lease) -> int: give each handed-out storage still alive memory of its own (the caching
 // allocator's, on the current stream), its bytes copied; every tensor over it follows. How many moved.
 PyObject* move_held(PyObject*, PyObject* capsule) {
@@ -156,7 +147,6 @@ PyObject* move_held(PyObject*, PyObject* capsule) {
 
 METHODS = r"""
     {"hand_out", tensorjit_lease::hand_out, METH_O, "hand_out(tensors) -> (tensors over fresh storages, lease)"},
-    {"held", tensorjit_lease::held, METH_O, "held(lease) -> handed-out storages still alive"},
     {"move_held", tensorjit_lease::move_held, METH_O, "move_held(lease) -> storages moved to memory of their own"},
 """
 """Entries of the extension's method table (capture/native_guards.py puts them in)."""
@@ -210,17 +200,14 @@ class PoolLeases:
     def __init__(self) -> None:
         self.pending: list[tuple[weakref.ref, Any]] = []
 
-    def release(self) -> int:
-        """Move every handed-out storage still alive out of the pool; how many were moved."""
-        moved = 0
+    def release(self) -> None:
+        """Move every handed-out storage still alive out of the pool (counted on its lease)."""
         for owner, lease in self.pending:
             count = _native.move_held(lease)
             gradient_lease = owner()
             if count and gradient_lease is not None:
                 gradient_lease.moved += count
-            moved += count
         self.pending = []
-        return moved
 
 
 _pool_leases: "weakref.WeakValueDictionary[int, PoolLeases]" = weakref.WeakValueDictionary()
