@@ -45,7 +45,7 @@ class FakeDeviceRunner(CudaGraphRunner):
         FakeDeviceRunner.pools_made += 1
         return ("pool", FakeDeviceRunner.pools_made)
 
-    def _warm_up_place(self, pool):
+    def _pool_place(self, pool):
         return contextlib.nullcontext()
 
     def _run_warm_up_calls(self, copies):

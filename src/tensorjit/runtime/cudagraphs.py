@@ -62,9 +62,15 @@ own (its saved activations stay live between forward and backward, and another
 forward replayed in between must not write over them), and the backward joins
 the pool of the forward whose activations it reads: one pool per step.
 Warm-up runs in the recording's pool and on its capture stream
-(`_warm_up_place`), so that what warm-up allocated and freed is the memory the
+(`_pool_place`), so that what warm-up allocated and freed is the memory the
 recording then takes; warm-up outside it would leave its activations cached
 beside the pool (resnet50 inference: 700 MB reserved against torch.compile's 304).
+The static copies of copied inputs are allocated there too. They are live only
+from the copy before a replay to the replay's end, so they may take blocks that
+another graph of the pool uses as scratch: no other replay of the pool comes in
+between. Outside the pool they split the caller's cached blocks and stay
+(GPT-2 training's logits gradient, 196 MB, took part of the cached block its
+loss's float logits came from, which then needed a new one of 394 MB).
 """
 
 from __future__ import annotations
@@ -410,7 +416,7 @@ def still_held(recording: Recording) -> bool:
 class CudaGraphRunner:
     """Calls `function` through CUDA graph replays; see the module docstring.
 
-    The device work is in five methods (`_new_pool`, `_warm_up_place`, `_run_warm_up_calls`,
+    The device work is in five methods (`_new_pool`, `_pool_place`, `_run_warm_up_calls`,
     `_capture`, `_launch`); tests replace them to run the bookkeeping on the CPU."""
 
     device_type = "cuda"
@@ -561,7 +567,8 @@ class CudaGraphRunner:
             return None
         copied = [i for i, value in enumerate(inputs) if isinstance(value, torch.Tensor) and not in_place[i]]
         static_inputs = list(inputs)
-        with torch.inference_mode(False):  # usable under any mode: the key tells modes apart, not the buffers
+        # Outside inference mode: usable under any mode (the key tells modes apart, not the buffers).
+        with torch.inference_mode(False), self._pool_place(pool):
             for index in copied:
                 static_inputs[index] = static_copy(inputs[index])
         try:
@@ -616,9 +623,10 @@ class CudaGraphRunner:
         return graph, outputs
 
     @contextlib.contextmanager
-    def _warm_up_place(self, pool: Any):
+    def _pool_place(self, pool: Any):
         """Allocate from `pool` on the capture stream: the blocks warm-up frees are the ones its
-        recording's capture takes (the allocator reuses a block on the stream that freed it)."""
+        recording's static copies and capture take (the allocator reuses a block on the stream
+        that freed it)."""
         stream = _capture_stream()
         stream.wait_stream(torch.cuda.current_stream())
         try:
@@ -690,7 +698,7 @@ class CudaGraphRunner:
             with torch.inference_mode(False):
                 copies = [static_copy(v) if isinstance(v, torch.Tensor) else v for v in inputs]
             versions = [v._version if isinstance(v, torch.Tensor) else 0 for v in copies]
-        with self._warm_up_place(pool):
+        with self._pool_place(pool):
             _warm_ups.append(False)
             try:
                 outputs = self._run_warm_up_calls(copies)
