@@ -222,3 +222,20 @@ def test_storages_unshared_natively_as_in_python(checks, monkeypatch):
         in_python = guards.storages_unshared(written, tensors)
         assert native(written, tensors) is in_python, (written, tensors)
     assert [native(*case) for case in cases] == [True, False, True, True, True]
+
+
+def test_each_runtime_part_is_built_in_and_handed_the_module(checks):
+    """native_guards.RUNTIME_PARTS: each part's C++ is in the extension's source and every method
+    its table names is in the loaded module, which the part was handed (`provide`)."""
+    import re
+
+    from tensorjit.runtime import buffers, gradient_lease
+
+    assert set(native_guards.RUNTIME_PARTS) == {buffers, gradient_lease}
+    module = gradient_lease._native
+    assert module is not None
+    for part in native_guards.RUNTIME_PARTS:
+        assert part.SOURCE in native_guards.SOURCE and part.METHODS in native_guards.SOURCE
+        for name in re.findall(r'\{"(\w+)"', part.METHODS):
+            assert hasattr(module, name), (part.__name__, name)
+    assert buffers.new is module.new_buffer and buffers.alias is module.alias

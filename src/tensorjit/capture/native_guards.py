@@ -27,8 +27,9 @@ guards stay Python; one log line says why.
 
 The same extension (one build) carries `storages_unshared`, the aliasing guard of graphs that
 write their inputs (a densenet121 training step's 728 tensors: 0.55 ms in Python on the H100's
-host), and runtime/gradient_lease.py's C++: the runtime cannot build an extension of its own
-without importing upwards, so it is handed the module when loaded (`gradient_lease.provide`).
+host), and the C++ of the runtime modules in `RUNTIME_PARTS` (gradient_lease.py, buffers.py): the
+runtime cannot build an extension of its own without importing upwards, so each is handed the
+module when loaded (`provide`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from typing import Callable
 import torch
 
 from .. import logs
-from ..runtime import gradient_lease
+from ..runtime import buffers, gradient_lease
 from ..runtime.disk_cache import cache_key, cache_root, get_or_build, is_valid
 
 MIN_TENSORS = 1
@@ -71,7 +72,7 @@ _GUARDS_SOURCE = r"""
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
-// runtime/gradient_lease.py's functions
+// the runtime's functions (RUNTIME_PARTS)
 
 namespace {
 
@@ -235,7 +236,7 @@ PyObject* storages_unshared(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
 PyMethodDef methods[] = {
     {"storages_unshared", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(storages_unshared)),
      METH_FASTCALL, "storages_unshared(written, tensors) -> bool or None"},
-    // runtime/gradient_lease.py's methods
+    // the runtime's methods (RUNTIME_PARTS)
 
     {"spec", spec, METH_O, "spec(items) -> what match() checks against"},
     {"match", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(match)), METH_FASTCALL,
@@ -251,10 +252,14 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "tensorjit_tensor_guards", nullptr,
 PyMODINIT_FUNC PyInit_tensorjit_tensor_guards() { return PyModule_Create(&module); }
 """
 
+RUNTIME_PARTS = (gradient_lease, buffers)
+"""Runtime modules whose C++ (`SOURCE`, `METHODS`) the extension carries; each is handed the loaded
+module (`provide(module)`)."""
+
 SOURCE = (_GUARDS_SOURCE
-          .replace("// runtime/gradient_lease.py's functions\n", gradient_lease.SOURCE, 1)
-          .replace("    // runtime/gradient_lease.py's methods\n", gradient_lease.METHODS, 1))
-"""The extension: the checks above, and the functions of runtime/gradient_lease.py (one build)."""
+          .replace("// the runtime's functions (RUNTIME_PARTS)\n", "".join(part.SOURCE for part in RUNTIME_PARTS), 1)
+          .replace("    // the runtime's methods (RUNTIME_PARTS)\n", "".join(part.METHODS for part in RUNTIME_PARTS), 1))
+"""The extension: the checks above, and the functions of the runtime's parts (one build)."""
 
 storages_unshared: Callable[[tuple, tuple], bool | None] | None = None
 """The extension's `storages_unshared(written, tensors)` once loaded (capture.guards asks it first:
@@ -409,7 +414,8 @@ class _Job:
             self.result = TensorChecks(module)
             global storages_unshared
             storages_unshared = module.storages_unshared
-            gradient_lease.provide(module)
+            for part in RUNTIME_PARTS:
+                part.provide(module)
         except _FAILURES as error:
             self.fail(error)
         finally:

@@ -114,6 +114,16 @@ def fresh_memory(program: ir.Program) -> set[str]:
             if all(kinds[m] in ("temp", "extern") for m in members)}
 
 
+def private_memory(program: ir.Program) -> set[str]:
+    """The buffers of the call's own memory that nothing it returns may share: a tensor over
+    them is seen by the call alone (the wrapper may alias them without view bookkeeping:
+    runtime/buffers.py)."""
+    returned = returned_names(program)
+    classes = _alias_classes(program)
+    fresh = fresh_memory(program)
+    return {name for name in fresh if not (classes[name] & returned)}
+
+
 def _alias_classes(program: ir.Program) -> dict[str, set[str]]:
     """Buffer name -> the names whose memory it may share (itself included): an aliasing
     extern's result joins the class of each buffer it reads."""

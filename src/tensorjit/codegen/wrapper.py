@@ -7,7 +7,7 @@ positional inputs. The callable is generated Python, one line per step:
 
     def run(in0, in1):
         if not (in0.stride() == (64, 1) and ...): return fallback(in0, in1)
-        buf2 = empty((8, 64), dtype=float32)
+        buf2 = buffers.new((8, 64), (64, 1), float32, cpu)
         kernel2(pointers2(in0.data_ptr(), buf2.data_ptr()))
         buf3 = extern3(buf2, [1, 0])
         del buf2
@@ -17,6 +17,8 @@ Straight-line code keeps each buffer in a local variable and binds every
 callable and constant once, so a step costs about a microsecond of Python
 instead of a dictionary round trip per argument. Temporaries are dropped
 after their last reader (memory.py), so the allocator reuses their memory.
+Buffers are allocated, and views of the call's private memory taken, through
+runtime/buffers.py (C functions once the native extension is loaded).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ import torch
 from . import ir
 from .externs import strided_view
 from .graph import EXACT_LAYOUT_EXTERNS
-from .memory import fresh_memory, last_uses, last_uses_by_name, names_read, names_written, returned_names, reuses
+from .memory import (fresh_memory, last_uses, last_uses_by_name, names_read, names_written, private_memory,
+                     returned_names, reuses)
 from .values import IR_TO_TORCH, contiguous_strides, torch_dtype
+from ..runtime import buffers as runtime_buffers
 from ..runtime.persist import CompiledText, rebuild_runner, remember_kernel, set_reduce
 
 
@@ -41,7 +45,7 @@ class _Source:
 
     def __init__(self):
         self.lines: list[str] = []
-        self.globals: dict[str, Any] = {"empty": torch.empty, "empty_strided": torch.empty_strided}
+        self.globals: dict[str, Any] = {"empty_strided": torch.empty_strided, "buffers": runtime_buffers}
 
     def constant(self, value: Any, prefix: str = "constant") -> str:
         name = f"{prefix}{len(self.globals)}"
@@ -92,7 +96,7 @@ class CppLaunch:
 def _kernel_lines(source: _Source, step, hook, buffers: dict[str, ir.Buffer], fallback: str,
                   reused: dict[str, str]) -> None:
     outputs = [buffers[name] for name in names_written(step)]
-    device = f", device={source.constant(hook.device, 'device')}" if hook.device is not None else ""
+    device = source.constant(hook.device or torch.device("cpu"), "device") if outputs else None
     scatter = getattr(step, "scatter", None)
     if scatter is not None:  # the kernel updates its base in place: the same tensor, renamed
         source.lines.append(f"{step.output} = {scatter.base}")
@@ -101,15 +105,14 @@ def _kernel_lines(source: _Source, step, hook, buffers: dict[str, ir.Buffer], fa
         if output.name in reused:  # a dead tensor of this layout or size (memory.reuses)
             donor = reused[output.name]
             same = (buffers[donor].shape, buffers[donor].strides) == (output.shape, output.strides)
-            view = "" if same else f".view({tuple(output.shape)!r})"
-            source.lines.append(f"{output.name} = {donor}{view}; del {donor}")
+            # The donor is dead: a tensor over its memory needs no view bookkeeping.
+            view = donor if same else \
+                f"buffers.alias({donor}, {tuple(output.shape)!r}, {tuple(output.strides)!r}, 0)"
+            source.lines.append(f"{output.name} = {view}; del {donor}")
             continue
         dtype = source.constant(IR_TO_TORCH[output.dtype], "dtype")
-        if tuple(output.strides) == contiguous_strides(output.shape):
-            source.lines.append(f"{output.name} = empty({tuple(output.shape)!r}, dtype={dtype}{device})")
-        else:
-            source.lines.append(f"{output.name} = empty_strided({tuple(output.shape)!r}, "
-                                f"{tuple(output.strides)!r}, dtype={dtype}{device})")
+        source.lines.append(f"{output.name} = buffers.new({tuple(output.shape)!r}, {tuple(output.strides)!r}, "
+                            f"{dtype}, {device})")
     statement = hook.statement(source, step, [o.name for o in outputs])
     if getattr(hook, "reports_index_errors", False) and ir.checks_indices(step):
         # An index out of range (the kernel read element 0 instead): ATen raises eager's error.
@@ -135,7 +138,7 @@ def _checks_layout(extern: ir.Extern, output: ir.Buffer) -> bool:
 
 
 def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, fallback: str,
-                  buffers: dict[str, ir.Buffer], returnable: set[str]) -> None:
+                  buffers: dict[str, ir.Buffer], returnable: set[str], private: set[str]) -> None:
     if extern.target is strided_view:  # inline: one C call instead of a Python function and two
         base, shape, strides, offset = extern.args
         layout = (tuple(buffers[base.name].shape), tuple(buffers[base.name].strides))
@@ -143,6 +146,10 @@ def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, fallbac
             # The view would be the base itself (the wrapper holds every buffer in its traced
             # layout): the name is bound to it, no call (109 of a GPT-2 backward's 255 views).
             source.lines.append(f"{output.name} = {base.name}")
+            return
+        if output.name in private:  # seen by this call alone: no view bookkeeping (runtime/buffers.py)
+            source.lines.append(f"{output.name} = buffers.alias({base.name}, {tuple(shape)!r}, {tuple(strides)!r}, "
+                                f"{offset})")
             return
         start = f"{base.name}.storage_offset() + {offset}" if offset else f"{base.name}.storage_offset()"
         source.lines.append(f"{output.name} = {base.name}.as_strided({tuple(shape)!r}, {tuple(strides)!r}, {start})")
@@ -240,13 +247,14 @@ def build_runner(program: ir.Program, hook, constants: dict, fallback, *, profil
     reused = reuses(program, in_place=getattr(hook, "writes_in_place", False))
     donors = set(reused.values())  # dropped where their receiver takes them over
     returnable = _base_returnable(program)
+    private = private_memory(program)
     freed = bool(frees.get(-1))  # an input was dropped: a fallback from here on needs `kept`
     late_fallback = False
     for position, (step, dead) in enumerate(zip(program.steps, last_uses(program))):
         start = len(source.lines)
         fallback_call = after_frees if freed else plain
         if isinstance(step, ir.Extern):
-            _extern_lines(source, step, buffers[step.output], fallback_call, buffers, returnable)
+            _extern_lines(source, step, buffers[step.output], fallback_call, buffers, returnable, private)
             label = f"tensorjit extern {getattr(step.target, '__name__', step.target)} -> {step.output}"
         else:
             _kernel_lines(source, step, hook, buffers, fallback_call, reused)
