@@ -15,7 +15,10 @@ precomputed grid, keeping only the checks that make reuse safe: no launch hook
 is installed (profilers), and every pointer that was 16-byte aligned when the
 kernel was specialised still is (Triton vectorises on that promise). When a
 check fails, or under the interpreter (TRITON_INTERPRET=1, no CompiledKernel),
-the generic path runs.
+the generic path runs. Tensors reach the C launcher as their addresses: given
+a tensor, it looks `data_ptr` up by name and asks the driver whether the
+address is device memory (`cuPointerGetAttribute`), at every launch, for every
+tensor; the wrapper has checked the inputs' device, and allocates the rest.
 """
 
 from __future__ import annotations
@@ -104,6 +107,8 @@ class KernelLauncher:
         self.constants = shape.constants()
         self.options = {"num_warps": shape.num_warps, "num_stages": shape.num_stages}
         self.compiled: Any = None
+        self.tensors: list[int] = []
+        """Positions of the tensor arguments (passed to the C launcher as addresses)."""
         self.aligned: list[int] = []
         self.fast_launches = 0
         self.slow_launches = 0
@@ -121,27 +126,29 @@ class KernelLauncher:
         if self.compiled is None and _is_compiled_kernel(compiled):
             getattr(compiled, "_init_handles", lambda: None)()  # loads the binary: `function` is set after
             self.compiled = compiled
-            self.aligned = [
-                index for index, value in enumerate(arguments)
-                if isinstance(value, torch.Tensor) and value.data_ptr() % 16 == 0
-            ]
+            self.tensors = [index for index, value in enumerate(arguments) if isinstance(value, torch.Tensor)]
+            self.aligned = [index for index in self.tensors if arguments[index].data_ptr() % 16 == 0]
             device = arguments[self.aligned[0]].device.index if self.aligned else torch.cuda.current_device()
             self.launch = self._fast_launch_function(len(arguments), device)
 
     def _fast_launch_function(self, arity: int, device: int):
-        """Generated `launch(a0, a1, ...)`: the checks, then the C launcher, with everything
-        that does not change between calls bound as a constant (about 2 us a launch)."""
+        """Generated `launch(a0, a1, ...)`: the checks, then the C launcher given each tensor's
+        address (`self.tensors`), with everything that does not change between calls bound as a
+        constant (about 2 us a launch)."""
         names = [f"a{index}" for index in range(arity)]
-        checks = " or ".join([_hooks_check_text()] + [f"a{index}.data_ptr() % 16" for index in self.aligned])
+        passed = [f"p{index}" if index in self.tensors else name for index, name in enumerate(names)]
+        addresses = "".join(f"    p{index} = a{index}.data_ptr()\n" for index in self.tensors)
+        checks = " or ".join([_hooks_check_text()] + [f"p{index} % 16" for index in self.aligned])
         constants = ", ".join(f"c{index}" for index in range(len(self.constants)))
         grid = self.shape.grid
         launch, prefix = _direct_launch(self.compiled.run)
         source = (
             f"def launch({', '.join(names)}):\n"
+            f"{addresses}"
             f"    if {checks}:\n"
             f"        return slow({', '.join(names)})\n"
             f"    run({grid[0]}, {grid[1]}, {grid[2]}, stream({device}), function, {prefix}metadata, None, None, None, "
-            f"{', '.join(names + ([constants] if constants else []))})\n"
+            f"{', '.join(passed + ([constants] if constants else []))})\n"
             f"    counter[0] += 1\n"
         )
         namespace = {
