@@ -301,3 +301,25 @@ def test_static_input_copies_live_in_the_recordings_pool(monkeypatch):
     live = [address for address in made if address in pools]  # warm-up's copies are freed
     assert live, "no static copy alive: nothing was copied"
     assert all(pools[address] != (0, 0) for address in live), [pools[a] for a in live]
+
+
+def test_outputs_of_one_shape_end_at_a_call_of_another_shape():
+    """Recordings of a dynamic-shape graph share a pool, where the second's outputs may lie in the
+    first's intermediates: a replay of the first ends the second's outputs loudly (as torch.compile
+    ends every earlier output at a call), never by overwriting them."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).cuda()
+    compiled = tensorjit.compile(model, mode="reduce-overhead", dynamic=True)
+    small, large = torch.randn(64, 256, device="cuda"), torch.randn(96, 256, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(small)
+            held = compiled(large)
+        expected = model(large)
+        compiled(small)
+    assert len(recorded("inference")) >= 2, logs.recent("cudagraphs")
+    with pytest.raises(RuntimeError, match="clone it"):
+        torch.testing.assert_close(held, expected, rtol=1e-3, atol=1e-3)
+    kept = compiled(large).clone()
+    compiled(small)
+    torch.testing.assert_close(kept, expected, rtol=1e-3, atol=1e-3)

@@ -233,6 +233,38 @@ def test_replays_hand_out_outputs_and_revoke_those_still_held():
     assert runner.replays == 3 and runner.eager_calls == 0 and len(runner.recordings) == 1
 
 
+def test_a_replay_revokes_what_every_recording_of_the_shared_pool_handed_out():
+    """Inference recordings of one runner share a pool, and a later recording's outputs may lie in an
+    earlier one's intermediates, which the earlier one's replays write: a replay of either revokes
+    the outputs of both (outputs live until the runner's next call, as under torch.compile)."""
+    runner = FakeDeviceRunner(lambda x: (x * 2,))
+    small = runner(torch.randn(4))[0]
+    large = runner(torch.randn(8))[0]  # a second recording, in the same pool
+    assert len(runner.recordings) == 2 and runner.revoked == [(small.untyped_storage()._cdata, runner.revoked[0][1])]
+    runner(torch.randn(4))  # replays the first recording: its intermediates may be under `large`
+    assert [pointer for pointer, _ in runner.revoked][1:] == [large.untyped_storage()._cdata]
+
+
+def test_an_input_written_in_place_that_another_recording_handed_out_runs_eagerly():
+    """Its replay would revoke that input (the pool's leases) before writing the new values back."""
+    def scale_(x):
+        x.mul_(2)
+        return (x[:4] + 1,)
+
+    runner = FakeDeviceRunner(scale_)
+    for size in (4, 4, 8):
+        runner(torch.randn(size))
+    handed_out = runner(torch.randn(8))[0]  # the second recording's output, of the first's shape
+    expected = handed_out * 2
+    eager_before = runner.eager_calls
+    output = runner(handed_out)[0]
+    assert runner.eager_calls == eager_before + 1
+    torch.testing.assert_close(handed_out, expected)
+    torch.testing.assert_close(output, expected + 1)
+    assert any("an input written in place is an output of an earlier replay" in line
+               for line in logs.recent("cudagraphs"))
+
+
 def test_outputs_dropped_before_the_next_call_are_not_revoked():
     runner = FakeDeviceRunner(lambda x: (x + 1,))
     for _ in range(3):

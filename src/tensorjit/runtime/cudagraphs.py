@@ -57,7 +57,10 @@ Two rules keep that safe and loud:
 
 Memory pools (`choose_pool`). Inference recordings of one runner share a pool:
 each recording holds its static outputs, so a later graph reuses only an
-earlier one's intermediates. Each training forward recording gets a pool of its
+earlier one's intermediates, for its own intermediates or outputs. A replay
+writes its intermediates, so it revokes what every recording of the pool
+handed out (`_pool_leases`): as under torch.compile, outputs are valid until the
+runner's next call, of any shape. Each training forward recording gets a pool of its
 own (its saved activations stay live between forward and backward, and another
 forward replayed in between must not write over them), and the backward joins
 the pool of the forward whose activations it reads: one pool per step.
@@ -479,7 +482,8 @@ class CudaGraphRunner:
             self.recordings[key] = recording
         if recording is None:
             return self._eager(inputs, None)
-        if recording.lease is not None and any(recording.lease.aliases(inputs[i]) for i in recording.mutated):
+        if recording.lease is not None and recording.mutated and \
+                any(lease.aliases(inputs[i]) for lease in self._pool_leases(recording) for i in recording.mutated):
             return self._eager(inputs, "an input written in place is an output of an earlier replay, which this "
                                        "replay would overwrite: this call runs eagerly")
         if recording.awaits_backward and recording.last_step == _step and still_held(recording):
@@ -725,8 +729,9 @@ class CudaGraphRunner:
         for index in recording.copied:
             if static_inputs[index].data_ptr() != inputs[index].data_ptr():
                 static_inputs[index].copy_(inputs[index])
-        if recording.lease is not None:
-            recording.lease.revoke(self._revoke)  # after the copies: an input may be an earlier output
+        if recording.lease is not None:  # after the copies: an input may be an earlier output
+            for lease in self._pool_leases(recording):
+                lease.revoke(self._revoke)
         self._launch(recording, inputs)
         self.replays += 1
         recording.last_step = _step
@@ -747,6 +752,15 @@ class CudaGraphRunner:
             token = self._step_token = StepToken()
             recording.step_token = weakref.ref(token)
         return recording.rebuild(outputs)
+
+    def _pool_leases(self, recording: Recording) -> list[OutputLease]:
+        """The output leases a replay of `recording` may overwrite: its own, and in an inference
+        runner's shared pool every recording's (a later recording's outputs may lie in an earlier
+        one's intermediates, which the earlier one's replays write: as under torch.compile, a call
+        ends the outputs of every earlier call of the runner)."""
+        if self.kind != "inference" or len(self.recordings) == 1:
+            return [recording.lease]
+        return [other.lease for other in self.recordings.values() if other is not None and other.lease is not None]
 
     @staticmethod
     def _hand_out_gradients(recording: Recording) -> None:
