@@ -622,8 +622,9 @@ class CudaGraphRunner:
     def _capture(self, static_inputs: Sequence[Any], pool: Any) -> tuple[Any, Any]:
         """Record one call on the static inputs: the graph and its (static) outputs."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool.id, stream=_capture_stream()):
-            outputs = self.function(*static_inputs)
+        with _blas_workspaces_released():
+            with torch.cuda.graph(graph, pool=pool.id, stream=_capture_stream()):
+                outputs = self.function(*static_inputs)
         return graph, outputs
 
     @contextlib.contextmanager
@@ -654,8 +655,9 @@ class CudaGraphRunner:
 
     def _run_warm_up_calls(self, copies: Sequence[Any]) -> Any:
         rng_state = torch.cuda.get_rng_state()
-        for _ in range(max(1, self.settings.warmup_calls)):
-            outputs = self.function(*copies)
+        with _blas_workspaces_released():
+            for _ in range(max(1, self.settings.warmup_calls)):
+                outputs = self.function(*copies)
         torch.cuda.set_rng_state(rng_state)  # warm-up must not shift the random stream eager would see
         return outputs
 
@@ -787,6 +789,26 @@ def _without(values: list[Any], positions: set[int]) -> list[Any]:
 
 _MISSING = object()
 _capture_streams: dict[int, Any] = {}
+
+
+@contextlib.contextmanager
+def _blas_workspaces_released():
+    """cuBLAS's workspaces freed before and after: one made on the capture stream inside a pool
+    (at warm-up, or at capture, where the graph records its address) would stay allocated there
+    for the life of the process, 65 MB (cuBLAS's and cuBLASLt's) that no later allocation of the
+    pool could use and that kept the pool from being freed with its model. Freed, the memory is
+    scratch of the graphs that recorded it, like their intermediates: another recording of the
+    pool may place its own intermediates or outputs there, which the pool's leases cover (as for
+    intermediates: handed-out gradients move, outputs are revoked, at the pool's next replay).
+    Eager calls find new workspaces at their next product. torch.compile clears them so too."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    try:
+        yield
+    finally:
+        if clear is not None:
+            clear()
 
 
 def _capture_stream() -> Any:
