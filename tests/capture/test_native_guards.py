@@ -222,3 +222,34 @@ def test_storages_unshared_natively_as_in_python(checks, monkeypatch):
         in_python = guards.storages_unshared(written, tensors)
         assert native(written, tensors) is in_python, (written, tensors)
     assert [native(*case) for case in cases] == [True, False, True, True, True]
+
+
+def test_a_native_entry_saves_its_guards_without_the_python_check(checks, monkeypatch):
+    """An entry checked natively saves its guards without the Python check's text and code:
+    a later process with the same cache checks natively too, so that text would never match
+    (and its compile() was a quarter of GPT-2's guard building). The guards still come back,
+    natively, and hold and fail as the original's do. Without the native check the saved
+    Python check is kept."""
+    import tensorjit
+    from tensorjit.capture.convert import rebuilt_entry
+    from tensorjit.runtime.persist import loads
+
+    net = small_net()
+    compiled = tensorjit.compile(net, backend="eager")
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(compiled(x), net(x))
+    entry = compiled._compiled_forward.entries[0]
+    assert entry.guards.native and "_tensors_match(" in entry.guards.source_text
+    records, check = loads(entry.guards.saved[0])
+    assert check is None and records
+    rebuilt = rebuilt_entry(compiled._compiled_forward, "eager", entry.guards.saved[0])
+    assert rebuilt.guards.native and rebuilt.guards.check((net, x)) == entry.guards.check((net, x)) is True
+    assert rebuilt.guards.check((net, torch.randn(2, 4))) is False
+
+    monkeypatch.setattr(default_config, "native_guards", False)
+    python_only = tensorjit.compile(small_net(), backend="eager")
+    python_only(x)
+    entry = python_only._compiled_forward.entries[0]
+    assert not entry.guards.native
+    records, check = loads(entry.guards.saved[0])
+    assert check is not None and check.text.startswith("def check(L")

@@ -219,7 +219,8 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
                              captured=lambda source: output.wrapped.get(source, (None,))[0],
                              native=native_guards.for_config(owner.config))
     native_guards.settle_when_built(owner.config, owner, guards)  # where it is still being built
-    guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__)  # now: no Guard outlives capture
+    # now: no Guard outlives capture
+    guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__, with_check=not guards.native)
     if isinstance(guards.saved, BaseException):  # the reason it cannot be saved, kept without its traceback
         guards.saved = type(guards.saved)(*guards.saved.args)  # and chain: their frames held the graph's inputs
     logs.guards(output.fn_name, guards)

@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 from ..aliasing import storage_key
 from ..breaks import GraphBreak
 from ..guards import Guard
-from ..sources import Source
+from ..sources import Source, source_record
 from .base import ConstantValue, Value
 from .containers import DictValue, ListValue, SliceValue, TupleValue
 from . import tensors
@@ -105,7 +105,7 @@ def to_ndarray(tensor: torch.Tensor):
     return tensor.detach().numpy(force=True)
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class NumpyTensorSource(Source):
     """The tensor view of an ndarray read through `of` (`torch.from_numpy(of)`)."""
 
