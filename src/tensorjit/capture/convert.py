@@ -232,8 +232,15 @@ def _instance_attributes(output: OutputGraph, guard_set) -> Callable:
     (`guards._Emitter.reads_dict`): attributes of an nn.Module whose class a guard checks,
     found in its __dict__ at capture and shadowed by no data descriptor of the class."""
     typed = {guard.source: guard.payload for guard in guard_set.guards if guard.kind == "type"}
+    answers: dict = {}  # the emitter asks again for a source it reads twice (a hook table and its dict)
 
     def in_instance_dict(source) -> bool:
+        answer = answers.get(source)
+        if answer is None:
+            answer = answers[source] = _in_instance_dict(source)
+        return answer
+
+    def _in_instance_dict(source) -> bool:
         base = source.base()
         cls = typed.get(base)
         if cls is None or not issubclass(cls, torch.nn.Module) or cls.__getattribute__ is not object.__getattribute__:
