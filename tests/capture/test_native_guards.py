@@ -234,22 +234,29 @@ def test_a_native_entry_saves_its_guards_without_the_python_check(checks, monkey
     from tensorjit.capture.convert import rebuilt_entry
     from tensorjit.runtime.persist import loads
 
-    net = small_net()
-    compiled = tensorjit.compile(net, backend="eager")
-    x = torch.randn(3, 4)
-    torch.testing.assert_close(compiled(x), net(x))
-    entry = compiled._compiled_forward.entries[0]
+    monkeypatch.setattr(default_config, "warm_start", False)  # captured here, not loaded or borrowed
+
+    def layer(weight, x):
+        return torch.nn.functional.linear(x, weight).relu()
+
+    weight, x = torch.randn(4, 4), torch.randn(3, 4)
+    compiled = tensorjit.compile(layer, backend="eager")
+    torch.testing.assert_close(compiled(weight, x), layer(weight, x))
+    entry = compiled.entries[0]
     assert entry.guards.native and "_tensors_match(" in entry.guards.source_text
     records, check = loads(entry.guards.saved[0])
     assert check is None and records
-    rebuilt = rebuilt_entry(compiled._compiled_forward, "eager", entry.guards.saved[0])
-    assert rebuilt.guards.native and rebuilt.guards.check((net, x)) == entry.guards.check((net, x)) is True
-    assert rebuilt.guards.check((net, torch.randn(2, 4))) is False
+    rebuilt = rebuilt_entry(compiled, "eager", entry.guards.saved[0])
+    assert rebuilt.guards.native and rebuilt.guards.check((weight, x)) is entry.guards.check((weight, x)) is True
+    assert rebuilt.guards.check((weight, torch.randn(2, 4))) is False
 
     monkeypatch.setattr(default_config, "native_guards", False)
-    python_only = tensorjit.compile(small_net(), backend="eager")
-    python_only(x)
-    entry = python_only._compiled_forward.entries[0]
+
+    def other_layer(weight, x):
+        return torch.nn.functional.linear(x, weight).relu()
+    python_only = tensorjit.compile(other_layer, backend="eager")
+    python_only(weight, x)
+    entry = python_only.entries[0]
     assert not entry.guards.native
     records, check = loads(entry.guards.saved[0])
     assert check is not None and check.text.startswith("def check(L")

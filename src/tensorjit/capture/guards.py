@@ -91,6 +91,9 @@ class _Emitter:
 
     def __init__(self, in_instance_dict: Callable[[AttrSource], bool] | None = None, native=None) -> None:
         self.constants: dict[str, Any] = {}
+        self.constant_names: dict[tuple[str, int], str] = {}
+        """(prefix, id of the object) -> its name: an object named once (GPT-2's 240 constant guards
+        named `int` and `float` 240 times, each a parameter of the check to compile)."""
         self.lines: list[str] = []
         self.weak: list[weakref.ref] = []
         self.cached: dict[Source, str] = {}
@@ -119,8 +122,12 @@ class _Emitter:
         return True
 
     def constant(self, value: Any, prefix: str = "K") -> str:
+        name = self.constant_names.get((prefix, id(value)))
+        if name is not None:
+            return name
         name = f"{prefix}{len(self.constants)}"
-        self.constants[name] = value
+        self.constants[name] = value  # held: its id stays its own while names are given
+        self.constant_names[(prefix, id(value))] = name
         return name
 
     def value_of(self, source: Source) -> str:
