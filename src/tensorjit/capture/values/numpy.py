@@ -26,7 +26,6 @@ import functools
 import inspect
 import operator
 import warnings
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
