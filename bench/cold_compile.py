@@ -92,8 +92,11 @@ class Loss(torch.nn.Module):
         return self.inner(input_ids=input_ids, labels=input_ids, use_cache=False).loss
 
 
-def child(name: str, profile: str | None) -> None:
-    """One run: build, compile, time the first call by phase; prints one JSON line."""
+def child(name: str, profile: str | None, fill: bool = False) -> None:
+    """One run: build, compile, time the first call by phase; prints one JSON line. fill: the
+    untimed first run, which also waits for the native guard check's build (a background
+    thread that a process leaving at once abandons: every timed run would then start it again,
+    g++ beside the compile, and check its guards in Python)."""
     import time
 
     wall = time.perf_counter
@@ -153,6 +156,11 @@ def child(name: str, profile: str | None) -> None:
     start, start_cpu = wall(), time.process_time()
     step()
     first, first_cpu = wall() - start, time.process_time() - start_cpu
+    if fill:
+        from tensorjit.capture import native_guards
+        from tensorjit.config import config
+
+        native_guards.checker(config, wait=True)
     if profiler is not None:
         import io
         import pstats
@@ -170,10 +178,11 @@ def child(name: str, profile: str | None) -> None:
     print("RESULT " + json.dumps(row))
 
 
-def _run(name: str, cache: str, profile: str | None = None, source: str = str(SOURCE)) -> dict:
+def _run(name: str, cache: str, profile: str | None = None, source: str = str(SOURCE), fill: bool = False) -> dict:
     environment = dict(os.environ, TENSORJIT_CACHE_DIR=cache, TENSORJIT_WARM_START="0",
                        PYTHONPATH=source, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
-    command = [sys.executable, __file__, "--child", name] + (["--profile", profile] if profile else [])
+    command = [sys.executable, __file__, "--child", name] + (["--profile", profile] if profile else []) + \
+        (["--fill"] if fill else [])
     done = subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -191,16 +200,17 @@ def main() -> None:
                         help="comma-separated src/ directories to compare (e.g. an older commit's, from git archive): "
                              "their runs alternate, so that both see the same load")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--fill", action="store_true", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.child:
-        child(arguments.child, arguments.profile)
+        child(arguments.child, arguments.profile, arguments.fill)
         return
     os.environ["COLD_COMPILE_CLOCK"] = arguments.clock
     sources = arguments.sources.split(",")
     for name in arguments.workloads.split(","):
         with tempfile.TemporaryDirectory(prefix="tensorjit-cold-") as cache:
             for source in sources:  # fills the library cache (g++) and builds the native guards
-                _run(name, cache, source=source)
+                _run(name, cache, source=source, fill=True)
             rows: dict[str, list] = {source: [] for source in sources}
             for repeat in range(arguments.repeats):
                 for number, source in enumerate(sources):

@@ -1,5 +1,6 @@
 """Unit tests of the guard generator: each guard kind passes on the same input and fails on a changed one."""
 
+import re
 import weakref
 
 import torch
@@ -250,3 +251,38 @@ def test_a_c_classmethod_read_from_its_class_is_guarded_by_class_and_name():
         torch.testing.assert_close(out, torch.full((2,), 2.0))
         assert method == base.apply
     assert backend.graph_count == 1
+
+
+def test_an_object_the_check_holds_is_named_once():
+    """Constant guards on three ints and two floats name `int` and `float` once each (every
+    name is a parameter of the check to compile); equal values that are other objects keep
+    names of their own, and each guard still checks its own item."""
+    values = (3, 4, 5, 0.5, 0.25)
+    guards = [Guard(ItemSource(LocalSource(0, "xs"), i), "constant", v) for i, v in enumerate(values)]
+    check = build(*guards)
+    header = check.source_text.splitlines()[0]
+    assert len(re.findall(r"\bT\d+=", header)) == 2, header  # type(v) is T...: int and float
+    assert check.check((values,))
+    assert not check.check(((3, 4, 6, 0.5, 0.25),)) and not check.check(((3, 4, 5, 0.5, 0.5),))
+
+
+def test_the_captured_graph_generates_its_code_once(monkeypatch):
+    """The captured module's code is generated (and compiled) once, with the dead nodes already
+    removed: the module generates it when made."""
+    generated = []
+    original = torch.fx.Graph.python_code
+
+    def python_code(self, *args, **kwargs):
+        generated.append(self)
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(torch.fx.Graph, "python_code", python_code)
+    counter = CountingBackend()
+
+    def fn(x):
+        unused = x.cos()  # noqa: F841 - dead: removed before the code is generated
+        return x.sin() + 1
+    compiled = tensorjit.compile(fn, backend=counter)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+    (gm,) = counter.graphs
+    assert "cos" not in gm.code and len(generated) == 1

@@ -239,3 +239,41 @@ def test_each_runtime_part_is_built_in_and_handed_the_module(checks):
         for name in re.findall(r'\{"(\w+)"', part.METHODS):
             assert hasattr(module, name), (part.__name__, name)
     assert buffers.new is module.new_buffer and buffers.alias is module.alias
+
+
+def test_a_native_entry_saves_its_guards_without_the_python_check(checks, monkeypatch):
+    """An entry checked natively saves its guards without the Python check's text and code:
+    a later process with the same cache checks natively too, so that text would never match
+    (and its compile() was a quarter of GPT-2's guard building). The guards still come back,
+    natively, and hold and fail as the original's do. Without the native check the saved
+    Python check is kept."""
+    import tensorjit
+    from tensorjit.capture.convert import rebuilt_entry
+    from tensorjit.runtime.persist import loads
+
+    monkeypatch.setattr(default_config, "warm_start", False)  # captured here, not loaded or borrowed
+
+    def layer(weight, x):
+        return torch.nn.functional.linear(x, weight).relu()
+
+    weight, x = torch.randn(4, 4), torch.randn(3, 4)
+    compiled = tensorjit.compile(layer, backend="eager")
+    torch.testing.assert_close(compiled(weight, x), layer(weight, x))
+    entry = compiled.entries[0]
+    assert entry.guards.native and "_tensors_match(" in entry.guards.source_text
+    records, check = loads(entry.guards.saved[0])
+    assert check is None and records
+    rebuilt = rebuilt_entry(compiled, "eager", entry.guards.saved[0])
+    assert rebuilt.guards.native and rebuilt.guards.check((weight, x)) is entry.guards.check((weight, x)) is True
+    assert rebuilt.guards.check((weight, torch.randn(2, 4))) is False
+
+    monkeypatch.setattr(default_config, "native_guards", False)
+
+    def other_layer(weight, x):
+        return torch.nn.functional.linear(x, weight).relu()
+    python_only = tensorjit.compile(other_layer, backend="eager")
+    python_only(weight, x)
+    entry = python_only.entries[0]
+    assert not entry.guards.native
+    records, check = loads(entry.guards.saved[0])
+    assert check is not None and check.text.startswith("def check(L")

@@ -14,16 +14,20 @@ i0, i1, i2 = ir.IndexVar("i0"), ir.IndexVar("i1"), ir.IndexVar("i2")
 C = ir.IndexConst
 
 
-def evaluate(index, values):
+def evaluate(index, values, truncating=False):
+    """The index's value; truncating: with C's `/` and `%` (as the C++ and Triton emitters print
+    them), where the IR's contract (ir.IndexOp: operands are non-negative) is checked too."""
     if isinstance(index, ir.IndexVar):
         return values[index.name]
     if isinstance(index, ir.IndexConst):
         return index.value
-    left, right = evaluate(index.left, values), evaluate(index.right, values)
+    left, right = evaluate(index.left, values, truncating), evaluate(index.right, values, truncating)
     if index.op == "add":
         return left + right
     if index.op == "mul":
         return left * right
+    if truncating:
+        assert left >= 0 and right > 0, f"{index.op} of {left} by {right} in {index}"
     return left // right if index.op == "floordiv" else left % right
 
 
@@ -46,8 +50,12 @@ def test_random_index_expressions_keep_their_values(seed):
     def build(depth):
         if depth == 0 or rng.random() < 0.2:
             return rng.choice([i0, i1, i2, C(rng.randint(0, 7))])
-        op = rng.choice(["add", "mul", "floordiv", "mod"])
+        op = rng.choice(["add", "mul", "floordiv", "mod", "flip"])
         left = build(depth - 1)
+        if op == "flip":  # high - left, as a flipped view indexes: non-negative, with a coefficient -1
+            high = max(evaluate(left, dict(zip(ranges, values)))
+                       for values in itertools.product(*(range(n) for n in ranges.values())))
+            return ir.index_add(C(high + rng.randint(0, 3)), ir.index_mul(left, C(-1)))
         if op == "add":
             return ir.index_add(left, build(depth - 1))
         if op == "mul":
@@ -59,7 +67,33 @@ def test_random_index_expressions_keep_their_values(seed):
         simple = simplify(index, ranges)
         for values in itertools.product(*(range(n) for n in ranges.values())):
             point = dict(zip(ranges, values))
-            assert evaluate(simple, point) == evaluate(index, point), (index, simple, point)
+            assert evaluate(simple, point, truncating=True) == evaluate(index, point), (index, simple, point)
+
+
+def test_remainder_of_a_flip_keeps_a_non_negative_operand():
+    """(124 - j) % 5 with j = (123 + i0) % 124 (a flipped slice after a concatenation, from prod's
+    backward) was simplified to (4 - j) % 5, which C's `%` computes negative for j > 4: the
+    kernel read before its input and every gradient of a 5x5x5 prod but six was wrong."""
+    j = ir.index_mod(ir.index_add(C(123), i0), 124)
+    index = ir.index_mod(ir.index_add(C(124), ir.index_mul(j, C(-1))), 5)
+    simple = simplify(index, {"i0": 125})
+    for value in range(125):
+        assert evaluate(simple, {"i0": value}, truncating=True) == evaluate(index, {"i0": value}), (simple, value)
+
+
+def test_prod_gradient_through_the_code_generator():
+    """The backward of prod over all elements (cumulative products of the input shifted and flipped,
+    torch's formula for inputs that may hold zeros), with values near 1 so that nothing underflows."""
+    from tensorjit.backends.inductor import inductor
+
+    x = (torch.arange(125, dtype=torch.float32).reshape(5, 5, 5) % 7 - 3) / 50 + 1
+    x.requires_grad_()
+    compiled = inductor(make_fx(torch.prod)(x), [x])
+    output = compiled(x)
+    output = output[0] if isinstance(output, (list, tuple)) else output
+    expected = x.detach().clone().requires_grad_()
+    torch.testing.assert_close(output, torch.prod(expected))
+    torch.testing.assert_close(torch.autograd.grad(output, x)[0], torch.autograd.grad(torch.prod(expected), expected)[0])
 
 
 def test_kernels_after_reshapes_index_linearly():

@@ -219,7 +219,8 @@ def _build_guards(owner, output: OutputGraph) -> CompiledGuards:
                              captured=lambda source: output.wrapped.get(source, (None,))[0],
                              native=native_guards.for_config(owner.config))
     native_guards.settle_when_built(owner.config, owner, guards)  # where it is still being built
-    guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__)  # now: no Guard outlives capture
+    # now: no Guard outlives capture
+    guards.saved = saved_guards(guard_set.guards, fn.__globals__, fn.__closure__, with_check=not guards.native)
     if isinstance(guards.saved, BaseException):  # the reason it cannot be saved, kept without its traceback
         guards.saved = type(guards.saved)(*guards.saved.args)  # and chain: their frames held the graph's inputs
     logs.guards(output.fn_name, guards)
@@ -231,8 +232,15 @@ def _instance_attributes(output: OutputGraph, guard_set) -> Callable:
     (`guards._Emitter.reads_dict`): attributes of an nn.Module whose class a guard checks,
     found in its __dict__ at capture and shadowed by no data descriptor of the class."""
     typed = {guard.source: guard.payload for guard in guard_set.guards if guard.kind == "type"}
+    answers: dict = {}  # the emitter asks again for a source it reads twice (a hook table and its dict)
 
     def in_instance_dict(source) -> bool:
+        answer = answers.get(source)
+        if answer is None:
+            answer = answers[source] = _in_instance_dict(source)
+        return answer
+
+    def _in_instance_dict(source) -> bool:
         base = source.base()
         cls = typed.get(base)
         if cls is None or not issubclass(cls, torch.nn.Module) or cls.__getattribute__ is not object.__getattribute__:

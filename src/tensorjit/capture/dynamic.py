@@ -28,7 +28,7 @@ import types
 import torch
 from torch._guards import GuardSource, Source as TorchSource
 
-from .sources import AttrSource, ItemAheadSource, ItemSource, LocalSource, Source
+from .sources import AttrSource, ItemAheadSource, ItemSource, LocalSource, Source, source_record
 
 def symbolic_shapes():
     """torch.fx.experimental.symbolic_shapes, imported at first use (capture's one import of it:
@@ -57,7 +57,7 @@ class ExpressionSource(TorchSource):
         return GuardSource.LOCAL
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@source_record
 class SizeSource(Source):
     """`of.size(dim)`: a symbolic size passed to the graph as an int input."""
 

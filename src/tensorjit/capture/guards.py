@@ -91,6 +91,9 @@ class _Emitter:
 
     def __init__(self, in_instance_dict: Callable[[AttrSource], bool] | None = None, native=None) -> None:
         self.constants: dict[str, Any] = {}
+        self.constant_names: dict[tuple[str, int], str] = {}
+        """(prefix, id of the object) -> its name: an object named once (GPT-2's 240 constant guards
+        named `int` and `float` 240 times, each a parameter of the check to compile)."""
         self.lines: list[str] = []
         self.weak: list[weakref.ref] = []
         self.cached: dict[Source, str] = {}
@@ -119,8 +122,12 @@ class _Emitter:
         return True
 
     def constant(self, value: Any, prefix: str = "K") -> str:
+        name = self.constant_names.get((prefix, id(value)))
+        if name is not None:
+            return name
         name = f"{prefix}{len(self.constants)}"
-        self.constants[name] = value
+        self.constants[name] = value  # held: its id stays its own while names are given
+        self.constant_names[(prefix, id(value))] = name
         return name
 
     def value_of(self, source: Source) -> str:
@@ -200,9 +207,9 @@ class GuardSet:
         failure (three quarters of the build's time, for entries that mostly never miss). The guards
         kept for it hold the objects of identity guards weakly, as the check does."""
         ordered = self.ordered() if captured is None else _collapse_tuples(self.ordered(), captured)
-        check, text, weak, read, pending = _compile_checks(ordered, fn_globals, closure, saved, in_instance_dict,
-                                                           native)
-        guards = CompiledGuards(check, text, None if with_parts else [], weak, read=read)
+        check, text, weak, read, pending, natively = _compile_checks(ordered, fn_globals, closure, saved,
+                                                                     in_instance_dict, native)
+        guards = CompiledGuards(check, text, None if with_parts else [], weak, read=read, native=natively)
         kept = _held_weakly(ordered) if with_parts or pending else []
         if with_parts:
             guards.build_parts = lambda: [(g.describe(), _compile_checks([g], fn_globals, closure)[0],
@@ -319,11 +326,12 @@ def _compile_checks(guards: list[Guard], fn_globals: dict, closure, saved=None, 
     in_instance_dict: which attributes to read from their object's __dict__ (`_Emitter.reads_dict`).
     native: (number of tensor guards it could check) -> the native tensor check, or None where it
     is not built (yet); asked where `native_guards.MIN_TENSORS` or more tensors are guarded.
-    Returns the check, its text, its weak references, what it reads, and whether the native check
-    was wanted but is not built yet (the check is then Python: `_native_upgrade`)."""
+    Returns the check, its text, its weak references, what it reads, whether the native check
+    was wanted but is not built yet (the check is then Python: `_native_upgrade`), and whether
+    the check reads tensors through the native check."""
     em, pending = _emit_checks(guards, in_instance_dict, native)
     check, text = _compile_function(em, fn_globals, closure, "check", _CHECK_ENDING, saved)
-    return check, text, em.weak, dict(em.cached), pending
+    return check, text, em.weak, dict(em.cached), pending, bool(em.native_tensors)
 
 
 def _emit_checks(guards: list[Guard], in_instance_dict, native: Callable | None) -> tuple["_Emitter", bool]:
@@ -350,7 +358,7 @@ def _native_upgrade(guards: list[Guard], fn_globals: dict, closure, in_instance_
         return answers[source]
     _emit_checks(guards, record, lambda tensors: native_guards.STAND_IN)
     return lambda checks: _compile_checks(guards, fn_globals, closure, None,
-                                          lambda source: answers.get(source, False), lambda tensors: checks)[:4]
+                                          lambda source: answers.get(source, False), lambda tensors: checks)
 
 
 _CHECK_ENDING = "    return True\n"
@@ -401,9 +409,15 @@ def _environment(em: _Emitter, fn_globals: dict, closure) -> dict:
     return env
 
 
-def saved_guards(guards: list[Guard], fn_globals: dict, closure):
+def saved_guards(guards: list[Guard], fn_globals: dict, closure, with_check: bool = True):
     """The guards pickled for the warm-start cache, as (bytes, modules named), or the
     NotPersistable that says why they cannot be.
+
+    with_check: also the check's text and code as a later process builds them without the native
+    tensor check (`load_guards` skips compile() where its text is the same). Capture leaves them
+    out where its own check is native: the extension is then in the cache, a later process
+    checks natively too and its text differs, and the check's compile() was a quarter of GPT-2's
+    guard building.
 
     Identity guards name objects another process has too (classes, functions, modules, by
     reference). An nn.Module instance has no such name: its guard becomes one on its class;
@@ -427,6 +441,8 @@ def saved_guards(guards: list[Guard], fn_globals: dict, closure):
                 elif isinstance(payload, type(saved_guards.__code__)):
                     kind, payload = "code", SavedCode(code_digest(payload))
             records.append((guard.source, kind, payload, guard.other))
+        if not with_check:
+            return dumps((records, None))
         # The check as a later process builds it from these records (a module dict is itself there),
         # compiled now: that process then skips compile() when its text is the same.
         live = GuardSet()
@@ -497,12 +513,14 @@ class CompiledGuards:
     is being built (capture/native_guards.py), so that capture does not wait for it."""
     native_built: Any = None
     """The native check, once built, for `settle` to take (set by the build's thread)."""
+    native: bool = False
+    """Whether `check` reads the tensors through the native tensor check."""
 
     def settle(self) -> None:
         """Take the native tensor check where it was built after capture. Called on the thread
         that runs the function, which then rebuilds its fast path."""
         if self.upgrade is not None and self.native_built is not None:
-            self.check, self.source_text, self.weak_refs, self.read = self.upgrade(self.native_built)
+            self.check, self.source_text, self.weak_refs, self.read, _, self.native = self.upgrade(self.native_built)
             self.upgrade = self.native_built = None
 
     def all_parts(self) -> list[tuple[str, Callable, Callable | None]]:

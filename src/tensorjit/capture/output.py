@@ -221,9 +221,14 @@ class OutputGraph:
             root.register_buffer(name, tensor)
         for name, module in self.submodules.items():
             root.add_module(name, module)
+        # Dead nodes removed before the module generates its code, which it does when made: the
+        # graph's code is then generated and compiled once. Run again on the module's graph, the
+        # pass finds nothing more there, and does what it does only for an owning module: the
+        # same in the subgraphs it holds, whose changes need the code generated again.
+        self.graph.eliminate_dead_code(is_impure_node=_is_impure)
         gm = torch.fx.GraphModule(root, self.graph, class_name="GraphModule")
-        gm.graph.eliminate_dead_code(is_impure_node=_is_impure)
-        gm.recompile()
+        if gm.graph.eliminate_dead_code(is_impure_node=_is_impure):
+            gm.recompile()
         return gm
 
     def op_count(self) -> int:

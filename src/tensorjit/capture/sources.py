@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 
 class Source:
-    __slots__ = ()
+    __slots__ = ("_hash",)  # remembered by `source_record`'s __hash__, outside equality and pickles
 
     def expression(self) -> str:
         raise NotImplementedError
@@ -30,7 +30,27 @@ class Source:
         return self.expression()
 
 
-@dataclass(frozen=True, slots=True)
+def source_record(cls: type) -> type:
+    """A frozen dataclass with slots whose hash is computed once. Sources nest (`self.h[3].attn.
+    c_attn.weight` is seven records), and the dataclass hash hashes the whole chain each time
+    one is a key: capture's tables, the guard set and the guard emitter look up GPT-2's sources
+    about 25,000 times. Equality still compares fields; a pickle or copy leaves the hash out (a
+    string's hash differs between processes)."""
+    cls = dataclass(frozen=True, slots=True)(cls)
+    compute = cls.__hash__
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            value = compute(self)
+            object.__setattr__(self, "_hash", value)
+            return value
+    cls.__hash__ = __hash__
+    return cls
+
+
+@source_record
 class LocalSource(Source):
     """An argument of the compiled function, by position in the bound tuple."""
 
@@ -50,7 +70,7 @@ STACK_PREFIX = "__tj_stack"
 """Parameters of resume functions that carry the stack at a graph break (`resume.resume_code`)."""
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class GlobalSource(Source):
     name: str
 
@@ -61,7 +81,7 @@ class GlobalSource(Source):
         return self.name
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class BuiltinSource(Source):
     name: str
 
@@ -72,7 +92,7 @@ class BuiltinSource(Source):
         return self.name
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class ClosureSource(Source):
     """A free variable of the compiled function (its cell's contents)."""
 
@@ -86,7 +106,7 @@ class ClosureSource(Source):
         return self.name
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class AttrSource(Source):
     of: Source
     name: str
@@ -103,7 +123,7 @@ class AttrSource(Source):
         return f"{self.of}.{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class ItemSource(Source):
     """`of[key]` for a list, tuple or dict item; `key` is a Python constant."""
 
@@ -120,7 +140,7 @@ class ItemSource(Source):
         return f"{self.of}[{self.key!r}]"
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class DefaultSource(Source):
     """A default argument value of a function reached through `of`."""
 
@@ -137,7 +157,7 @@ class DefaultSource(Source):
         return self.of
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class CellSource(Source):
     """The contents of closure cell `index` of the function reached through `of`."""
 
@@ -151,7 +171,7 @@ class CellSource(Source):
         return self.of
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class SelfSource(Source):
     """The module a compiled nn.Module wrapper forwards to (bound at wrapper creation)."""
 
@@ -159,7 +179,7 @@ class SelfSource(Source):
         return "L[0]"
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class ModuleGlobalSource(Source):
     """A global of another module, read from `sys.modules` (for inlined library code)."""
 
@@ -173,7 +193,7 @@ class ModuleGlobalSource(Source):
         return f"{self.module}.{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class EnvironSource(Source):
     """`os.environ.get(key)`: one environment variable, read and guarded by itself."""
 
@@ -186,7 +206,7 @@ class EnvironSource(Source):
         return f"os.environ[{self.key!r}]"
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class ReduceSource(Source):
     """`of.__reduce__()`: how an iterator exposes its sequence and position without advancing."""
 
@@ -218,7 +238,7 @@ def item_ahead(iterator, ahead: int):
     return sequence[position + ahead]
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class ItemsLeftSource(Source):
     """How many items a list, tuple or range iterator has still to give."""
 
@@ -234,7 +254,7 @@ class ItemsLeftSource(Source):
         return f"items left in {self.of}"
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class ItemAheadSource(Source):
     """The item a list, tuple or range iterator gives after `ahead` more: read by position from
     wherever the iterator is, so the entry of a loop's resume function serves every iteration."""
@@ -252,7 +272,7 @@ class ItemAheadSource(Source):
         return f"item {self.ahead} ahead of {self.of}"
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class ProxiedMappingSource(Source):
     """The dict a types.MappingProxyType views (the one object the proxy refers to)."""
 
@@ -268,7 +288,7 @@ class ProxiedMappingSource(Source):
         return f"the mapping {self.of} views"
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class ReferentSource(Source):
     """`of()` where `of` is a weakref.ref: the object it refers to (None once that died)."""
 
@@ -281,7 +301,7 @@ class ReferentSource(Source):
         return self.of
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class SubclassesSource(Source):
     """`type.__subclasses__(of)` where `of` is a class: its subclasses alive now."""
 
@@ -294,7 +314,7 @@ class SubclassesSource(Source):
         return self.of
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class TensorKeySource(Source):
     """`of[key]` for a dict keyed by tensors (an optimizer's `state[param]`); `key` is the tensor's
     source. Read with .get so that checking a guard never runs a defaultdict's factory."""

@@ -138,6 +138,12 @@ def modulo(value: Sum, modulus: int) -> Sum:
     if factored is not None:
         inner, step, remainder = factored
         return modulo(inner, modulus // step).scale(step).add(remainder)
+    if low < 0:
+        # Dropping the multiples of the modulus can leave an operand that is negative (a flip's
+        # 124 - j became 4 - j), while emitters print `%` with C's truncation (C++, Triton's
+        # integer remainder): only a non-negative operand means the same there as here. Adding
+        # a multiple back keeps the value and lifts the operand to >= 0 over the ranges.
+        rest = rest.add(Sum(constant=-(low // modulus) * modulus))
     index = ir.IndexOp("mod", rest.to_index(), ir.IndexConst(modulus))
     return Sum({index: (1, Atom(index, 0, modulus - 1))})
 

@@ -26,7 +26,6 @@ import functools
 import inspect
 import operator
 import warnings
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -35,7 +34,7 @@ from torch.utils import _pytree as pytree
 from ..aliasing import storage_key
 from ..breaks import GraphBreak
 from ..guards import Guard
-from ..sources import Source
+from ..sources import Source, source_record
 from .base import ConstantValue, Value
 from .containers import DictValue, ListValue, SliceValue, TupleValue
 from . import tensors
@@ -105,7 +104,7 @@ def to_ndarray(tensor: torch.Tensor):
     return tensor.detach().numpy(force=True)
 
 
-@dataclass(frozen=True, slots=True)
+@source_record
 class NumpyTensorSource(Source):
     """The tensor view of an ndarray read through `of` (`torch.from_numpy(of)`)."""
 
