@@ -93,7 +93,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     if reason is not None:
         return _eagerly(gm, reason)
     try:
-        traced = trace_joint(gm, example_inputs, decompositions, outputs)
+        traced = trace_joint(gm, example_inputs, decompositions, outputs, reuse_repeated_blocks)
     except Exception as error:  # noqa: BLE001 - e.g. requires_grad_() inside: autograd runs it eagerly
         return _eagerly(gm, f"{type(error).__name__}: {error}")
     parts = split_joint(traced, partitioner)

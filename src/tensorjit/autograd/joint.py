@@ -30,6 +30,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize
 
 from .custom_ops import functionalize_custom_ops
+from .joint_segments import trace_joint_by_segments
 from .segments import trace_by_segments
 
 
@@ -140,30 +141,49 @@ def untraceable(gm: torch.fx.GraphModule, example_inputs: list) -> str | None:
 
 
 def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None,
-                outputs: tuple | None = None) -> TracedGraph:
-    """`outputs`: the graph's fake outputs (`fake_outputs`), when the caller has them already."""
+                outputs: tuple | None = None, reuse_repeated_blocks: bool = False) -> TracedGraph:
+    """`outputs`: the graph's fake outputs (`fake_outputs`), when the caller has them already.
+    `reuse_repeated_blocks`: where `joint_segments.trace_joint_by_segments` can, one repeated block's
+    forward and backward are traced and the others stamped (the same graph; `REUSE` meta)."""
     grad_inputs = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
     outputs = fake_outputs(gm, example_inputs) if outputs is None else outputs
     example_inputs = [_own_leaf(x) for x in example_inputs]
     differentiable = differentiable_outputs(outputs)
-    forward = _functional(gm)
     num_primals = len(example_inputs)
 
-    def joint(*args):
-        primals, tangents = args[:num_primals], args[num_primals:]
-        outs = forward(*primals)
-        wanted = [outs[i] for i in differentiable]
-        sources = [primals[i] for i in grad_inputs]
-        grads = torch.autograd.grad(wanted, sources, tangents, allow_unused=True) if wanted and sources else ()
-        return (*outs, *grads)
+    def make_joint(forward, after_forward=None):
+        def joint(*args):
+            primals, tangents = args[:num_primals], args[num_primals:]
+            outs = forward(*primals)
+            if after_forward is not None:
+                after_forward()
+            wanted = [outs[i] for i in differentiable]
+            sources = [primals[i] for i in grad_inputs]
+            grads = torch.autograd.grad(wanted, sources, tangents, allow_unused=True) if wanted and sources else ()
+            return (*outs, *grads)
+        return joint
 
     tangents = _fake_tangents([outputs[i] for i in differentiable])
-    # The joint graph is only read (partitioned), never run: its Python code is generated if
-    # something calls or prints it (a lazy graph module), not at once (a tenth of a second per
-    # thousand nodes).
-    with torch.set_grad_enabled(torch.is_grad_enabled()), _use_lazy_graph_module(True):
-        traced = make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
-                         _allow_non_fake_inputs=True)(*example_inputs, *tangents)
+
+    def trace(joint):
+        # The joint graph is only read (partitioned), never run: its Python code is generated if
+        # something calls or prints it (a lazy graph module), not at once (a tenth of a second per
+        # thousand nodes).
+        with torch.set_grad_enabled(torch.is_grad_enabled()), _use_lazy_graph_module(True):
+            return make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
+                           _allow_non_fake_inputs=True)(*example_inputs, *tangents)
+
+    segmented = None
+    if reuse_repeated_blocks and differentiable and grad_inputs and not calls_autograd_functions(gm) \
+            and functionalize_custom_ops(gm) is gm:
+        grad_index = {primal: len(outputs) + k for k, primal in enumerate(grad_inputs)}
+        with _use_lazy_graph_module(True):
+            segmented = trace_joint_by_segments(gm, grad_index, make_joint, trace)
+    if segmented is not None:
+        traced, count = segmented
+        traced.meta[REUSE] = count
+    else:
+        traced = trace(make_joint(_functional(gm)))
     traced = _functionalize_mutations(traced, [*example_inputs, *tangents], decompositions)
     _backward_reads_updated_values(traced, num_primals)
     mutated = _lift_input_mutations(traced, num_primals, len(outputs))
