@@ -18,7 +18,9 @@ from torch.fx.experimental import proxy_tensor
 import tensorjit
 from tensorjit import logs
 from tensorjit.autograd import aot_compile
-from tensorjit.autograd.joint import REUSE, trace_joint
+from tensorjit.autograd import joint
+from tensorjit.autograd.joint import REUSE, fake_outputs, segment_plan, trace_joint
+from tensorjit.autograd.repeats import metadata
 from tests.autograd.test_repeated_blocks import DEPTH, Scaled, Stack, _assert_same_graph
 
 
@@ -192,3 +194,21 @@ def test_compiled_training_equals_eager(name):
             torch.testing.assert_close(p.grad, g)
     stamped = any(line.startswith("autograd: joint graph of") for line in logs.recent("compile_time"))
     assert stamped == (name in ("stack", "inplace-input", "tied"))
+
+
+@pytest.mark.parametrize("name", ["stack", "tied", "inplace-input"])
+def test_fake_outputs_of_the_reduced_graph_are_the_whole_graphs(name, monkeypatch):
+    """aot_compile learns which outputs require grad, and the tangents' metadata, from the reduced
+    graph (prefix, one block, suffix) where the blocks stamp: the same values as the whole graph's,
+    at the cost of one block."""
+    model, x = {"stack": (Stack(depth=DEPTH, p=0.25), torch.randn(3, 8)), "tied": (Tied(), torch.randint(0, 50, (3, 4))),
+                "inplace-input": (Stack(depth=DEPTH, inplace_input=True), torch.randn(3, 8))}[name]
+    gm, example_inputs = _captured(model, [x])
+    plan = segment_plan(gm)
+    assert plan is not None
+    reduced, whole = fake_outputs(gm, example_inputs, plan), fake_outputs(gm, example_inputs)
+    assert [metadata(v) for v in reduced] == [metadata(v) for v in whole]
+    def whole_graph(gm):
+        raise AssertionError("the whole captured graph runs")
+    monkeypatch.setattr(joint, "_functional", whole_graph)
+    assert [metadata(v) for v in fake_outputs(gm, example_inputs, plan)] == [metadata(v) for v in whole]

@@ -1,7 +1,8 @@
 """The joint graph of a captured graph with repeated blocks: one block's forward and backward traced,
 the other blocks stamped from them.
 
-    trace_joint_by_segments(gm, grad_index, make_joint, trace) -> (GraphModule, ReuseCount) | None
+    plan_for(gm) -> plan | None
+    trace_joint_by_segments(plan, grad_index, make_joint, trace) -> (GraphModule, ReuseCount) | None
 
 A whole joint trace (`joint.trace_joint`) records the forward in program order, then the backward
 in the order autograd's engine runs it: prefix, blocks 1..k, suffix forward; suffix, blocks k..1,
@@ -47,22 +48,33 @@ from .repeats import find_repeats, metadata
 from .segments import ReuseCount, _Refused, _outside, _recipes, _segmentable, _sharing, _stamped_meta
 
 
-def trace_joint_by_segments(gm: torch.fx.GraphModule, grad_index: dict, make_joint: Callable, trace: Callable):
-    """`make_joint(forward, after_forward)` builds the joint function of `joint.trace_joint` around
-    a functionalized forward; `trace(joint)` traces it as trace_joint does. `grad_index`:
-    primal index -> index of its gradient among the joint's outputs. The joint graph module and what
-    was traced and stamped, or None (the caller traces the whole graph)."""
+def plan_for(gm: torch.fx.GraphModule) -> "_Plan | None":
+    """The blocks of `gm` and what each reads, where the argument above can hold; else None (logged).
+    `plan.forward()` runs the reduced captured graph: its outputs are the whole graph's (the same ops
+    on inputs of the same metadata), which `joint.fake_outputs` reads instead of running every block."""
     if not _segmentable(gm):
         return None
     repeats = find_repeats(gm)
     if repeats is None:
         return None
     try:
-        plan = _Plan(gm, [list(b) for b in repeats.blocks], grad_index)
-        traced, count = plan.trace(make_joint, trace)
+        return _Plan(gm, [list(b) for b in repeats.blocks])
     except Exception as error:  # noqa: BLE001 - _Refused, or a gap of this path: the whole trace decides
         reason = str(error) if isinstance(error, _Refused) else f"{type(error).__name__}: {error}"
         logs.emit("compile_time", f"autograd: {len(repeats.blocks)} repeated blocks, joint traced whole: {reason}")
+        return None
+
+
+def trace_joint_by_segments(plan: "_Plan", grad_index: dict, make_joint: Callable, trace: Callable):
+    """`make_joint(forward, after_forward)` builds the joint function of `joint.trace_joint` around
+    a functionalized forward; `trace(joint)` traces it as trace_joint does. `grad_index`:
+    primal index -> index of its gradient among the joint's outputs. The joint graph module and what
+    was traced and stamped, or None (the caller traces the whole graph)."""
+    try:
+        traced, count = plan.trace(grad_index, make_joint, trace)
+    except Exception as error:  # noqa: BLE001 - _Refused, or a gap of this path: the whole trace decides
+        reason = str(error) if isinstance(error, _Refused) else f"{type(error).__name__}: {error}"
+        logs.emit("compile_time", f"autograd: {len(plan.blocks)} repeated blocks, joint traced whole: {reason}")
         return None
     logs.emit("compile_time", f"autograd: joint graph of {count.blocks} repeated blocks, {count.stamped_blocks} "
                               f"stamped: {count.traced_nodes} ATen nodes traced, {count.stamped_nodes} stamped")
@@ -73,8 +85,8 @@ def trace_joint_by_segments(gm: torch.fx.GraphModule, grad_index: dict, make_joi
 
 
 class _Plan:
-    def __init__(self, gm: torch.fx.GraphModule, blocks: list, grad_index: dict):
-        self.gm, self.blocks, self.grad_index = gm, blocks, grad_index
+    def __init__(self, gm: torch.fx.GraphModule, blocks: list):
+        self.gm, self.blocks = gm, blocks
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         body = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
         first, last = body.index(blocks[0][0]), body.index(blocks[-1][-1])
@@ -146,31 +158,39 @@ class _Plan:
 
     # -- the reduced trace ----------------------------------------------------------------------
 
-    def trace(self, make_joint: Callable, trace: Callable):
-        marks = _Marks()
+    def forward(self, marks: "_Marks | None" = None) -> Callable:
+        """The reduced captured graph as a function: prefix, block 1, suffix (reading block 1's output
+        where it read block k's). With `marks`, run under the joint trace, it records the regions."""
         last, first = self.blocks[-1], self.blocks[0]
         rename = {last[p]: first[p] for p in range(len(first))}
 
         def forward(*primals):
             env = dict(zip(self.placeholders, primals))
             _run(self.prefix, env)
-            marks.inputs = [_node_of(env[o]) for o in self.outside[0]]
-            _hook(env[self.outside[0][self.carried_index]], marks, "entering")
-            marks.block_start = _length()
+            if marks is not None:
+                marks.inputs = [_node_of(env[o]) for o in self.outside[0]]
+                _hook(env[self.outside[0][self.carried_index]], marks, "entering")
+                marks.block_start = _length()
             _run(first, env)
-            marks.block_end = _length()
             carried = env[first[self.carried_position]]
-            marks.carried = _node_of(carried)
-            _hook(carried, marks, "leaving")
+            if marks is not None:
+                marks.block_end = _length()
+                marks.carried = _node_of(carried)
+                _hook(carried, marks, "leaving")
             for node in self.suffix:
                 env[node] = _call(node, env, rename)
             values = torch.fx.node.map_arg(self.output.args[0], lambda n: env[rename.get(n, n)])
             return tuple(values) if isinstance(values, (tuple, list)) else (values,)
+        return forward
+
+    def trace(self, grad_index: dict, make_joint: Callable, trace: Callable):
+        self.grad_index = grad_index
+        marks = _Marks()
 
         def after_forward():
             marks.forward_end = _length()
 
-        traced = trace(make_joint(functionalize(forward, remove="mutations"), after_forward))
+        traced = trace(make_joint(functionalize(self.forward(marks), remove="mutations"), after_forward))
         return _Stitcher(self, traced, marks).run()
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.fx
+from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
 
 from .joint import RECOMPUTE, TracedGraph
 from .maxflow import INFINITY, FlowGraph
@@ -196,4 +197,7 @@ def _extract(root: torch.fx.GraphModule, inputs: list[torch.fx.Node], outputs: l
         if node in needed:
             env[node] = new.node_copy(node, lambda n: env[n])
     new.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs))
-    return torch.fx.GraphModule(root, new)
+    # Lazy: a code generator reads the graph, not its Python code, which is generated only if
+    # something calls or prints the module (a fallback), as for the joint graph.
+    with _use_lazy_graph_module(True):
+        return _make_graph_module(root, new)
