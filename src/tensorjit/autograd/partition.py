@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.fx
-from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
 
 from .joint import RECOMPUTE, TracedGraph
 from .maxflow import INFINITY, FlowGraph
@@ -199,5 +198,4 @@ def _extract(root: torch.fx.GraphModule, inputs: list[torch.fx.Node], outputs: l
     new.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs))
     # Lazy: a code generator reads the graph, not its Python code, which is generated only if
     # something calls or prints the module (a fallback), as for the joint graph.
-    with _use_lazy_graph_module(True):
-        return _make_graph_module(root, new)
+    return torch.fx.GraphModule(root, new)
