@@ -35,6 +35,7 @@ the graph with gradients; what could break it is refused, and the caller traces 
 from __future__ import annotations
 
 import collections
+import collections.abc
 from typing import Callable
 
 import torch
