@@ -24,6 +24,7 @@ from typing import Any, Callable, TypeVar, overload
 import torch
 
 from . import logs, progress
+from .heap import frozen_heap
 from .backends.registry import BackendCompilerFailed, get_default_backend, lookup_backend
 from .capture import codegen as capture_codegen, native_guards
 from .capture.breaks import CaptureError, GraphBreakError
@@ -191,7 +192,7 @@ class CompiledFunction:
         code = self.fn.__code__
         try:
             with progress.compiling(f"{self.fn.__qualname__} ({os.path.basename(code.co_filename)}:"
-                                    f"{code.co_firstlineno})", self.config.progress):
+                                    f"{code.co_firstlineno})", self.config.progress), frozen_heap():
                 entry = capture_entry(self, L)
         except (GraphBreakError, CaptureError, BackendCompilerFailed):
             if self.config.suppress_errors and not self.fullgraph:

@@ -39,7 +39,8 @@ import torch
 from .. import logs
 from ..capture.guards import GUARDED_INPUTS
 from ..runtime.boxed import BOXED_INPUTS, boxed_graph_module
-from .joint import TracedGraph, differentiable_outputs, fake_outputs, trace_forward, trace_joint, untraceable
+from .joint import (TracedGraph, differentiable_outputs, fake_outputs, segment_plan, trace_forward, trace_joint,
+                    untraceable)
 from .partition import partition as split_joint
 from .runtime import make_inference_function, make_training_function
 
@@ -80,8 +81,9 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
         traced = _traced_without_grad(gm, example_inputs, decompositions, reuse_repeated_blocks)
         if traced is not None:
             return _compile_inference(gm, traced, inference_compiler, wrap)
+    plan = segment_plan(gm) if reuse_repeated_blocks else None
     try:
-        outputs = fake_outputs(gm, example_inputs)
+        outputs = fake_outputs(gm, example_inputs, plan)
     except Exception as error:  # noqa: BLE001 - a tracing gap runs the graph eagerly, correctly
         return _eagerly(gm, f"{type(error).__name__}: {error}")
     layouts = {t.layout for t in [*example_inputs, *outputs] if isinstance(t, torch.Tensor)} - {torch.strided}
@@ -93,7 +95,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     if reason is not None:
         return _eagerly(gm, reason)
     try:
-        traced = trace_joint(gm, example_inputs, decompositions, outputs)
+        traced = trace_joint(gm, example_inputs, decompositions, outputs, reuse_repeated_blocks, plan)
     except Exception as error:  # noqa: BLE001 - e.g. requires_grad_() inside: autograd runs it eagerly
         return _eagerly(gm, f"{type(error).__name__}: {error}")
     parts = split_joint(traced, partitioner)

@@ -30,6 +30,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize
 
 from .custom_ops import functionalize_custom_ops
+from .joint_segments import plan_for, trace_joint_by_segments
 from .segments import trace_by_segments
 
 
@@ -104,15 +105,33 @@ def _fake_mode():
     return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(), static_shapes=True)
 
 
-def fake_outputs(gm, example_inputs) -> tuple:
+def fake_outputs(gm, example_inputs, plan=None) -> tuple:
     """The graph's outputs on fake copies of the inputs, under the caller's grad mode: their
     `requires_grad` is eager's, whatever grad-mode regions (`enable_grad`, `no_grad`,
     `set_grad_enabled`, `inference_mode`, `detach`) the graph holds. The grad mode is
-    restored even if the graph stops half-way through a region."""
+    restored even if the graph stops half-way through a region. With a `joint_segments` plan, the
+    reduced graph runs (one of the repeated blocks): its outputs are the whole graph's."""
+    if plan is not None:
+        try:
+            return _fake_run(functionalize(plan.forward(), remove="mutations"), example_inputs)
+        except Exception:  # noqa: BLE001 - the whole graph runs, and names its error if it has one
+            pass
+    return _fake_run(_functional(gm), example_inputs)
+
+
+def _fake_run(forward, example_inputs) -> tuple:
     mode = _fake_mode()
     fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
     with mode, torch.set_grad_enabled(torch.is_grad_enabled()):
-        return _functional(gm)(*fakes)
+        return forward(*fakes)
+
+
+def segment_plan(gm: torch.fx.GraphModule):
+    """`joint_segments.plan_for(gm)` where the joint trace could use it (no autograd Function, no
+    custom op functionalized apart), else None."""
+    if calls_autograd_functions(gm) or functionalize_custom_ops(gm) is not gm:
+        return None
+    return plan_for(gm)
 
 
 def differentiable_outputs(outputs) -> list[int]:
@@ -140,30 +159,51 @@ def untraceable(gm: torch.fx.GraphModule, example_inputs: list) -> str | None:
 
 
 def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None,
-                outputs: tuple | None = None) -> TracedGraph:
-    """`outputs`: the graph's fake outputs (`fake_outputs`), when the caller has them already."""
+                outputs: tuple | None = None, reuse_repeated_blocks: bool = False, plan=None) -> TracedGraph:
+    """`outputs`: the graph's fake outputs (`fake_outputs`), when the caller has them already.
+    `reuse_repeated_blocks`: where `joint_segments.trace_joint_by_segments` can, one repeated block's
+    forward and backward are traced and the others stamped (the same graph; `REUSE` meta); `plan`:
+    `segment_plan(gm)`, when the caller has it already."""
     grad_inputs = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
     outputs = fake_outputs(gm, example_inputs) if outputs is None else outputs
     example_inputs = [_own_leaf(x) for x in example_inputs]
     differentiable = differentiable_outputs(outputs)
-    forward = _functional(gm)
     num_primals = len(example_inputs)
 
-    def joint(*args):
-        primals, tangents = args[:num_primals], args[num_primals:]
-        outs = forward(*primals)
-        wanted = [outs[i] for i in differentiable]
-        sources = [primals[i] for i in grad_inputs]
-        grads = torch.autograd.grad(wanted, sources, tangents, allow_unused=True) if wanted and sources else ()
-        return (*outs, *grads)
+    def make_joint(forward, after_forward=None):
+        def joint(*args):
+            primals, tangents = args[:num_primals], args[num_primals:]
+            outs = forward(*primals)
+            if after_forward is not None:
+                after_forward()
+            wanted = [outs[i] for i in differentiable]
+            sources = [primals[i] for i in grad_inputs]
+            grads = torch.autograd.grad(wanted, sources, tangents, allow_unused=True) if wanted and sources else ()
+            return (*outs, *grads)
+        return joint
 
     tangents = _fake_tangents([outputs[i] for i in differentiable])
-    # The joint graph is only read (partitioned), never run: its Python code is generated if
-    # something calls or prints it (a lazy graph module), not at once (a tenth of a second per
-    # thousand nodes).
-    with torch.set_grad_enabled(torch.is_grad_enabled()), _use_lazy_graph_module(True):
-        traced = make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
-                         _allow_non_fake_inputs=True)(*example_inputs, *tangents)
+
+    def trace(joint):
+        # The joint graph is only read (partitioned), never run: its Python code is generated if
+        # something calls or prints it (a lazy graph module), not at once (a tenth of a second per
+        # thousand nodes).
+        with torch.set_grad_enabled(torch.is_grad_enabled()), _use_lazy_graph_module(True):
+            return make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="fake",
+                           _allow_non_fake_inputs=True)(*example_inputs, *tangents)
+
+    segmented = None
+    if reuse_repeated_blocks and plan is None:
+        plan = segment_plan(gm)
+    if reuse_repeated_blocks and plan is not None and differentiable and grad_inputs:
+        grad_index = {primal: len(outputs) + k for k, primal in enumerate(grad_inputs)}
+        with _use_lazy_graph_module(True):
+            segmented = trace_joint_by_segments(plan, grad_index, make_joint, trace)
+    if segmented is not None:
+        traced, count = segmented
+        traced.meta[REUSE] = count
+    else:
+        traced = trace(make_joint(_functional(gm)))
     traced = _functionalize_mutations(traced, [*example_inputs, *tangents], decompositions)
     _backward_reads_updated_values(traced, num_primals)
     mutated = _lift_input_mutations(traced, num_primals, len(outputs))

@@ -196,4 +196,6 @@ def _extract(root: torch.fx.GraphModule, inputs: list[torch.fx.Node], outputs: l
         if node in needed:
             env[node] = new.node_copy(node, lambda n: env[n])
     new.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs))
+    # Lazy: a code generator reads the graph, not its Python code, which is generated only if
+    # something calls or prints the module (a fallback), as for the joint graph.
     return torch.fx.GraphModule(root, new)
