@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import torch
 
 import tensorjit
@@ -21,7 +22,18 @@ def _compiled_with_freeze_counts():
     return tensorjit.compile(fn, backend=backend), seen
 
 
-def test_a_compile_runs_on_a_frozen_heap_and_gives_it_back():
+@pytest.fixture
+def unfrozen_heap():
+    """A heap with nothing frozen. A process may start with some objects frozen (the GPU machine's
+    Python does: 375 at the first test), and then a compile leaves the heap alone."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    yield
+    if frozen:
+        gc.freeze()
+
+
+def test_a_compile_runs_on_a_frozen_heap_and_gives_it_back(unfrozen_heap):
     assert gc.get_freeze_count() == 0
     compiled, seen = _compiled_with_freeze_counts()
     x = torch.randn(8)
@@ -44,7 +56,7 @@ def test_a_heap_frozen_by_the_process_is_left_alone():
         gc.unfreeze()
 
 
-def test_nothing_is_frozen_when_collection_is_off():
+def test_nothing_is_frozen_when_collection_is_off(unfrozen_heap):
     gc.disable()
     try:
         compiled, seen = _compiled_with_freeze_counts()
