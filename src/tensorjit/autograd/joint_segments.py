@@ -46,7 +46,8 @@ from torch.func import functionalize
 
 from .. import logs
 from .repeats import find_repeats, metadata
-from .segments import ReuseCount, _Refused, _outside, _recipes, _segmentable, _sharing, _stamped_meta
+from .segments import (ReuseCount, _Refused, _outside, _recipes, _segmentable, _sharing, _stamped_meta,
+                       log_traced_whole)
 
 
 def plan_for(gm: torch.fx.GraphModule) -> "_Plan | None":
@@ -61,8 +62,7 @@ def plan_for(gm: torch.fx.GraphModule) -> "_Plan | None":
     try:
         return _Plan(gm, [list(b) for b in repeats.blocks])
     except Exception as error:  # noqa: BLE001 - _Refused, or a gap of this path: the whole trace decides
-        reason = str(error) if isinstance(error, _Refused) else f"{type(error).__name__}: {error}"
-        logs.emit("compile_time", f"autograd: {len(repeats.blocks)} repeated blocks, joint traced whole: {reason}")
+        log_traced_whole(len(repeats.blocks), ", joint", error)
         return None
 
 
@@ -74,8 +74,7 @@ def trace_joint_by_segments(plan: "_Plan", grad_index: dict, make_joint: Callabl
     try:
         traced, count = plan.trace(grad_index, make_joint, trace)
     except Exception as error:  # noqa: BLE001 - _Refused, or a gap of this path: the whole trace decides
-        reason = str(error) if isinstance(error, _Refused) else f"{type(error).__name__}: {error}"
-        logs.emit("compile_time", f"autograd: {len(plan.blocks)} repeated blocks, joint traced whole: {reason}")
+        log_traced_whole(len(plan.blocks), ", joint", error)
         return None
     logs.emit("compile_time", f"autograd: joint graph of {count.blocks} repeated blocks, {count.stamped_blocks} "
                               f"stamped: {count.traced_nodes} ATen nodes traced, {count.stamped_nodes} stamped")

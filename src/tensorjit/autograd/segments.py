@@ -70,12 +70,18 @@ def trace_by_segments(gm: torch.fx.GraphModule, example_inputs: list, decomposit
     try:
         traced, count = _Tracer(gm, repeats, decompositions or {}).run(example_inputs)
     except Exception as error:  # noqa: BLE001 - _Refused, or a gap of this path: the whole trace decides
-        reason = str(error) if isinstance(error, _Refused) else f"{type(error).__name__}: {error}"
-        logs.emit("compile_time", f"autograd: {len(repeats.blocks)} repeated blocks traced whole: {reason}")
+        log_traced_whole(len(repeats.blocks), "", error)
         return None
     logs.emit("compile_time", f"autograd: {count.blocks} repeated blocks, {count.stamped_blocks} stamped: "
                               f"{count.traced_nodes} ATen nodes traced, {count.stamped_nodes} stamped")
     return traced, count
+
+
+def log_traced_whole(blocks: int, what: str, error: Exception) -> None:
+    """One line saying why `blocks` repeated blocks (`what`: of which graph) are traced whole after
+    all: a refusal's reason, or the error of a gap of this path."""
+    reason = str(error) if isinstance(error, _Refused) else f"{type(error).__name__}: {error}"
+    logs.emit("compile_time", f"autograd: {blocks} repeated blocks{what} traced whole: {reason}")
 
 
 def _segmentable(gm: torch.fx.GraphModule) -> bool:
