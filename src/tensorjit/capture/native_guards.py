@@ -72,6 +72,23 @@ _GUARDS_SOURCE = r"""
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
+
+namespace tensorjit_common {
+
+// A tuple of ints appended to `out`; false (a Python error set where one was raised) otherwise.
+bool read_ints(PyObject* tuple, std::vector<int64_t>& out) {
+  if (!PyTuple_Check(tuple)) return false;
+  out.reserve(out.size() + PyTuple_GET_SIZE(tuple));
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) {
+    long long value = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
+    if (value == -1 && PyErr_Occurred()) return false;
+    out.push_back(value);
+  }
+  return true;
+}
+
+}  // namespace tensorjit_common
+
 // the runtime's functions (RUNTIME_PARTS)
 
 namespace {
@@ -98,16 +115,6 @@ void destroy(PyObject* capsule) {
   delete spec;
 }
 
-bool read_ints(PyObject* tuple, std::vector<int64_t>& out) {
-  if (!PyTuple_Check(tuple)) return false;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) {
-    long long value = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
-    if (value == -1 && PyErr_Occurred()) return false;
-    out.push_back(value);
-  }
-  return true;
-}
-
 // spec(((type, dtype, device, requires_grad, sizes, strides), ...)) -> capsule
 PyObject* spec(PyObject*, PyObject* items) {
   if (!PyTuple_Check(items)) {
@@ -127,8 +134,8 @@ PyObject* spec(PyObject*, PyObject* items) {
                       reinterpret_cast<THPDtype*>(PyTuple_GET_ITEM(item, 1))->scalar_type,
                       reinterpret_cast<THPDevice*>(PyTuple_GET_ITEM(item, 2))->device,
                       PyTuple_GET_ITEM(item, 3) == Py_True, {}, {}};
-    if (!read_ints(PyTuple_GET_ITEM(item, 4), expected.sizes) ||
-        !read_ints(PyTuple_GET_ITEM(item, 5), expected.strides)) {
+    if (!tensorjit_common::read_ints(PyTuple_GET_ITEM(item, 4), expected.sizes) ||
+        !tensorjit_common::read_ints(PyTuple_GET_ITEM(item, 5), expected.strides)) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "sizes and strides are tuples of ints");
       return nullptr;
     }

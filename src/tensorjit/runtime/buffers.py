@@ -51,23 +51,16 @@ def provide(module: Any) -> None:
 
 
 SOURCE = r"""
+#include <ATen/ATen.h>
+
 namespace tensorjit_buffers {
 
-bool read_sizes(PyObject* tuple, std::vector<int64_t>& out) {
-  if (!PyTuple_Check(tuple)) return false;
-  out.reserve(PyTuple_GET_SIZE(tuple));
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) {
-    long long value = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
-    if (value == -1 && PyErr_Occurred()) return false;
-    out.push_back(value);
-  }
-  return true;
-}
+using tensorjit_common::read_ints;  // capture/native_guards.py's, before the runtime's parts
 
 // new_buffer(shape, strides, dtype, device) -> torch.empty_strided(shape, strides, dtype=dtype, device=device)
 PyObject* new_buffer(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   std::vector<int64_t> shape, strides;
-  if (nargs != 4 || !read_sizes(args[0], shape) || !read_sizes(args[1], strides) || shape.size() != strides.size()
+  if (nargs != 4 || !read_ints(args[0], shape) || !read_ints(args[1], strides) || shape.size() != strides.size()
       || !THPDtype_Check(args[2]) || !THPDevice_Check(args[3])) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "new_buffer(shape: tuple, strides: tuple, dtype, device)");
     return nullptr;
@@ -87,7 +80,7 @@ PyObject* new_buffer(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // after base's start (no view bookkeeping: see runtime/buffers.py)
 PyObject* alias(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   std::vector<int64_t> shape, strides;
-  if (nargs != 4 || !THPVariable_Check(args[0]) || !read_sizes(args[1], shape) || !read_sizes(args[2], strides)
+  if (nargs != 4 || !THPVariable_Check(args[0]) || !read_ints(args[1], shape) || !read_ints(args[2], strides)
       || shape.size() != strides.size() || !PyLong_Check(args[3])) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "alias(base, shape: tuple, strides: tuple, offset: int)");
     return nullptr;

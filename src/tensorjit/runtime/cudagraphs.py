@@ -622,9 +622,8 @@ class CudaGraphRunner:
     def _capture(self, static_inputs: Sequence[Any], pool: Any) -> tuple[Any, Any]:
         """Record one call on the static inputs: the graph and its (static) outputs."""
         graph = torch.cuda.CUDAGraph()
-        with _blas_workspaces_released():
-            with torch.cuda.graph(graph, pool=pool.id, stream=_capture_stream()):
-                outputs = self.function(*static_inputs)
+        with _blas_workspaces_released(), torch.cuda.graph(graph, pool=pool.id, stream=_capture_stream()):
+            outputs = self.function(*static_inputs)
         return graph, outputs
 
     @contextlib.contextmanager
