@@ -45,18 +45,16 @@ from torch.fx.experimental import proxy_tensor
 from torch.func import functionalize
 
 from .. import logs
-from .repeats import find_repeats, metadata
-from .segments import (ReuseCount, _Refused, _outside, _recipes, _segmentable, _sharing, _stamped_meta,
-                       log_traced_whole)
+from .repeats import metadata
+from .segments import (ReuseCount, _Refused, _outside, _recipes, _sharing, _stamped_meta, log_traced_whole,
+                       segmentable_repeats)
 
 
 def plan_for(gm: torch.fx.GraphModule) -> "_Plan | None":
     """The blocks of `gm` and what each reads, where the argument above can hold; else None (logged).
     `plan.forward()` runs the reduced captured graph: its outputs are the whole graph's (the same ops
     on inputs of the same metadata), which `joint.fake_outputs` reads instead of running every block."""
-    if not _segmentable(gm):
-        return None
-    repeats = find_repeats(gm)
+    repeats = segmentable_repeats(gm)
     if repeats is None:
         return None
     try:

@@ -61,10 +61,14 @@ class _Refused(Exception):
     """Something the segmented trace cannot prove alike: the whole graph is traced instead."""
 
 
+def segmentable_repeats(gm: torch.fx.GraphModule):
+    """The repeated blocks of `gm` (`repeats.find_repeats`), where its nodes allow a trace by
+    segments at all; else None."""
+    return find_repeats(gm) if _segmentable(gm) else None
+
+
 def trace_by_segments(gm: torch.fx.GraphModule, example_inputs: list, decompositions: dict | None):
-    if not _segmentable(gm):
-        return None
-    repeats = find_repeats(gm)
+    repeats = segmentable_repeats(gm)
     if repeats is None:
         return None
     try:
