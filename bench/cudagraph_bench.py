@@ -11,6 +11,8 @@ workload, so a missing recording shows up with its reason.
     python bench/cudagraph_bench.py                    # every workload
     python bench/cudagraph_bench.py tiny_block mlp --profile
     python bench/cudagraph_bench.py mlp --sides torch_ma,tj_ma,torch_default,tj_default
+    # each side in a fresh process (cold and memory figures that no side's order moves):
+    python bench/cudagraph_bench.py gpt2_train --isolate --sides torch_default,tj_default
     # max-autotune's matrix products (cuBLAS or Triton GEMM templates), against default mode:
     TENSORJIT_LOGS=autotuning python bench/cudagraph_bench.py linear_gpt2 linear_gelu_gpt2 linear_fp32 \
         hf_gpt2_infer --sides tj_default,tj_manc,torch_default,torch_manc
@@ -24,6 +26,8 @@ import argparse
 import gc
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -297,6 +301,35 @@ def run(name, sides):
     return row
 
 
+def run_isolated(name, sides, arguments):
+    """One workload, each side in a fresh process with fresh kernel caches (Triton's, torch.compile's,
+    tensorjit's), as a user's first run: in one process a side's cold start pays or skips what an
+    earlier side imported, and its memory figures see what an earlier side left cached. tensorjit's
+    native extension is built once, here, and copied into each side's cache, as on a machine where
+    it was built at a first use (its build is not a compile of the model)."""
+    row = {}
+    for side in sides:
+        fresh = tempfile.mkdtemp(prefix=f"tensorjit_bench_{side}_")
+        environment = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(fresh, "inductor"),
+                           TRITON_CACHE_DIR=os.path.join(fresh, "triton"),
+                           TENSORJIT_CACHE_DIR=os.path.join(fresh, "tensorjit"))
+        if os.path.isdir(os.environ["TENSORJIT_CACHE_DIR"]):
+            shutil.copytree(os.environ["TENSORJIT_CACHE_DIR"], environment["TENSORJIT_CACHE_DIR"])
+        output = os.path.join(fresh, "row.json")
+        command = [sys.executable, os.path.abspath(__file__), name, "--sides", side, "--json", output]
+        command += ["--profile"] * arguments.profile + ["--kernels", arguments.kernels] * bool(arguments.kernels)
+        subprocess.run(command, env=environment, check=False)
+        try:
+            with open(output) as handle:
+                child = json.loads(handle.read().splitlines()[-1])
+        except (OSError, IndexError, ValueError):
+            child = {f"{side}_error": "the side's process wrote no row (its output is above)"}
+        row.update({key: value for key, value in child.items() if key not in row})
+        shutil.rmtree(fresh, ignore_errors=True)
+    row.setdefault("workload", name)
+    return row
+
+
 def warm_native_extension():
     """Build (or load from the disk cache) tensorjit's native extension before timing anything: in a
     fresh cache its build runs in the background during the first minute, and what it serves
@@ -315,6 +348,7 @@ def main(argv=None):
     parser.add_argument("workloads", nargs="*")
     parser.add_argument("--sides", default="torch_ro,tj_ro,tj_default")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--isolate", action="store_true", help="each side in a fresh process (fresh caches)")
     parser.add_argument("--profile", action="store_true", help="also record device time per step (torch.profiler)")
     parser.add_argument("--host-profile", default=None, help="append cProfile tables of tensorjit's steps to this file")
     parser.add_argument("--kernels", default=None, help="with --profile: append each side's top kernels here")
@@ -334,7 +368,7 @@ def main(argv=None):
     for name in arguments.workloads or WORKLOADS:
         print(f"== {name}", flush=True)
         try:
-            row = run(name, sides)
+            row = run_isolated(name, sides, arguments) if arguments.isolate else run(name, sides)
         except Exception as error:  # noqa: BLE001
             traceback.print_exc()
             row = {"workload": name, "error": f"{type(error).__name__}: {error}"}
