@@ -104,7 +104,9 @@ def emit_kernel(step, buffers: dict[str, ir.Buffer], autotune: bool = False) -> 
     return shareable(writer.emit())
 
 
-BUFFER_NAMES = re.compile(r"\b(?:in|buf)\d+(?=_ptr\b|\b)")
+BUFFER_NAMES = re.compile(r"\b(?:in|buf)\d+(?:_(?!ptr\b)[a-z]+)?(?=_ptr\b|\b)")
+"""A graph's buffer name in kernel text: `buf12`, `in3`, and names derived from one (`buf12_partials`,
+split_reductions.py), each followed by `_ptr` or a word boundary."""
 STEP_NAMES = re.compile(r"\b(?:group\d+_)?kernel\d+(?:_[a-z]+)?\b")  # (_partials: split_reductions.py)
 
 
