@@ -88,6 +88,19 @@ def test_split_of_a_buffer_is_views_of_it():
     assert externs.count(strided_view) == 3, program
 
 
+def test_a_returned_piece_of_a_split_that_is_no_strided_view_runs_through_aten():
+    """A piece of a split of a view of a returned value, itself returned: where its index
+    arithmetic is not found linear (the piece's view of the product is one as_strided call
+    otherwise), the split and the getitem run as ATen calls (the getitem's extern referred to the
+    split's lowered views, a tuple, and failed)."""
+    def fn(x):
+        doubled = x * 2
+        return doubled, torch.ops.aten.split_with_sizes.default(doubled.view(11, 21, 3), [3, 3, 3, 2])[3]
+
+    program = _compiled(fn, torch.randn(7, 1, 11, dtype=torch.float64).expand(7, 9, 11))
+    assert [s for s in program.steps if not isinstance(s, ir.Extern)], program
+
+
 def test_matrix_products_are_not_checked_after_they_run():
     """mm/addmm/bmm always return a new contiguous tensor: no shape or stride check follows them."""
     def fn(x, w, b):

@@ -506,6 +506,10 @@ class GraphLowering:
             record_fallback(node.target, reason)
 
         def reference(n):
+            if isinstance(self.env[n], (tuple, list)):
+                # a split lowered to views (its getitems index them): the ATen call, whose
+                # result an ATen getitem reads, where a piece is no strided view of a buffer
+                self.env[n] = self.lower_extern(n, self.meta.get(n), "a piece of it read by ATen", count=False)
             value = self.env[n] = self.realize(self.env[n], n)
             if isinstance(value, LazyValue):
                 return ir.BufferRef(value.buffer.name)
