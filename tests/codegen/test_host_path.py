@@ -2,12 +2,14 @@
 buffer as one as_strided call, batch-of-one shapes still fused into one pass; and on the GPU
 side, each kernel launched by its generated launch function, called directly."""
 
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tensorjit.codegen import compile_aten_graph, ir
 from tensorjit.codegen.decomp import decompositions
 from tensorjit.codegen.graph import strided_view
+from two_emitters import EMITTERS, compile_with, on_device
 
 
 def _compiled(fn, *inputs):
@@ -86,6 +88,48 @@ def test_split_of_a_buffer_is_views_of_it():
     externs = _externs(program)
     assert torch.ops.aten.split.Tensor not in externs and torch.ops.aten.split_with_sizes.default not in externs
     assert externs.count(strided_view) == 3, program
+
+
+def test_a_returned_piece_of_a_split_that_is_no_strided_view_runs_through_aten():
+    """A piece of a split of a view of a returned value, itself returned: where its index
+    arithmetic is not found linear (the piece's view of the product is one as_strided call
+    otherwise), the split and the getitem run as ATen calls (the getitem's extern referred to the
+    split's lowered views, a tuple, and failed)."""
+    def fn(x):
+        doubled = x * 2
+        return doubled, torch.ops.aten.split_with_sizes.default(doubled.view(11, 21, 3), [3, 3, 3, 2])[3]
+
+    program = _compiled(fn, torch.randn(7, 1, 11, dtype=torch.float64).expand(7, 9, 11))
+    assert [s for s in program.steps if not isinstance(s, ir.Extern)], program
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+def test_an_aten_result_eager_lays_out_overlapping_is_relaid_so(emitter):
+    """select of a piece of an expanded argmin: ATen's select of the kernel's dense buffer has
+    strides (2, 1) where eager's had (1, 0); kernels were built for eager's, and copying into an
+    overlapping layout raises in ATen: each address is written once instead."""
+    def fn(x):
+        expanded = x.sum((0, 2), keepdim=True).argmin(1)[..., None].expand(1, 1, 4)
+        return expanded.chunk(3, 2)[0].select(1, -1).cumsum(0)
+
+    x = on_device(emitter, (torch.randint(-5, 5, (6, 7, 6), dtype=torch.int32),))[0]
+    compiled = compile_with(emitter, fn, x)
+    assert torch.ops.aten.select.int in _externs(compiled.program), compiled.program
+    result = compiled(x)
+    torch.testing.assert_close(result[0] if isinstance(result, (list, tuple)) else result, fn(x))
+
+
+@pytest.mark.parametrize("shape, strides, overlaps", [
+    ((2, 3), (0, 1), True), ((2, 3), (1, 0), True), ((4, 3), (1, 1), True), ((2, 2, 3), (0, 3, 1), True),
+    ((3, 2), (1, 3), False), ((2, 3), (6, 1), False), ((2, 0, 3), (0, 3, 1), True)])
+def test_relaid_gives_the_layout_and_the_values(shape, strides, overlaps):
+    from tensorjit.codegen.externs import overlapping, relaid
+
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(shape, strides) if size)
+    want = torch.randn(extent).as_strided(shape, strides)
+    got = relaid(want.contiguous(), shape, strides)
+    assert got.stride() == strides and torch.equal(got, want)
+    assert overlapping(shape, strides) == overlaps
 
 
 def test_matrix_products_are_not_checked_after_they_run():

@@ -94,6 +94,53 @@ def test_a_group_where_another_member_reads_the_tensor_keeps_it():
     assert memory.in_place_pairs(program) == {}
 
 
+def test_a_tensor_another_member_of_the_group_writes_is_not_written_over():
+    # buf3 = buf1 * 2 by one member, buf2 = -buf3 by the next, at the same element; buf3 dies in
+    # the group. It is allocated for this launch: taking it over named a tensor the wrapper had
+    # just dropped (the kernel's arguments still held it), and gave the kernel two pointers to it.
+    first = pointwise("buf3", twice(load("buf1", at(I, J))), "kernel1")
+    second = pointwise("buf2", ir.Op("neg", (load("buf3", at(I, J)),), "float32"), "kernel2")
+    group = ir.LoopGroup("group1", (8, 8), (I, J), (first, second))
+    program = after_product(group, buffers=(buffer("buf3"),), outputs=("buf2",))
+    assert "buf3" not in memory.reuses(program, in_place=True).values()
+
+
+def norm_of_a_row(x):
+    # forward graph: one row group writes x / norm (saved) and then, at the same element,
+    # where(norm == 0, 0, that): the second was planned over the first
+    return (x + x).sin().select(0, -3).norm(dim=1).exp()
+
+
+def std_of_a_broadcast_maximum(x):
+    # the backward graph groups a division by the (zero) deviation with its use
+    v1 = x / (x.abs() + 1)
+    return v1.repeat((1, 1, 3)), v1.sin()[1:6].amax((0, 1)).expand(2, 3).std(0)
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
+@pytest.mark.parametrize("fn, shape", [(norm_of_a_row, (13, 9, 4)), (std_of_a_broadcast_maximum, (9, 6))])
+def test_training_graphs_with_a_group_made_tensor_dying_in_the_group_equal_eager(emitter, fn, shape):
+    import tensorjit
+    from tensorjit.autograd import aot_compile
+    from tensorjit.codegen.decomp import decompositions
+
+    base = on_device(emitter, (torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0)),))
+    x = base[0].permute(*reversed(range(len(shape)))).detach().requires_grad_()
+    backend = None
+    if emitter == "triton":
+        from tensorjit.codegen.triton import compile as triton_compile
+        backend = lambda gm, inputs: aot_compile(gm, inputs, fw_compiler=triton_compile.compile_graph,  # noqa: E731
+                                                 decompositions=decompositions())
+    compiled = tensorjit.compile(fn, **({} if backend is None else {"backend": backend}))
+    got, want = compiled(x), fn(x)
+    torch.testing.assert_close(got, want)
+    generator = torch.Generator().manual_seed(1)
+    cotangents = [torch.randn(w.shape, dtype=w.dtype, generator=generator).to(w.device)
+                  for w in (want if isinstance(want, tuple) else (want,))]
+    torch.testing.assert_close(torch.autograd.grad(got, x, cotangents), torch.autograd.grad(want, x, cotangents),
+                               equal_nan=True)
+
+
 def test_inputs_returned_tensors_and_viewed_tensors_are_never_written_over():
     kernel = pointwise("buf2", twice(load("buf1", at(I, J))))
     returned = after_product(kernel, outputs=("buf2", "buf1"))

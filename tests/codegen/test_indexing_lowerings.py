@@ -176,6 +176,20 @@ def test_index_put_accumulates_repeated_and_negative_indices(emitter):
 
 
 @pytest.mark.parametrize("emitter", EMITTERS)
+def test_accumulating_one_value_into_every_position_adds_it_everywhere(emitter):
+    # unfold's backward of a sum: the scalar gradient, expanded, is index_put at each window's
+    # positions; a value of one element must reach every lane (Triton's interpreter wrote only
+    # the first and added bytes past the value to the rest)
+    grad = torch.tensor(0.3, dtype=torch.float64)
+    compiled = check(emitter, lambda g: torch.ops.aten.unfold_backward(g.expand(3, 4, 2, 2), [3, 4, 4], 2, 2, 2),
+                     grad, externs=1)  # the window positions: unfold of an arange
+    assert steps(compiled).count("Pointwise") >= 2, compiled.program
+    x = torch.randn(6, 3)
+    check(emitter, lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), x, torch.tensor([1, 1, 5, 0]),
+          torch.tensor(0.7))
+
+
+@pytest.mark.parametrize("emitter", EMITTERS)
 def test_embedding_backward_is_a_scatter_kernel(emitter):
     grad, ids = torch.randn(2, 7, 4), torch.randint(0, 10, (2, 7))
     ids[0, :3] = 3  # repeated rows add up

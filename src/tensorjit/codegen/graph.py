@@ -461,6 +461,8 @@ class GraphLowering:
         if self.elsewhere([self.meta.get(n) for n in node.all_input_nodes]):
             # (a CPU scalar tensor times a CUDA tensor: ATen reads it as a scalar, a kernel cannot)
             return self.lower_extern(node, meta, "an operand on another device than the kernels'")
+        if node.op == "call_function" and target in STORAGE_READERS and isinstance(node.args[0], torch.fx.Node):
+            self.in_eagers_storage(node.args[0])
         if node.op == "call_function" and target in LOWERINGS:
             args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
@@ -480,6 +482,16 @@ class GraphLowering:
             except NotLowerable as error:
                 return self.lower_extern(node, meta, str(error))
         return self.lower_extern(node, meta, "no lowering")
+
+    def in_eagers_storage(self, node) -> None:
+        """`node` (a view) as ATen's view of its source, itself so down to a tensor in memory: an
+        op that reads the storage (as_strided's offset counts from the storage's start, not the
+        view's) then sees eager's. A view computed into a buffer of its own starts that buffer."""
+        if not is_view(node):
+            return
+        source = node.args[0]
+        self.in_eagers_storage(source)
+        self.env[node] = self.lower_extern(node, self.meta.get(node), "a view whose storage an op reads", count=False)
 
     def part_of_split_buffer(self, node) -> bool:
         """Is `node` a getitem of a split of a buffer in memory (a view of that buffer)?"""
@@ -506,6 +518,10 @@ class GraphLowering:
             record_fallback(node.target, reason)
 
         def reference(n):
+            if isinstance(self.env[n], (tuple, list)):
+                # a split lowered to views (its getitems index them): the ATen call, whose
+                # result an ATen getitem reads, where a piece is no strided view of a buffer
+                self.env[n] = self.lower_extern(n, self.meta.get(n), "a piece of it read by ATen", count=False)
             value = self.env[n] = self.realize(self.env[n], n)
             if isinstance(value, LazyValue):
                 return ir.BufferRef(value.buffer.name)
@@ -526,6 +542,21 @@ class GraphLowering:
         self.steps.append(ir.Extern(f"extern{len(self.steps)}", target, tuple(args),
                                     tuple(kwargs.items()), buffer.name))
         return ExternObject(buffer.name)
+
+
+STORAGE_READERS = frozenset({torch.ops.aten.as_strided.default})
+"""Ops whose meaning depends on where their operand lies in its storage, not only its values."""
+
+
+def is_view(node) -> bool:
+    """Does `node` return a view of its first operand (ATen's alias annotation; a getitem of a split)?"""
+    if node.op != "call_function" or not isinstance(node.args[0] if node.args else None, torch.fx.Node):
+        return False
+    if node.target is operator.getitem:
+        return is_view(node.args[0])
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and bool(schema.returns) and all(
+        ret.alias_info is not None and not ret.alias_info.is_write for ret in schema.returns)
 
 
 def in_memory(value) -> bool:

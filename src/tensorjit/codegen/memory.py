@@ -225,8 +225,11 @@ def in_place_donor(step, receiver: str, buffers: dict[str, ir.Buffer], candidate
     if store is None:
         return None
     others = [m for m in members if m is not writer]
+    written = names_written(step)
     for donor in candidates:
         aliases = classes[donor]
+        if donor in written:
+            continue  # made by another member of this group: the wrapper allocates it for this very launch
         if donor in taken or _layout(buffers[donor]) != _layout(output) or names_read(writer) & aliases != {donor}:
             continue
         if any(names_read(m) & (aliases | {receiver}) for m in others):

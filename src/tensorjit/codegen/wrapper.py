@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from . import ir
-from .externs import strided_view
+from .externs import overlapping, relaid, strided_view
 from .graph import EXACT_LAYOUT_EXTERNS
 from .memory import (fresh_memory, last_uses, last_uses_by_name, names_read, names_written, private_memory,
                      returned_names, reuses)
@@ -168,8 +168,12 @@ def _extern_lines(source: _Source, extern: ir.Extern, output: ir.Buffer, fallbac
         source.lines.append(f"    return {fallback}")
         # Kernels read this buffer with the strides seen at compile time.
         source.lines.append(f"if {output.name} is not None and {output.name}.stride() != {strides!r}:")
-        source.lines.append(f"    {output.name} = empty_strided({shape!r}, {strides!r}, "
-                            f"dtype={output.name}.dtype, device={output.name}.device).copy_({output.name})")
+        if overlapping(shape, strides):  # (an expand's stride 0: empty_strided().copy_() would raise)
+            source.lines.append(f"    {output.name} = {source.constant(relaid, 'relaid')}({output.name}, "
+                                f"{shape!r}, {strides!r})")
+        else:
+            source.lines.append(f"    {output.name} = empty_strided({shape!r}, {strides!r}, "
+                                f"dtype={output.name}.dtype, device={output.name}.device).copy_({output.name})")
 
 
 def _base_returnable(program: ir.Program) -> set[str]:

@@ -233,3 +233,26 @@ def test_extern_arguments_keep_eager_strides():
     want, _ = fn(x)
     assert result.stride() == node.meta["val"][0].stride() == want.stride()
     torch.testing.assert_close(result, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_products_are_rounded_before_they_are_added_as_in_eager(dtype):
+    # g++ would fuse x*y + z*w into fma(x, y, z*w) (one rounding fewer than eager) unless
+    # -ffp-contract=off: the sum then differs from eager's in the last bit, and is no longer
+    # symmetric, so argmax of v + v.flip(0) broke eager's exact ties another way
+    generator = torch.Generator().manual_seed(0)
+    x, y, z, w = (torch.randn(4096, dtype=dtype, generator=generator) for _ in range(4))
+    compiled = compile_fn(lambda x, y, z, w: x * y + z * w, x, y, z, w)
+    assert torch.equal(as_list(compiled(x, y, z, w))[0], x * y + z * w)
+    v = torch.randn(6, 5, 7, dtype=dtype, generator=generator)
+    symmetric = compile_fn(lambda v: (v.cos() * v + (v.cos() * v).flip(0)).argmax(0), v)
+    torch.testing.assert_close(as_list(symmetric(v))[0], (v.cos() * v + (v.cos() * v).flip(0)).argmax(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sin_and_cos_of_atan_keep_nan_and_eagers_values(dtype):
+    # without errno g++ folds sin(atan(x)) to x / sqrt(x*x + 1) (copysign(1, x) for large |x|):
+    # NaN gave 1 and, for cos, 0; cos(atan(inf)) gave 0 where eager's is cos(pi/2 rounded)
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e30, 0.5, -2.0, 0.0], dtype=dtype)
+    for fn in (lambda x: torch.sin(torch.atan(x)), lambda x: torch.cos(torch.atan(x))):
+        torch.testing.assert_close(as_list(compile_fn(fn, x)(x))[0], fn(x), equal_nan=True)

@@ -16,8 +16,13 @@ import subprocess
 from ...runtime.disk_cache import get_or_build
 
 FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
-         "-fno-math-errno", "-w")
-"""-mprefer-vector-width=512: g++ tunes recent Intel cores for 256-bit vectors; on AVX-512 machines
+         "-fno-math-errno", "-w", "-ffp-contract=off")
+"""-ffp-contract=off: eager rounds after every operation; g++ (12, in C++ modes too) otherwise fuses
+a*b + c into one rounding, so `x*y + z*w` was no longer `z*w + x*y` to the last bit (argmax of
+`v + v.flip(0)` then broke eager's exact ties differently; inductor passes the flag too). Where a
+helper wants a fused multiply-add it says so (vector_math.tj_fmaf).
+
+-mprefer-vector-width=512: g++ tunes recent Intel cores for 256-bit vectors; on AVX-512 machines
 the full width ran the GELU (erf) kernel of a ViT layer 1.5x faster (262 -> 174 us) and an
 attention softmax group 7.5 -> 5.0 us, as inductor's 512-bit code does. Without AVX-512 it
 changes nothing."""

@@ -37,6 +37,10 @@ template <class T> static inline T tj_max(T a, T b) {
 template <class T> static inline T tj_min(T a, T b) {
   return tj_select<T>(a != a, a, tj_select<T>(b != b, b, tj_select<T>(a < b, a, b)));
 }
+// atan where g++ cannot see it: without errno (-fno-math-errno) it folds sin(atan(x)) into
+// x / sqrt(x*x + 1), copysign(1, x) for large |x|, and cos(atan(x)) alike, so a NaN gave 1 and 0
+// (eager: NaN) and cos(atan(inf)) 0 (eager: 6.1e-17). atan is a libm call either way (no vector one).
+template <class T> __attribute__((noinline)) static T tj_atan(T x) { return std::atan(x); }
 // erfinv (no std:: one): Giles' single-precision approximation ("Approximating the erfinv
 // function", GPU Computing Gems), then Newton steps on std::erf in double, which bring it to
 // double precision. Not vectorised (std::erf); |y| = 1 gives +-inf and |y| > 1 NaN, as eager.
@@ -72,7 +76,7 @@ UNARY = {"neg": "(-{0})", "abs": "std::abs({0})", "exp": "tj_exp<{T}>({0})", "lo
          "round": "std::nearbyint({0})", "sign": "(({T})({0} > ({T})0) - ({T})({0} < ({T})0))",
          "relu": "tj_select<{T}>({0} < ({T})0, ({T})0, {0})", "logical_not": "(!{0})", "isnan": "({0} != {0})",
          # std:: (scalar loops, like sin and cos): no branch-free versions in vector_math.py yet
-         "tan": "std::tan({0})", "asin": "std::asin({0})", "acos": "std::acos({0})", "atan": "std::atan({0})",
+         "tan": "std::tan({0})", "asin": "std::asin({0})", "acos": "std::acos({0})", "atan": "tj_atan<{T}>({0})",
          "sinh": "std::sinh({0})", "cosh": "std::cosh({0})", "asinh": "std::asinh({0})",
          "acosh": "std::acosh({0})", "atanh": "std::atanh({0})", "exp2": "std::exp2({0})",
          "log2": "std::log2({0})", "log10": "std::log10({0})", "erfinv": "tj_erfinv<{T}>({0})",

@@ -51,7 +51,7 @@ static inline float tj_float(uint32_t i) {
 #endif
 }
 // A fused multiply-add where the hardware has one (one rounding); a*b+c elsewhere, where a
-// libm fmaf call would stop vectorisation. -std=c++17 turns off g++'s own contraction.
+// libm fmaf call would stop vectorisation. g++'s own contraction is off (-ffp-contract=off, compiler.FLAGS).
 static inline float tj_fmaf(float a, float b, float c) {
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
   return __builtin_fmaf(a, b, c);

@@ -336,11 +336,18 @@ class Writer:
         guard = self.guards.mask(buffer, index, index_names(index))
         return mask if guard is None else f"({guard}) & {mask}"
 
-    def store_text(self, buffer: str, index: str, value: str, value_dtype: str, mask: str) -> str:
+    def store_text(self, buffer: str, index: str, value: str, value_dtype: str, mask: str,
+                   accumulate: bool = False) -> str:
         dtype = self.buffers[buffer].dtype
         if dtype != value_dtype or register_dtype(dtype) != dtype:
             value = round_to(value, dtype)
-        return f"tl.store({buffer}_ptr + ({index}), {value}, {mask})"
+        if not accumulate:
+            return f"tl.store({buffer}_ptr + ({index}), {value}, {mask})"
+        # Indices may repeat: add atomically. The value is made a block of every lane's own value
+        # (a [1] block: a scalar gradient expanded): Triton's interpreter adds a value's stored
+        # elements in order, so a one-element or broadcast value read past its end for the rest.
+        lanes = f"({value}) + tl.zeros([XBLOCK], {expressions.triton_dtype(IR_TO_TORCH[dtype])})"
+        return f"tl.atomic_add({buffer}_ptr + ({index}), {lanes}, {mask})"
 
     def parameters(self) -> tuple[list[str], tuple[str, ...]]:
         arguments = tuple(name for name in self.read if name not in self.written) + tuple(self.written)
@@ -390,10 +397,8 @@ class PointwiseWriter(Writer):
             bind_indirect(store_index, self.ops, memo)  # a scatter's store index reads index tensors
             index = index_text(store_index, self.variables, self.sizes, "xindex", self.ops.indirect_names) + \
                 ("" if index_names(store_index) else " + 0 * xindex")
-            store = self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask")
-            if kernel.scatter is not None and kernel.scatter.accumulate:
-                store = "tl.atomic_add" + store.removeprefix("tl.store")  # indices may repeat
-            stores.append(store)
+            stores.append(self.store_text(kernel.output, index, value, kernel.body.dtype, "xmask",
+                                          accumulate=kernel.scatter is not None and kernel.scatter.accumulate))
         body = [f"xindex = tl.program_id(0).to({self.index_type(numel)}) * XBLOCK + tl.arange(0, XBLOCK)",
                 f"xmask = xindex < {numel}"]
         body += split_flat("xindex", self.variables, self.sizes) + self.ops.lines + stores
