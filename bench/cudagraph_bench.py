@@ -317,7 +317,10 @@ def run_isolated(name, sides, arguments):
             shutil.copytree(os.environ["TENSORJIT_CACHE_DIR"], environment["TENSORJIT_CACHE_DIR"])
         output = os.path.join(fresh, "row.json")
         command = [sys.executable, os.path.abspath(__file__), name, "--sides", side, "--json", output]
-        command += ["--profile"] * arguments.profile + ["--kernels", arguments.kernels] * bool(arguments.kernels)
+        command += ["--profile"] * arguments.profile
+        for flag in ("kernels", "host_profile", "cold_profile"):  # files each side's process appends to
+            if getattr(arguments, flag):
+                command += [f"--{flag.replace('_', '-')}", getattr(arguments, flag)]
         subprocess.run(command, env=environment, check=False)
         try:
             with open(output) as handle:
